@@ -1,0 +1,230 @@
+"""Checks: pure functions of a saved run directory -> Verdict.
+
+A check never talks to a live system.  It reads the timeline, the acked log
+written by the fleet and the stored-messages export, so ``monsoon analyze``
+can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
+(the data can't decide); they compose: fail beats unknown beats pass.
+"""
+from __future__ import annotations
+
+import csv
+import inspect
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+from .timeline import Events
+
+PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
+
+ACKED_FILE = "acked.csv"
+STORED_FILE = "stored.csv"
+TIMELINE_FILE = "timeline.jsonl"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    verdict: str
+    figures: dict[str, float] = field(default_factory=dict)
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "verdict": self.verdict, "figures": self.figures, "message": self.message}
+
+
+def combine(verdicts: list[str]) -> str:
+    """fail beats unknown beats pass; nothing to judge is unknown."""
+    if not verdicts:
+        return UNKNOWN
+    return max(verdicts, key=_RANK.__getitem__)
+
+
+class RunData:
+    """Everything a check may read, loaded lazily from a run directory."""
+
+    def __init__(self, dir: Path, events: Events | None = None):
+        self.dir = Path(dir)
+        self._events = events
+
+    @property
+    def events(self) -> Events:
+        if self._events is None:
+            self._events = Events.load(self.dir / TIMELINE_FILE)
+        return self._events
+
+    @property
+    def meta(self) -> dict:
+        return self.events.meta()
+
+    @cached_property
+    def acked(self) -> set[tuple[str, int]] | None:
+        p = self.dir / ACKED_FILE
+        if not p.exists():
+            return None
+        out = set()
+        with open(p, newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    out.add((row["device"], int(row["seq"])))
+                except (KeyError, TypeError, ValueError):
+                    continue  # torn last line of an interrupted run
+        return out
+
+    @cached_property
+    def stored(self) -> Counter | None:
+        p = self.dir / STORED_FILE
+        if not p.exists():
+            return None
+        out: Counter = Counter()
+        with open(p, newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    out[(row["device"], int(row["seq"]))] += 1
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return out
+
+    def load_end(self) -> float | None:
+        e = self.events.first("op", op="load-end")
+        return e["t"] if e else None
+
+    def phase_end(self, name: str) -> float | None:
+        p = self.events.phase(name)
+        return p["end"] if p else None
+
+    def backlog_series(self) -> tuple[str, list[tuple[float, float]]]:
+        """Kafka consumer lag when the stack has Kafka, else the platform's queue depth."""
+        lag = self.events.series("kafka", "lag")
+        if lag:
+            return "kafka consumer lag", lag
+        return "queue depth", self.events.series("metrics", "queue_depth")
+
+
+# ---------------------------------------------------------------- the checks
+
+def no_oom(run: RunData) -> Verdict:
+    """No service died of out-of-memory (JVM exit 3 / exit 137 / OutOfMemoryError in its log) and none restarted."""
+    name = "no_oom"
+    starts = list(run.events.of("service", event="start"))
+    if not starts:
+        return Verdict(name, UNKNOWN, {"oom_events": 0, "restarts": 0},
+                       "no service events in the timeline: monsoon did not supervise this stack")
+    exits = list(run.events.of("service", event="exit"))
+    ooms = [e for e in exits if e.get("oom") or e.get("code") in (3, 137)]
+    restarts = list(run.events.of("service", event="restart"))
+    figures = {"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)}
+    if not ooms and not restarts and not exits:
+        return Verdict(name, PASS, figures, "no out-of-memory death, no exit, no restart")
+    burst = run.events.phase("burst")
+    parts = []
+    for e in (ooms or exits)[:3]:
+        when = f"t={e['t']:.0f}s"
+        if burst and e["t"] >= burst["start"]:
+            when += f" ({e['t'] - burst['start']:.0f}s into the burst)"
+        parts.append(f"{e['service']} died: {e.get('cause', 'exit ' + str(e.get('code')))} at {when}")
+    msg = "; ".join(parts) + f"; {len(restarts)} restart(s)"
+    return Verdict(name, FAIL, figures, msg)
+
+
+def no_acked_loss(run: RunData) -> Verdict:
+    """Every acknowledged (device, seq) is in storage; duplicates are counted separately."""
+    name = "no_acked_loss"
+    acked, stored = run.acked, run.stored
+    if acked is None or stored is None:
+        missing = ACKED_FILE if acked is None else STORED_FILE
+        return Verdict(name, UNKNOWN, {}, f"{missing} is missing from {run.dir}: cannot account for messages")
+    lost = acked - stored.keys()
+    dup = sum(n - 1 for n in stored.values() if n > 1)
+    recovered = len(stored.keys() - acked)
+    figures = {"acked": len(acked), "acked_lost": len(lost), "duplicates": dup,
+               "stored": sum(stored.values()), "stored_unacked": recovered}
+    drain = run.events.first("drain")
+    if not acked:
+        return Verdict(name, UNKNOWN, figures, "no message was acknowledged: nothing to account for")
+    if not lost:
+        return Verdict(name, PASS, figures,
+                       f"all {len(acked):,} acked messages stored ({dup:,} duplicates, {recovered:,} stored unacked)")
+    pct = 100.0 * len(lost) / len(acked)
+    figures["acked_lost_pct"] = round(pct, 4)
+    sample = ", ".join(f"{d}#{s}" for d, s in sorted(lost)[:5])
+    if drain is not None and not drain.get("drained"):
+        return Verdict(name, UNKNOWN, figures,
+                       f"{len(lost):,} acked messages not in storage, but the stack had not drained its backlog "
+                       f"({drain.get('backlog')}) after {drain.get('waited_s')}s: cannot tell lost from late")
+    return Verdict(name, FAIL, figures,
+                   f"{len(lost):,} of {len(acked):,} acked messages lost ({pct:.2f}%), e.g. {sample}")
+
+
+def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None) -> Verdict:
+    """After the burst (or the load) ends, the backlog returns to near zero within ``seconds``."""
+    name = "lag_recovers_within"
+    what, series = run.backlog_series()
+    end = run.phase_end("burst")
+    anchor = "burst end"
+    if end is None:
+        end, anchor = run.load_end(), "load end"
+    if end is None or not series:
+        return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline")
+    base = float(run.meta.get("base_rate") or 0)
+    tol = tolerance if tolerance is not None else max(10.0, base)  # about one second of x1 traffic
+    peak = max(v for _, v in series)
+    after = [(t, v) for t, v in series if t >= end]
+    figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
+    if not after:
+        return Verdict(name, UNKNOWN, figures, f"no {what} sample after the {anchor}")
+    figures["lag_at_end"] = after[0][1]
+    rec = next((t for t, v in after if v <= tol), None)
+    if rec is not None:
+        figures["recovery_s"] = round(rec - end, 1)
+        ok = rec - end <= seconds
+        return Verdict(name, PASS if ok else FAIL, figures,
+                       f"{what} peaked at {peak:,.0f} and fell to <= {tol:,.0f} {rec - end:.1f}s after the {anchor} "
+                       f"(limit {seconds:g}s)")
+    observed = after[-1][0] - end
+    figures["recovery_s"] = round(observed, 1)
+    figures["final_lag"] = after[-1][1]
+    if observed < seconds:
+        return Verdict(name, UNKNOWN, figures,
+                       f"{what} still {after[-1][1]:,.0f} when sampling ended {observed:.0f}s after the {anchor}, "
+                       f"before the {seconds:g}s limit")
+    return Verdict(name, FAIL, figures,
+                   f"{what} peaked at {peak:,.0f} and was still {after[-1][1]:,.0f} {observed:.0f}s after the "
+                   f"{anchor} (limit {seconds:g}s)")
+
+
+CHECKS: dict[str, Callable[..., Verdict]] = {
+    "no_oom": no_oom,
+    "no_acked_loss": no_acked_loss,
+    "lag_recovers_within": lag_recovers_within,
+}
+
+
+def validate_check(name: str, params: dict[str, Any]) -> None:
+    """Raise ValueError naming what is wrong with a check reference."""
+    if name not in CHECKS:
+        raise ValueError(f"unknown check {name!r} (known: {', '.join(sorted(CHECKS))})")
+    sig = inspect.signature(CHECKS[name])
+    accepted = [p for p in list(sig.parameters)[1:]]
+    for k, v in params.items():
+        if k not in accepted:
+            raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"check {name!r}: {k} must be a number >= 0, got {v!r}")
+    for p in list(sig.parameters.values())[1:]:
+        if p.default is inspect.Parameter.empty and p.name not in params:
+            raise ValueError(f"check {name!r} needs parameter {p.name!r}")
+
+
+def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Verdict]:
+    run = RunData(run_dir)
+    out = []
+    for name, params in checks:
+        try:
+            out.append(CHECKS[name](run, **params))
+        except Exception as e:  # a broken check must not hide the others
+            out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
+    return out

@@ -1,0 +1,86 @@
+"""The ``monsoon`` command: analyze saved runs, validate specs, reap leftovers."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import report
+from .checks import evaluate
+from .runner import ExperimentResult
+from .timeline import Events
+
+
+def analyze(run_dir: Path) -> dict:
+    """Re-run every check of every experiment in a saved run, offline; rewrite summary.json and checklist.md."""
+    run_dir = Path(run_dir).resolve()
+    if not run_dir.is_dir():
+        raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
+    results, run_id, profile = [], run_dir.name, "quick"
+    for sub in sorted(p for p in run_dir.iterdir() if (p / "timeline.jsonl").exists()):
+        meta = Events.load(sub / "timeline.jsonl").meta()
+        profile = meta.get("profile", profile)
+        run_id = meta.get("run_id", run_id)
+        res = ExperimentResult(meta.get("stack", "?"), meta.get("experiment", sub.name), profile, sub)
+        old = sub / "result.json"
+        if old.exists():
+            res.error = json.loads(old.read_text()).get("error")
+        res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])])
+        (sub / "result.json").write_text(json.dumps(res.to_dict(), indent=2))
+        results.append(res.to_dict())
+    if not results:
+        raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
+    s, md = report.write(run_dir, run_id, profile, results)
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
+                                 "platforms. Scenarios run under pytest (pytest -m burst pytest/); this command "
+                                 "works on saved runs and specs.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
+    a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
+    c = sub.add_parser("checklist", help="print the sign-off checklist of a run")
+    c.add_argument("run_dir", type=Path)
+    v = sub.add_parser("validate", help="validate stack and experiment YAML files without running anything")
+    v.add_argument("files", nargs="+", type=Path)
+    r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
+    r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "analyze":
+        s = analyze(args.run_dir)
+        print(report.checklist(s))
+        return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
+    if args.cmd == "checklist":
+        p = Path(args.run_dir) / "checklist.md"
+        if not p.exists():
+            print(f"monsoon checklist: no checklist.md in {args.run_dir}", file=sys.stderr)
+            return 2
+        print(p.read_text())
+        return 0
+    if args.cmd == "validate":
+        from .specs import load_experiment, load_stack
+        from .yamlio import SpecError
+        bad = 0
+        for f in args.files:
+            kind = "stack" if f.resolve().parent.name == "stacks" else "experiment"
+            try:
+                (load_stack if kind == "stack" else load_experiment)(f)
+                print(f"ok   {f} ({kind})")
+            except SpecError as e:
+                print(f"FAIL {e}")
+                bad += 1
+        return 1 if bad else 0
+    if args.cmd == "reap":
+        from .stack import reap
+        pids = reap(args.run_id)
+        print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""One experiment against one stack: load + observation + checks, into a run directory.
+
+Data flows one way: specs -> stack -> (fleet, collectors) -> timeline and
+files on disk -> checks -> verdicts.  Every exit path stops the fleet, the
+collectors and the stack; an interrupted run still leaves an analysable
+directory (timeline, logs, acked log).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, combine, evaluate
+from .collectors import Sampler, collectors_for
+from .specs import ExperimentSpec, StackSpec
+from .stack import Stack
+from .timeline import Timeline
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ExperimentResult:
+    stack: str
+    experiment: str
+    profile: str
+    dir: Path
+    checks: list[Verdict] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return combine([c.verdict for c in self.checks] + (["unknown"] if self.error else []))
+
+    def to_dict(self) -> dict:
+        d = {"stack": self.stack, "experiment": self.experiment, "verdict": self.verdict,
+             "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
+        if self.error:
+            d["error"] = self.error
+        return d
+
+    def assert_pass(self) -> None:
+        """Fail the calling test with the numbers unless every check passed."""
+        if self.verdict != "pass":
+            import pytest
+            pytest.fail(self.failure_message(), pytrace=False)
+
+    def failure_message(self) -> str:
+        lines = [f"{self.stack} / {self.experiment} ({self.profile}): {self.verdict.upper()}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        for c in self.checks:
+            figs = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                             for k, v in c.figures.items())
+            lines.append(f"  {c.verdict.upper():7} {c.name}: {c.message} [{figs}]")
+        lines.append(f"  run directory: {self.dir}")
+        return "\n".join(lines)
+
+
+def build_shape(exp: ExperimentSpec, profile: str):
+    from .shapes import Burst, Steady
+    d = exp.durations(profile)
+    load = exp.load
+    if load.shape.kind == "steady":
+        return Steady(load.base_rate, d.total)
+    return Burst(load.base_rate, load.shape.multiplier, d.warmup, d.burst, d.total)
+
+
+def provision(stack: Stack, exp: ExperimentSpec):
+    from .load import Device
+    from .provision import NoProvisioner, TbRestProvisioner, device_names
+    prov = stack.spec.provisioning
+    wanted = device_names(exp.load.device_prefix, exp.load.devices)
+    if prov.kind == "none":
+        return NoProvisioner().ensure_devices(wanted) if hasattr(NoProvisioner, "ensure_devices") else \
+            [Device(n, t) for n, t in wanted]
+    client = TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
+    client.login()
+    return client.ensure_devices(wanted)
+
+
+def export_stored(dsn: str, query: str, path: Path) -> int:
+    """Write (device, seq) of every stored message to a CSV; returns the row count."""
+    import psycopg
+    rows = 0
+    tmp = path.with_suffix(".tmp")
+    with psycopg.connect(dsn, connect_timeout=5) as conn, open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["device", "seq"])
+        with conn.cursor(name="monsoon_export") as cur:
+            cur.itersize = 20000
+            cur.execute(query)
+            for device, seq in cur:
+                w.writerow([device, seq])
+                rows += 1
+    tmp.rename(path)
+    return rows
+
+
+class _Drain:
+    """Waits until the stack's backlog is empty and storage stops moving."""
+
+    def __init__(self, sampler: Sampler, has_kafka: bool):
+        self.sampler, self.has_kafka = sampler, has_kafka
+
+    def backlog(self) -> float | None:
+        if self.has_kafka:
+            return self.sampler.value("kafka", "lag")
+        return self.sampler.value("metrics", "queue_depth")
+
+    def wait(self, timeout: float, stop: threading.Event) -> dict:
+        t0 = time.monotonic()
+        last_stored, stable = None, 0
+        while time.monotonic() - t0 < timeout and not stop.is_set():
+            time.sleep(1.0)
+            backlog = self.backlog()
+            stored = self.sampler.value("storage", "stored")
+            stable = stable + 1 if (stored is not None and stored == last_stored) else 0
+            last_stored = stored
+            if backlog is not None and backlog <= 0 and (stored is None or stable >= 2):
+                return {"drained": True, "waited_s": round(time.monotonic() - t0, 1), "backlog": backlog}
+        return {"drained": False, "waited_s": round(time.monotonic() - t0, 1), "backlog": self.backlog()}
+
+
+def _progress_line(label: str, t: float, phase: str, st, sampler: Sampler, restarts: int) -> str:
+    lag = sampler.value("kafka", "lag")
+    q = sampler.value("metrics", "queue_depth")
+    heap = sampler.value("metrics", "heap_used")
+    hmax = sampler.value("metrics", "heap_max")
+    parts = [f"[{label}] t={t:4.0f}s {phase:8}", f"target={st.target_rate:7.0f}/s", f"acked={st.acked:6d}/s",
+             f"failed={st.failed}", f"late={st.late}"]
+    if st.p99_ms is not None:
+        parts.append(f"p99={st.p99_ms:.0f}ms")
+    if lag is not None:
+        parts.append(f"lag={lag:,.0f}")
+    if q is not None:
+        parts.append(f"queue={q:,.0f}")
+    if heap is not None and hmax:
+        parts.append(f"heap={heap / 2**20:.0f}/{hmax / 2**20:.0f}MB")
+    parts.append(f"restarts={restarts}")
+    return " ".join(parts)
+
+
+def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *,
+                   run_id: str, progress: Progress = lambda s: None, progress_every: float = 5.0,
+                   stop: threading.Event | None = None) -> ExperimentResult:
+    """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
+    KeyboardInterrupt/SystemExit propagate after everything is torn down."""
+    from .load import MqttFleet
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stop = stop or threading.Event()
+    result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir)
+    durations = exp.durations(profile)
+    shape = build_shape(exp, profile)
+    label = f"{stack_spec.name}/{exp.name}"
+    restarts = [0]
+
+    with Timeline(out_dir / TIMELINE_FILE) as tl:
+        tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
+               base_rate=exp.load.base_rate, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
+               devices=exp.load.devices, qos=exp.load.qos, durations=durations.model_dump(),
+               stack_source=stack_spec.source, experiment_source=exp.source,
+               checks=[{"name": c.name, "params": c.resolved(profile)} for c in exp.checks])
+
+        def on_event(type_: str, **fields) -> None:
+            tl.add(type_, **fields)
+            if type_ == "service" and fields.get("event") == "exit":
+                progress(f"[{label}] service {fields['service']} exited: {fields.get('cause')}")
+            if type_ == "service" and fields.get("event") == "restart":
+                restarts[0] += 1
+                progress(f"[{label}] service {fields['service']} restarted (#{fields.get('n')})")
+
+        fleet = sampler = None
+        try:
+            progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
+            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event) as stack:
+                t = time.monotonic()
+                devices = provision(stack, exp)
+                tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
+                dev = stack_spec.devices
+                fleet = MqttFleet(devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                                  topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE)
+                fleet.connect()
+                tl.add("op", op="connected", devices=len(devices))
+                sampler = Sampler(tl, collectors_for(stack)).start()
+                time.sleep(1.0)  # one baseline sample before the load
+                t0 = tl.now()
+                for ph in shape.phases():
+                    tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+                progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
+                         + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
+                last_print = [0.0]
+                phases = shape.phases()
+
+                def on_second(st) -> None:
+                    tl.add("load", **{k: v for k, v in vars(st).items()})
+                    now = time.monotonic()
+                    if now - last_print[0] >= progress_every:
+                        last_print[0] = now
+                        ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
+                        progress(_progress_line(label, st.t, ph, st, sampler, restarts[0]))
+
+                totals = fleet.run(stop, on_second)
+                tl.add("op", op="load-end", **_totals_dict(totals))
+                fleet.close()
+                progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
+                         f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
+                drain = _Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
+                tl.add("drain", **drain)
+                sampler.stop()
+                rows = export_stored(stack.endpoint(stack_spec.storage.dsn), stack_spec.storage.loss_query,
+                                     out_dir / STORED_FILE)
+                tl.add("stored", path=STORED_FILE, rows=rows)
+        except Exception as e:  # the run failed to run: report it, don't crash the session
+            result.error = f"{type(e).__name__}: {e}"
+            tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
+            progress(f"[{label}] ERROR {result.error}")
+        finally:
+            if fleet is not None:
+                fleet.close()
+            if sampler is not None:
+                sampler.stop()
+
+    result.checks = evaluate(out_dir, [(c.name, c.resolved(profile)) for c in exp.checks])
+    (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+    return result
+
+
+def _totals_dict(totals) -> dict:
+    d = dict(vars(totals))
+    d.pop("last_seq", None)
+    return d

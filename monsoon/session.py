@@ -1,0 +1,58 @@
+"""A monsoon session: one run id, one run directory, many experiment results."""
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import report
+from .runner import ExperimentResult, run_experiment
+from .specs import REPO, load_experiment, load_stack
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class MonsoonSession:
+    def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
+                 progress: Callable[[str], None] = print):
+        self.profile = profile
+        self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
+        self.run_id = run_id or new_run_id()
+        self.progress = progress
+        self.results: list[ExperimentResult] = []
+        self.stop = threading.Event()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.runs_dir / self.run_id
+
+    def run(self, stack: str, experiment: str) -> ExperimentResult:
+        """Validate both specs, then run the experiment against a fresh stack."""
+        stack_spec = load_stack(stack)
+        exp = load_experiment(experiment)
+        exp.durations(self.profile)  # fail before starting anything
+        out = self.run_dir / f"{stack_spec.name}--{exp.name}"
+        n = 2
+        while out.exists():
+            out = self.run_dir / f"{stack_spec.name}--{exp.name}-{n}"
+            n += 1
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        report.point_latest(self.run_dir)
+        try:
+            result = run_experiment(stack_spec, exp, self.profile, out, run_id=self.run_id,
+                                    progress=self.progress, stop=self.stop)
+        finally:
+            self.write_report()
+        self.results.append(result)
+        self.write_report()
+        return result
+
+    def write_report(self) -> tuple[dict, str] | None:
+        if not self.run_dir.exists():
+            return None
+        return report.write(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results])

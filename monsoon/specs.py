@@ -1,0 +1,325 @@
+"""Validated, frozen descriptions of stacks and experiments, parsed from YAML.
+
+Every error names the file, the line and the dotted key (see ``yamlio``).
+Nothing here touches a live system: validation happens before anything starts.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .yamlio import LocatedDoc, SpecError, load_located, validate
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = ("quick", "nightly", "full")
+
+# {repo} {cache} {run_dir} {stack_dir} {dir} {port:NAME}
+TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
+TEMPLATE_NAMES = {"repo", "cache", "run_dir", "stack_dir", "dir", "port"}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------- stacks
+
+class ReadySpec(_Frozen):
+    """How to tell a service is ready: exactly one of tcp / http / log."""
+    tcp: str | None = None        # "{port:kafka}" or "127.0.0.1:9092"
+    http: str | None = None       # URL answering 2xx
+    log: str | None = None        # regex searched in the service log
+    timeout: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one(self) -> "ReadySpec":
+        given = [k for k in ("tcp", "http", "log") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of tcp, http, log (got {given or 'none'})")
+        return self
+
+
+class RequireSpec(_Frozen):
+    """A precondition checked before anything starts: a binary on PATH or a file."""
+    binary: str | None = None
+    path: str | None = None
+    hint: str = ""
+
+    @model_validator(mode="after")
+    def _one(self) -> "RequireSpec":
+        if bool(self.binary) == bool(self.path):
+            raise ValueError("give exactly one of binary, path")
+        return self
+
+
+class ServiceSpec(_Frozen):
+    command: tuple[str, ...]
+    requires: tuple[RequireSpec, ...] = ()
+    env: dict[str, str] = {}
+    depends_on: tuple[str, ...] = ()
+    ready: ReadySpec | None = None
+    restart: Literal["no", "always", "on-failure"] = "no"
+    restart_delay: float = Field(1.0, ge=0)
+    stop_timeout: float = Field(15.0, gt=0)
+    ephemeral: bool = False   # delete the service's work dir (not its log) after the stack stops
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        return tuple(shlex.split(v)) if isinstance(v, str) else v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_str(cls, v: Any) -> Any:
+        return {k: str(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+
+class DevicesSpec(_Frozen):
+    protocol: Literal["mqtt"] = "mqtt"
+    host: str = "127.0.0.1"
+    port: str
+    topic: str = "v1/devices/me/telemetry"
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _port_str(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int) else v
+
+
+class ProvisioningSpec(_Frozen):
+    kind: Literal["thingsboard-rest", "none"]
+    url: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @model_validator(mode="after")
+    def _need_url(self) -> "ProvisioningSpec":
+        if self.kind == "thingsboard-rest" and not (self.url and self.username and self.password is not None):
+            raise ValueError("thingsboard-rest provisioning needs url, username and password")
+        return self
+
+
+class StorageSpec(_Frozen):
+    kind: Literal["postgres"] = "postgres"
+    dsn: str
+    loss_query: str = Field(description="SQL returning (device, seq) for every stored message")
+    count_query: str | None = Field(None, description="SQL returning one number: stored messages so far")
+
+
+class KafkaObserveSpec(_Frozen):
+    bootstrap: str
+    group: str
+    topic: str | None = None
+
+
+class ObserveSpec(_Frozen):
+    service: str | None = None                 # the service under test: RSS, exits, OOM
+    metrics_url: str | None = None             # Prometheus text endpoint
+    metrics: dict[str, str] = {}               # signal name -> series selector
+    kafka: KafkaObserveSpec | None = None
+
+
+class StackSpec(_Frozen):
+    name: str
+    description: str = ""
+    ports: dict[str, int | Literal["auto"]] = {}
+    services: dict[str, ServiceSpec]
+    devices: DevicesSpec
+    provisioning: ProvisioningSpec
+    storage: StorageSpec
+    observe: ObserveSpec = ObserveSpec()
+    source: str = ""
+
+    def start_order(self) -> list[str]:
+        order: list[str] = []
+        seen: set[str] = set()
+
+        def visit(n: str, stack: tuple[str, ...]) -> None:
+            if n in stack:
+                raise ValueError(f"dependency cycle: {' -> '.join(stack + (n,))}")
+            if n in seen:
+                return
+            for d in self.services[n].depends_on:
+                visit(d, stack + (n,))
+            seen.add(n)
+            order.append(n)
+
+        for n in self.services:
+            visit(n, ())
+        return order
+
+    def port_names(self) -> list[str]:
+        names = set(self.ports)
+        for m in TEMPLATE_RE.finditer(self.model_dump_json()):
+            if m.group(1) == "port":
+                names.add(m.group(2))
+        return sorted(names)
+
+
+# ---------------------------------------------------------------- experiments
+
+class ShapeSpec(_Frozen):
+    kind: Literal["steady", "burst"]
+    multiplier: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _mult(self) -> "ShapeSpec":
+        if self.kind == "burst" and self.multiplier is None:
+            raise ValueError("a burst shape needs a multiplier (e.g. 10 for x10)")
+        return self
+
+
+class LoadSpec(_Frozen):
+    devices: int = Field(gt=0)
+    qos: Literal[0, 1] = 1
+    base_rate: float = Field(gt=0, description="x1 in messages per second, all devices together")
+    shape: ShapeSpec
+    device_prefix: str = "monsoon"
+
+
+class Durations(_Frozen):
+    """Seconds per phase. steady shapes use ``warmup`` + ``recovery`` only."""
+    warmup: float = Field(gt=0)
+    burst: float = Field(0, ge=0)
+    recovery: float = Field(0, ge=0)
+    drain_timeout: float = Field(120, gt=0)
+
+    @property
+    def total(self) -> float:
+        return self.warmup + self.burst + self.recovery
+
+
+class CheckSpec(_Frozen):
+    """A check reference; a parameter may differ per profile: ``seconds: {quick: 120, full: 1800}``."""
+    name: str
+    params: dict[str, Any] = {}
+
+    def resolved(self, profile: str) -> dict[str, Any]:
+        out = {}
+        for k, v in self.params.items():
+            if isinstance(v, dict):
+                if profile not in v:
+                    raise SpecError("", None, f"checks.{self.name}.{k}", f"no value for profile {profile!r}")
+                v = v[profile]
+            out[k] = v
+        return out
+
+
+class ExperimentSpec(_Frozen):
+    name: str
+    description: str = ""
+    marks: tuple[str, ...] = ()
+    load: LoadSpec
+    profiles: dict[Literal["quick", "nightly", "full"], Durations]
+    checks: tuple[CheckSpec, ...]
+    source: str = ""
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _checks(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return v
+        out = []
+        for item in v:
+            if isinstance(item, str):
+                out.append({"name": item})
+            elif isinstance(item, dict) and len(item) == 1:
+                (name, params), = item.items()
+                out.append({"name": name, "params": params or {}})
+            else:
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _valid(self) -> "ExperimentSpec":
+        for prof, d in self.profiles.items():
+            if self.load.shape.kind == "burst" and d.burst <= 0:
+                raise ValueError(f"profile {prof!r}: a burst experiment needs burst > 0 seconds")
+        if not self.profiles:
+            raise ValueError("profiles: give at least one of quick, nightly, full")
+        return self
+
+    def durations(self, profile: str) -> Durations:
+        if profile not in self.profiles:
+            raise SpecError(self.source, None, "profiles",
+                            f"experiment {self.name!r} has no {profile!r} profile (has: {', '.join(self.profiles)})")
+        return self.profiles[profile]
+
+
+# -------------------------------------------------------------------- loading
+
+def _check_templates(doc: LocatedDoc) -> None:
+    def walk(x: Any, path: tuple) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, path + (k,))
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, path + (i,))
+        elif isinstance(x, str):
+            for m in TEMPLATE_RE.finditer(x):
+                name, arg = m.group(1), m.group(2)
+                bad = name not in TEMPLATE_NAMES or (name == "port") != (arg is not None)
+                if name == "dir" and (len(path) < 2 or path[0] != "services"):
+                    bad = True
+                if bad:
+                    raise SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)),
+                                    f"unknown placeholder {m.group(0)} (use {{repo}}, {{cache}}, {{run_dir}}, "
+                                    "{stack_dir}, {dir} inside a service, or {port:NAME})")
+    walk(doc.data, ())
+
+
+def _resolve(kind: str, name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    folder = REPO / ("stacks" if kind == "stack" else "experiments")
+    cand = folder / f"{name_or_path}.yaml"
+    if not cand.exists():
+        avail = sorted(x.stem for x in folder.glob("*.yaml"))
+        raise SpecError(cand, None, "", f"no {kind} named {name_or_path!r} (available: {', '.join(avail) or 'none'})")
+    return cand
+
+
+def _fail(doc: LocatedDoc, path: tuple, msg: str) -> SpecError:
+    return SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)), msg)
+
+
+def load_stack(name_or_path: str | Path) -> StackSpec:
+    doc = load_located(_resolve("stack", name_or_path))
+    _check_templates(doc)
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("source", str(doc.path))
+    spec = validate(doc, StackSpec)
+    for name, svc in spec.services.items():
+        for i, dep in enumerate(svc.depends_on):
+            if dep not in spec.services:
+                raise _fail(doc, ("services", name, "depends_on", i), f"unknown service {dep!r}")
+    if spec.observe.service and spec.observe.service not in spec.services:
+        raise _fail(doc, ("observe", "service"), f"unknown service {spec.observe.service!r}")
+    try:
+        spec.start_order()
+    except ValueError as e:
+        raise _fail(doc, ("services",), str(e)) from None
+    return spec
+
+
+def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
+    from .checks import validate_check  # late import: checks use these types
+    doc = load_located(_resolve("experiment", name_or_path))
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("source", str(doc.path))
+    spec = validate(doc, ExperimentSpec)
+    for i, c in enumerate(spec.checks):
+        for profile in spec.profiles:
+            try:
+                validate_check(c.name, c.resolved(profile))
+            except SpecError as e:
+                raise _fail(doc, ("checks", i), f"{e.key}: no value for profile {profile!r}") from None
+            except ValueError as e:
+                raise _fail(doc, ("checks", i), str(e)) from None
+    return spec

@@ -1,0 +1,396 @@
+"""Run a stack (a deployment under test) as supervised local processes.
+
+``Stack`` starts the services of a :class:`~monsoon.specs.StackSpec` in
+dependency order on free 127.0.0.1 ports, waits for each to be ready, keeps
+each service's output in ``<stack_dir>/logs/<service>.log``, restarts services
+whose policy says so, reports every start/ready/exit/restart through an
+``on_event`` callback, and tears everything down on every exit path
+(``__exit__`` also undoes a half-started stack).
+
+Every process gets ``MONSOON_RUN_ID`` in its environment and its own process
+group, so a leftover can be found (``find_leftovers``) and killed as a group.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+
+from .specs import REPO, TEMPLATE_RE, ReadySpec, ServiceSpec, StackSpec
+
+CACHE = Path(os.environ.get("MONSOON_CACHE", REPO / ".cache"))
+OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
+
+EventSink = Callable[..., Any]
+
+
+class StackError(RuntimeError):
+    """The stack could not be started; the message says which service and why."""
+
+
+def _noop(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+# ----------------------------------------------------------------- templates
+
+def render(value: str, ctx: dict[str, str], ports: dict[str, int]) -> str:
+    def sub(m: re.Match) -> str:
+        name, arg = m.group(1), m.group(2)
+        if name == "port":
+            return str(ports[arg])
+        return ctx[name]
+    return TEMPLATE_RE.sub(sub, value)
+
+
+def allocate_ports(spec: StackSpec) -> dict[str, int]:
+    """A free 127.0.0.1 port per name; a fixed port that is taken is an error naming it."""
+    ports: dict[str, int] = {}
+    held: list[socket.socket] = []
+    try:
+        for name in spec.port_names():
+            want = spec.ports.get(name, "auto")
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", 0 if want == "auto" else int(want)))
+            except OSError:
+                s.close()
+                raise StackError(f"stack {spec.name!r}: port {want} ({name}) on 127.0.0.1 is already in use; "
+                                 f"free it or set ports.{name}: auto in {spec.source}") from None
+            held.append(s)  # hold until all are chosen, so no two names get the same port
+            ports[name] = s.getsockname()[1]
+    finally:
+        for s in held:
+            s.close()
+    return ports
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------- readiness
+
+def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str]) -> bool:
+    if ready.tcp:
+        target = render_(ready.tcp)
+        host, _, port = target.rpartition(":")
+        return port_open(host or "127.0.0.1", int(port))
+    if ready.http:
+        try:
+            return requests.get(render_(ready.http), timeout=1).ok
+        except requests.RequestException:
+            return False
+    try:
+        return re.search(render_(ready.log), log_path.read_text(errors="replace")) is not None
+    except FileNotFoundError:
+        return False
+
+
+# ------------------------------------------------------------------ services
+
+@dataclass
+class Service:
+    name: str
+    spec: ServiceSpec
+    command: list[str]
+    env: dict[str, str]
+    dir: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    exits: list[dict] = field(default_factory=list)
+    supervisor: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+
+def exit_cause(code: int, log_tail: str) -> tuple[str, bool]:
+    """Human cause of an exit and whether it was an out-of-memory death."""
+    oom_in_log = any(p.search(log_tail) for p in OOM_PATTERNS)
+    if code == 3 and oom_in_log:
+        return "java.lang.OutOfMemoryError (JVM exit 3)", True
+    if code == 137:
+        return ("SIGKILL (exit 137) after OutOfMemoryError in log" if oom_in_log
+                else "SIGKILL (exit 137): killed, possibly by the kernel OOM killer"), oom_in_log
+    if oom_in_log:
+        return f"exit {code} with OutOfMemoryError in log", True
+    if code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit {code})", False
+        except ValueError:
+            pass
+    return f"exit {code}", False
+
+
+def _tail(path: Path, nbytes: int = 65536) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - nbytes))
+            return fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class Stack:
+    def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
+                 ready_timeout_scale: float = 1.0):
+        self.spec = spec
+        self.dir = Path(stack_dir)
+        self.run_id = run_id
+        self.on_event = on_event
+        self.scale = ready_timeout_scale
+        self.ports: dict[str, int] = {}
+        self.ctx: dict[str, str] = {}
+        self.services: dict[str, Service] = {}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    # --- templates
+    def render(self, value: str, service_dir: Path | None = None) -> str:
+        ctx = dict(self.ctx)
+        if service_dir is not None:
+            ctx["dir"] = str(service_dir)
+        return render(value, ctx, self.ports)
+
+    def endpoint(self, value: str) -> str:
+        """Render a stack-level template (devices.port, storage.dsn, ...)."""
+        return self.render(value)
+
+    # --- lifecycle
+    def preflight(self) -> None:
+        """Check every declared requirement before touching anything."""
+        problems = []
+        ctx = {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        for name, svc in self.spec.services.items():
+            for req in svc.requires:
+                if req.binary and shutil.which(req.binary) is None:
+                    problems.append(f"service {name!r} needs `{req.binary}` on PATH: {req.hint or 'install it'}")
+                if req.path and not Path(render(req.path, ctx, {})).exists():
+                    problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
+        if problems:
+            raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
+
+    def start(self) -> "Stack":
+        self.preflight()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.ports = allocate_ports(self.spec)
+        self.ctx = {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports)
+        try:
+            for name in self.spec.start_order():
+                self._start_service(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _build(self, name: str) -> Service:
+        spec = self.spec.services[name]
+        sdir = self.dir / "services" / name
+        sdir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({k: self.render(v, sdir) for k, v in spec.env.items()})
+        env["MONSOON_RUN_ID"] = self.run_id
+        env["MONSOON_SERVICE"] = name
+        cmd = [self.render(c, sdir) for c in spec.command]
+        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log")
+
+    def _spawn(self, svc: Service) -> None:
+        with open(svc.log_path, "ab") as log:
+            log.write(f"--- monsoon: start #{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
+            log.flush()
+            try:
+                svc.proc = subprocess.Popen(svc.command, env=svc.env, cwd=svc.dir, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+            except FileNotFoundError:
+                raise StackError(f"service {svc.name!r}: command not found: {svc.command[0]}") from None
+            except PermissionError:
+                raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
+        svc.starts += 1
+        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts)
+
+    def _start_service(self, name: str) -> None:
+        svc = self._build(name)
+        self.services[name] = svc
+        self._spawn(svc)
+        self._wait_ready(svc)
+        svc.supervisor = threading.Thread(target=self._supervise, args=(svc,), name=f"supervise-{name}",
+                                          daemon=True)
+        svc.supervisor.start()
+
+    def _wait_ready(self, svc: Service, first: bool = True) -> bool:
+        ready = svc.spec.ready
+        t0 = time.monotonic()
+        if ready is None:
+            time.sleep(0.2)
+            if svc.proc.poll() is not None and first:
+                raise self._died(svc, t0)
+            self.on_event("service", service=svc.name, event="ready", after_s=0.0)
+            return True
+        deadline = t0 + ready.timeout * self.scale
+        while time.monotonic() < deadline:
+            if self._stopping.is_set():
+                return False
+            if svc.proc.poll() is not None:
+                if first:
+                    raise self._died(svc, t0)
+                return False
+            if _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
+                self.on_event("service", service=svc.name, event="ready", after_s=round(time.monotonic() - t0, 3))
+                return True
+            time.sleep(0.1)
+        if first:
+            what = ready.tcp or ready.http or f"log /{ready.log}/"
+            raise StackError(f"service {svc.name!r} not ready after {ready.timeout * self.scale:.0f}s "
+                             f"(waiting for {self.render(what, svc.dir)}); last log lines of {svc.log_path}:\n"
+                             + _last_lines(svc.log_path))
+        return False
+
+    def _died(self, svc: Service, t0: float) -> StackError:
+        code = _norm(svc.proc.returncode)
+        return StackError(f"service {svc.name!r} exited with code {code} during start-up "
+                          f"after {time.monotonic() - t0:.1f}s; last log lines of {svc.log_path}:\n"
+                          + _last_lines(svc.log_path))
+
+    def _supervise(self, svc: Service) -> None:
+        while not self._stopping.is_set():
+            proc = svc.proc
+            code = _norm(proc.wait())
+            if self._stopping.is_set():
+                return
+            cause, oom = exit_cause(code, _tail(svc.log_path))
+            ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
+            svc.exits.append(ev)
+            self.on_event("service", service=svc.name, event="exit", **ev)
+            policy = svc.spec.restart
+            if policy == "no" or (policy == "on-failure" and code == 0):
+                return
+            if self._stopping.wait(svc.spec.restart_delay):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                try:
+                    self._spawn(svc)
+                except StackError as e:
+                    self.on_event("service", service=svc.name, event="restart-failed", error=str(e))
+                    return
+            self.on_event("service", service=svc.name, event="restart", n=svc.starts)
+            self._wait_ready(svc, first=False)
+
+    # --- capabilities
+    def pid(self, service: str) -> int | None:
+        return self.services[service].pid
+
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+        svc = self.services[service]
+        if svc.proc and svc.proc.poll() is None:
+            os.killpg(svc.proc.pid, sig)
+
+    def log_path(self, service: str) -> Path:
+        return self.services[service].log_path
+
+    def stop(self) -> None:
+        """Stop every service, newest first: SIGTERM to its group, then SIGKILL after stop_timeout."""
+        with self._lock:
+            self._stopping.set()
+        for name in reversed(list(self.services)):
+            svc = self.services[name]
+            if svc.proc is None:
+                continue
+            _terminate_group(svc.proc, svc.spec.stop_timeout)
+            self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
+        for svc in self.services.values():
+            if svc.supervisor and svc.supervisor is not threading.current_thread():
+                svc.supervisor.join(timeout=5)
+            if svc.spec.ephemeral:
+                shutil.rmtree(svc.dir, ignore_errors=True)
+
+
+def _norm(code: int | None) -> int:
+    if code is None:
+        return -1
+    return 128 - code if code < 0 else code
+
+
+def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
+    pgid = proc.pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    # the leader may be gone while children of its group linger: kill the group regardless
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _last_lines(path: Path, n: int = 25) -> str:
+    lines = _tail(path).splitlines()[-n:]
+    return "\n".join("    " + ln for ln in lines) or "    (empty log)"
+
+
+def find_leftovers(run_id: str | None = None) -> list[int]:
+    """PIDs of live processes started by monsoon (optionally of one run), found by their environment label."""
+    out = []
+    me = os.getpid()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        for kv in env:
+            if kv.startswith(b"MONSOON_RUN_ID="):
+                if run_id is None or kv[len(b"MONSOON_RUN_ID="):].decode() == run_id:
+                    out.append(int(d.name))
+                break
+    return out
+
+
+def reap(run_id: str | None = None) -> list[int]:
+    """Kill every leftover process of a run (or of any run); returns the PIDs signalled."""
+    pids = find_leftovers(run_id)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids

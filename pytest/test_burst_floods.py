@@ -1,0 +1,25 @@
+"""x3 / x10 burst floods against the in-memory-queue and the Kafka-queue stacks.
+
+Run:  pytest -m burst pytest/                    (quick profile: minutes)
+      pytest -m burst pytest/ --monsoon-profile=full
+
+Each case starts a fresh stack, floods it with the experiment's load shape,
+and asserts every check of the experiment (no_oom, no_acked_loss,
+lag_recovers_within). The expected story: the in-memory stack passes x3 and
+FAILS x10 (OutOfMemoryError, acked messages lost); the Kafka stack passes both.
+"""
+import pytest
+
+from monsoon.specs import REPO, load_experiment
+
+STACKS = ["inmemory", "kafka"]
+EXPERIMENTS = sorted(p.stem for p in (REPO / "experiments").glob("burst-*.yaml")
+                     if "burst" in load_experiment(p).marks)
+
+
+@pytest.mark.burst
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("stack", STACKS)
+def test_burst_flood(monsoon, stack, experiment):
+    result = monsoon.run(stack, experiment)
+    result.assert_pass()

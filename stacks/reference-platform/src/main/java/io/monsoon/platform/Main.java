@@ -1,0 +1,144 @@
+package io.monsoon.platform;
+
+import com.zaxxer.hikari.HikariDataSource;
+import org.slf4j.Logger;
+
+import java.util.concurrent.CountDownLatch;
+
+/**
+ * monsoon reference platform: a small ThingsBoard-like ingestion service.
+ * MQTT / HTTP device API -> queue (in-memory or Kafka) -> rule-engine consumers -> Postgres.
+ */
+public final class Main {
+    private static Logger log;
+    private static volatile boolean ready;
+
+    private Main() {
+    }
+
+    public static void main(String[] args) {
+        setIfAbsent("org.slf4j.simpleLogger.logFile", "System.out");
+        setIfAbsent("org.slf4j.simpleLogger.showDateTime", "true");
+        setIfAbsent("org.slf4j.simpleLogger.dateTimeFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSZ");
+        setIfAbsent("org.slf4j.simpleLogger.defaultLogLevel", "info");
+        setIfAbsent("org.slf4j.simpleLogger.log.org.apache.kafka", "warn");
+        setIfAbsent("org.slf4j.simpleLogger.log.com.zaxxer.hikari", "warn");
+        setIfAbsent("org.slf4j.simpleLogger.log.io.netty", "warn");
+        log = org.slf4j.LoggerFactory.getLogger(Main.class);
+
+        // Without -XX:+ExitOnOutOfMemoryError an OOM would only kill one thread: die like the launcher would.
+        Thread.setDefaultUncaughtExceptionHandler((t, e) -> {
+            if (e instanceof OutOfMemoryError) {
+                System.err.println("Terminating due to java.lang.OutOfMemoryError: " + e.getMessage());
+                Runtime.getRuntime().halt(3);
+            }
+            log.error("uncaught exception in thread {}", t.getName(), e);
+        });
+
+        Config cfg;
+        try {
+            cfg = new Config(System.getenv());
+        } catch (IllegalArgumentException e) {
+            System.err.println("reference-platform: configuration error: " + e.getMessage());
+            System.exit(2);
+            return;
+        }
+        Runtime rt = Runtime.getRuntime();
+        log.info("reference-platform starting: queue={} consumers={} batch={} maxHeap={}MB",
+            cfg.queueType, cfg.consumerThreads, cfg.consumerBatchSize, rt.maxMemory() / (1024 * 1024));
+
+        JwtService jwt = new JwtService(cfg);
+        HttpApi http = new HttpApi(cfg, jwt, () -> ready);
+        HikariDataSource ds = null;
+        TbQueue queue = null;
+        MqttTransport mqtt = null;
+        try {
+            http.start(); // /health answers 503 until everything below is up
+            Db.awaitServer(cfg);
+            ds = Db.pool(cfg, cfg.consumerThreads + 8);
+            Db.createSchema(ds);
+            DeviceService devices = new DeviceService(ds, jwt.tenantId);
+            devices.ensureDefaultProfile();
+            log.info("database schema ready at {}", cfg.dbUrl);
+
+            TsWriter writer = new TsWriter(ds);
+            if (cfg.kafka()) {
+                KafkaQueue kq = new KafkaQueue(cfg, writer);
+                queue = kq;
+                final TbQueue q = kq;
+                Metrics.init(() -> q.size(), kq::consumerLag);
+            } else {
+                queue = new InMemoryQueue(writer, cfg.consumerThreads, cfg.consumerBatchSize);
+                final TbQueue q = queue;
+                Metrics.init(() -> q.size(), null);
+            }
+            queue.start();
+            mqtt = new MqttTransport(cfg, devices, queue);
+            mqtt.start();
+            http.attach(devices, queue);
+            final TbQueue q = queue;
+            final MqttTransport m = mqtt;
+            ready = true;
+            Thread readyWatch = new Thread(() -> {
+                while (true) { // /health follows the live state of the MQTT listener and the queue
+                    ready = m.listening() && q.ready();
+                    Db.sleep(500);
+                }
+            }, "tb-health");
+            readyWatch.setDaemon(true);
+            readyWatch.start();
+        } catch (Throwable e) {
+            String msg = e.getMessage() == null ? e.toString() : e.getMessage();
+            log.error("reference-platform failed to start: {}", msg);
+            System.err.println("reference-platform: startup failed: " + msg);
+            stopQuietly(mqtt, queue, http, ds);
+            System.exit(1);
+            return;
+        }
+        log.info("reference-platform started: mqtt={}:{} http={}:{} queue={} pid={}",
+            cfg.mqttHost, cfg.mqttPort, cfg.httpHost, cfg.httpPort, cfg.queueType, ProcessHandle.current().pid());
+
+        CountDownLatch stopped = new CountDownLatch(1);
+        final MqttTransport fm = mqtt;
+        final TbQueue fq = queue;
+        final HikariDataSource fds = ds;
+        rt.addShutdownHook(new Thread(() -> {
+            log.info("reference-platform stopping");
+            ready = false;
+            stopQuietly(fm, fq, http, fds);
+            stopped.countDown();
+        }, "tb-shutdown"));
+        try {
+            stopped.await();
+        } catch (InterruptedException ignored) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private static void stopQuietly(MqttTransport mqtt, TbQueue queue, HttpApi http, HikariDataSource ds) {
+        try {
+            if (mqtt != null) mqtt.stop();
+        } catch (Throwable ignored) {
+            // best effort
+        }
+        try {
+            if (queue != null) queue.stop();
+        } catch (Throwable ignored) {
+            // best effort
+        }
+        try {
+            http.stop();
+        } catch (Throwable ignored) {
+            // best effort
+        }
+        try {
+            if (ds != null) ds.close();
+        } catch (Throwable ignored) {
+            // best effort
+        }
+    }
+
+    private static void setIfAbsent(String key, String value) {
+        if (System.getProperty(key) == null) System.setProperty(key, value);
+    }
+}

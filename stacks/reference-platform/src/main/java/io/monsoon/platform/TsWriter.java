@@ -1,0 +1,132 @@
+package io.monsoon.platform;
+
+import javax.sql.DataSource;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Types;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The rule engine's "save timeseries" node: one consumer batch = one Postgres transaction holding a
+ * JDBC batch of ts_kv upserts and a JDBC batch of ts_kv_latest upserts (latest only moves forward).
+ */
+final class TsWriter {
+    private static final String TS_SQL =
+        "INSERT INTO ts_kv (entity_id, key, ts, bool_v, str_v, long_v, dbl_v, json_v)"
+            + " VALUES (?, ?, ?, ?, ?, ?, ?, cast(? AS json))"
+            + " ON CONFLICT (entity_id, key, ts) DO UPDATE SET bool_v = EXCLUDED.bool_v, str_v = EXCLUDED.str_v,"
+            + " long_v = EXCLUDED.long_v, dbl_v = EXCLUDED.dbl_v, json_v = EXCLUDED.json_v";
+    private static final String LATEST_SQL =
+        "INSERT INTO ts_kv_latest (entity_id, key, ts, bool_v, str_v, long_v, dbl_v, json_v)"
+            + " VALUES (?, ?, ?, ?, ?, ?, ?, cast(? AS json))"
+            + " ON CONFLICT (entity_id, key) DO UPDATE SET ts = EXCLUDED.ts, bool_v = EXCLUDED.bool_v,"
+            + " str_v = EXCLUDED.str_v, long_v = EXCLUDED.long_v, dbl_v = EXCLUDED.dbl_v, json_v = EXCLUDED.json_v"
+            + " WHERE ts_kv_latest.ts <= EXCLUDED.ts";
+
+    private final DataSource ds;
+    private final Map<String, Integer> keyIds = new ConcurrentHashMap<>();
+
+    TsWriter(DataSource ds) {
+        this.ds = ds;
+    }
+
+    private record Row(UUID entityId, int key, KvEntry e) {
+    }
+
+    private record EntityKey(UUID entityId, int key) {
+    }
+
+    private record TsKey(UUID entityId, int key, long ts) {
+    }
+
+    /** Writes the batch in one transaction; throws (and rolls back) on any database error. */
+    void write(List<TbMsg> batch) throws SQLException {
+        try (Connection c = ds.getConnection()) {
+            // Rows keyed by primary key: the last value for the same (entity, key, ts) wins, as it would row by row.
+            Map<TsKey, Row> rows = new LinkedHashMap<>();
+            Map<EntityKey, Row> latest = new HashMap<>();
+            for (TbMsg m : batch) {
+                for (KvEntry e : m.entries) {
+                    int keyId = keyId(c, e.key);
+                    Row r = new Row(m.deviceId, keyId, e);
+                    rows.put(new TsKey(m.deviceId, keyId, e.ts), r);
+                    latest.merge(new EntityKey(m.deviceId, keyId), r, (a, b) -> b.e.ts >= a.e.ts ? b : a);
+                }
+            }
+            if (rows.isEmpty()) return;
+            // A fixed lock order keeps concurrent consumers from deadlocking on ts_kv_latest.
+            List<Row> latestRows = new ArrayList<>(latest.values());
+            latestRows.sort(Comparator.comparing(Row::entityId).thenComparingInt(Row::key));
+            c.setAutoCommit(false);
+            try (PreparedStatement ts = c.prepareStatement(TS_SQL);
+                 PreparedStatement lt = c.prepareStatement(LATEST_SQL)) {
+                for (Row r : rows.values()) {
+                    bind(ts, r);
+                    ts.addBatch();
+                }
+                ts.executeBatch();
+                for (Row r : latestRows) {
+                    bind(lt, r);
+                    lt.addBatch();
+                }
+                lt.executeBatch();
+                c.commit();
+            } catch (SQLException | RuntimeException ex) {
+                try {
+                    c.rollback();
+                } catch (SQLException suppressed) {
+                    ex.addSuppressed(suppressed);
+                }
+                throw ex;
+            } finally {
+                try {
+                    c.setAutoCommit(true);
+                } catch (SQLException ignored) {
+                    // the pool discards broken connections
+                }
+            }
+        }
+    }
+
+    private static void bind(PreparedStatement ps, Row r) throws SQLException {
+        KvEntry e = r.e;
+        ps.setObject(1, r.entityId);
+        ps.setInt(2, r.key);
+        ps.setLong(3, e.ts);
+        if (e.type == KvEntry.Type.BOOLEAN) ps.setBoolean(4, (Boolean) e.value); else ps.setNull(4, Types.BOOLEAN);
+        if (e.type == KvEntry.Type.STRING) ps.setString(5, (String) e.value); else ps.setNull(5, Types.VARCHAR);
+        if (e.type == KvEntry.Type.LONG) ps.setLong(6, (Long) e.value); else ps.setNull(6, Types.BIGINT);
+        if (e.type == KvEntry.Type.DOUBLE) ps.setDouble(7, (Double) e.value); else ps.setNull(7, Types.DOUBLE);
+        if (e.type == KvEntry.Type.JSON) ps.setString(8, (String) e.value); else ps.setNull(8, Types.VARCHAR);
+    }
+
+    /** key_dictionary lookup with an in-memory cache; new keys are inserted in autocommit mode. */
+    private int keyId(Connection c, String key) throws SQLException {
+        Integer id = keyIds.get(key);
+        if (id != null) return id;
+        try (PreparedStatement ins = c.prepareStatement(
+            "INSERT INTO key_dictionary (key) VALUES (?) ON CONFLICT (key) DO NOTHING")) {
+            ins.setString(1, key);
+            ins.executeUpdate();
+        }
+        try (PreparedStatement sel = c.prepareStatement("SELECT key_id FROM key_dictionary WHERE key = ?")) {
+            sel.setString(1, key);
+            try (ResultSet rs = sel.executeQuery()) {
+                if (!rs.next()) throw new SQLException("key_dictionary has no row for " + key);
+                int v = rs.getInt(1);
+                keyIds.put(Objects.requireNonNull(key), v);
+                return v;
+            }
+        }
+    }
+}

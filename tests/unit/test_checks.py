@@ -1,0 +1,156 @@
+"""Checks on hand-made timelines, including every case where they must fail or say unknown."""
+import pytest
+
+from monsoon.checks import (FAIL, PASS, UNKNOWN, RunData, combine, evaluate, lag_recovers_within,
+                            no_acked_loss, no_oom, validate_check)
+from unit.helpers import RunBuilder
+
+
+def run(b: RunBuilder) -> RunData:
+    return RunData(b.write())
+
+
+# ------------------------------------------------------------------ no_oom
+
+def test_no_oom_passes_on_a_quiet_service(tmp_path):
+    v = no_oom(run(RunBuilder(tmp_path).service_start()))
+    assert v.verdict == PASS
+    assert v.figures["oom_events"] == 0 and v.figures["restarts"] == 0
+
+
+def test_no_oom_fails_on_jvm_exit_3_and_names_the_time_into_the_burst(tmp_path):
+    b = RunBuilder(tmp_path).phases(10, 60, 30).service_start()
+    b.ev("service", 52.0, service="platform", event="exit", code=3, oom=True,
+         cause="java.lang.OutOfMemoryError (JVM exit 3)")
+    b.ev("service", 53.0, service="platform", event="restart", n=2)
+    v = no_oom(run(b))
+    assert v.verdict == FAIL
+    assert v.figures == {"oom_events": 1, "restarts": 1, "exits": 1}
+    assert "OutOfMemoryError" in v.message and "42s into the burst" in v.message
+
+
+def test_no_oom_counts_exit_137_as_oom_even_without_log_evidence(tmp_path):
+    b = RunBuilder(tmp_path).service_start()
+    b.ev("service", 5.0, service="platform", event="exit", code=137, oom=False, cause="SIGKILL")
+    assert no_oom(run(b)).figures["oom_events"] == 1
+
+
+def test_no_oom_fails_on_a_plain_restart(tmp_path):
+    b = RunBuilder(tmp_path).service_start()
+    b.ev("service", 5.0, service="platform", event="exit", code=1, oom=False, cause="exit 1")
+    b.ev("service", 6.0, service="platform", event="restart", n=2)
+    v = no_oom(run(b))
+    assert v.verdict == FAIL and v.figures["oom_events"] == 0 and v.figures["restarts"] == 1
+
+
+def test_no_oom_is_unknown_without_supervision(tmp_path):
+    assert no_oom(run(RunBuilder(tmp_path))).verdict == UNKNOWN
+
+
+# ------------------------------------------------------------ no_acked_loss
+
+def test_no_acked_loss_passes_and_counts_duplicates_and_unacked_stored(tmp_path):
+    acked = [("d1", i) for i in range(10)]
+    stored = acked + [("d1", 3), ("d1", 10)]  # one duplicate, one stored-but-never-acked
+    v = no_acked_loss(run(RunBuilder(tmp_path).acked(acked).stored(stored)))
+    assert v.verdict == PASS
+    assert v.figures["acked"] == 10 and v.figures["acked_lost"] == 0
+    assert v.figures["duplicates"] == 1 and v.figures["stored_unacked"] == 1
+
+
+def test_no_acked_loss_fails_with_the_numbers(tmp_path):
+    acked = [("d1", i) for i in range(1000)]
+    stored = [p for p in acked if not 500 <= p[1] < 507]
+    v = no_acked_loss(run(RunBuilder(tmp_path).acked(acked).stored(stored)))
+    assert v.verdict == FAIL
+    assert v.figures["acked_lost"] == 7
+    assert "7 of 1,000 acked messages lost (0.70%)" in v.message and "d1#500" in v.message
+
+
+def test_no_acked_loss_is_unknown_when_the_stack_had_not_drained(tmp_path):
+    b = RunBuilder(tmp_path).acked([("d", 1), ("d", 2)]).stored([("d", 1)])
+    b.ev("drain", 100, drained=False, waited_s=120, backlog=5000)
+    v = no_acked_loss(run(b))
+    assert v.verdict == UNKNOWN and v.figures["acked_lost"] == 1
+
+
+def test_no_acked_loss_is_unknown_without_the_stored_export(tmp_path):
+    assert no_acked_loss(run(RunBuilder(tmp_path).acked([("d", 1)]))).verdict == UNKNOWN
+
+
+def test_no_acked_loss_tolerates_a_torn_last_line(tmp_path):
+    b = RunBuilder(tmp_path).acked([("d", 1)]).stored([("d", 1)])
+    with open(tmp_path / "acked.csv", "a") as fh:
+        fh.write("d,")  # the run was killed mid-write
+    assert no_acked_loss(run(b)).verdict == PASS
+
+
+# ------------------------------------------------------ lag_recovers_within
+
+def lag_run(tmp_path, points, collector="kafka", field="lag"):
+    return run(RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).lag(points, collector, field))
+
+
+def test_lag_recovers_within_passes_and_measures_recovery_from_burst_end(tmp_path):
+    pts = [(t, 0) for t in range(0, 10)] + [(t, (t - 10) * 500) for t in range(10, 71)] + \
+          [(t, max(0, 30000 - (t - 70) * 1000)) for t in range(71, 130)]
+    v = lag_recovers_within(lag_run(tmp_path, pts), seconds=60)
+    assert v.verdict == PASS
+    assert v.figures["peak_lag"] == 30000
+    assert v.figures["recovery_s"] == 30.0  # 30000 - 1000*k <= 100 first at k=30 (t=100)
+
+
+def test_lag_recovers_within_fails_when_too_slow(tmp_path):
+    pts = [(t, 30000 - (t - 70) * 100) for t in range(70, 200)]
+    v = lag_recovers_within(lag_run(tmp_path, pts), seconds=60)
+    assert v.verdict == FAIL
+    assert v.figures["recovery_s"] > 60
+    assert "limit 60s" in v.message
+
+
+def test_lag_recovers_within_fails_when_lag_never_recovers(tmp_path):
+    pts = [(t, 50000) for t in range(70, 200)]
+    v = lag_recovers_within(lag_run(tmp_path, pts), seconds=60)
+    assert v.verdict == FAIL and v.figures["final_lag"] == 50000
+
+
+def test_lag_recovers_within_is_unknown_when_sampling_stopped_too_early(tmp_path):
+    pts = [(t, 50000) for t in range(70, 90)]
+    assert lag_recovers_within(lag_run(tmp_path, pts), seconds=60).verdict == UNKNOWN
+
+
+def test_lag_recovers_within_falls_back_to_queue_depth(tmp_path):
+    pts = [(70, 800), (71, 50)]
+    v = lag_recovers_within(lag_run(tmp_path, pts, collector="metrics", field="queue_depth"), seconds=10)
+    assert v.verdict == PASS and v.figures["peak_lag"] == 800 and "queue depth" in v.message
+
+
+def test_lag_recovers_within_is_unknown_without_samples(tmp_path):
+    assert lag_recovers_within(lag_run(tmp_path, []), seconds=60).verdict == UNKNOWN
+
+
+# ----------------------------------------------------------- composition
+
+def test_combine_fail_beats_unknown_beats_pass():
+    assert combine([PASS, UNKNOWN, FAIL]) == FAIL
+    assert combine([PASS, UNKNOWN]) == UNKNOWN
+    assert combine([PASS, PASS]) == PASS
+    assert combine([]) == UNKNOWN
+
+
+def test_evaluate_turns_a_crashing_check_into_unknown(tmp_path):
+    lag_run(tmp_path, [(70, 5), (71, 0)])
+    out = evaluate(tmp_path, [("lag_recovers_within", {"seconds": "x"}), ("no_oom", {})])
+    assert out[0].verdict == UNKNOWN and "crashed" in out[0].message
+    assert out[1].name == "no_oom"  # the others still ran
+
+
+@pytest.mark.parametrize("name,params,err", [
+    ("no_such_check", {}, "unknown check"),
+    ("lag_recovers_within", {}, "needs parameter 'seconds'"),
+    ("lag_recovers_within", {"seconds": 5, "bogus": 1}, "no parameter 'bogus'"),
+    ("lag_recovers_within", {"seconds": -1}, "must be a number >= 0"),
+])
+def test_validate_check_rejects_bad_references(name, params, err):
+    with pytest.raises(ValueError, match=err):
+        validate_check(name, params)
