@@ -35,6 +35,62 @@ def analyze(run_dir: Path) -> dict:
     return s
 
 
+def story_problems(summary: dict) -> list[str]:
+    """How a burst run differs from the reference ThingsBoard story (empty list: reproduced)."""
+    by = {(r["stack"], r["experiment"]): r for r in summary["results"]}
+    fig = lambda r, check, key: next((c["figures"].get(key) for c in r["checks"] if c["name"] == check), None)
+    problems = []
+    for key in [("inmemory", "burst-x3"), ("kafka", "burst-x3"), ("inmemory", "burst-x10"), ("kafka", "burst-x10")]:
+        if key not in by:
+            problems.append(f"{key[0]} / {key[1]} did not run")
+    if problems:
+        return problems
+    for stack in ("inmemory", "kafka"):
+        if by[(stack, "burst-x3")]["verdict"] != "pass":
+            problems.append(f"{stack} x3 should PASS, got {by[(stack, 'burst-x3')]['verdict'].upper()}")
+    im = by[("inmemory", "burst-x10")]
+    if im["verdict"] != "fail" or not (fig(im, "no_oom", "oom_events") or 0) >= 1 \
+            or not (fig(im, "no_acked_loss", "acked_lost") or 0) > 0:
+        problems.append(f"inmemory x10 should FAIL with oom_events >= 1 and acked_lost > 0, got "
+                        f"{im['verdict'].upper()} oom_events={fig(im, 'no_oom', 'oom_events')} "
+                        f"acked_lost={fig(im, 'no_acked_loss', 'acked_lost')}")
+    kf = by[("kafka", "burst-x10")]
+    if kf["verdict"] != "pass" or not (fig(kf, "lag_recovers_within", "peak_lag") or 0) > 0 \
+            or fig(kf, "no_acked_loss", "acked_lost") != 0:
+        problems.append(f"kafka x10 should PASS with peak_lag > 0 and acked_lost = 0, got {kf['verdict'].upper()} "
+                        f"peak_lag={fig(kf, 'lag_recovers_within', 'peak_lag')} "
+                        f"acked_lost={fig(kf, 'no_acked_loss', 'acked_lost')}")
+    return problems
+
+
+def demo(extra: list[str]) -> int:
+    """Run the burst scenarios under pytest, print the checklist, and say whether the story was reproduced."""
+    import subprocess
+    from .session import new_run_id
+    from .specs import REPO
+    run_id = new_run_id()
+    cmd = [sys.executable, "-m", "pytest", "-m", "burst", str(REPO / "pytest"), "-p", "no:cacheprovider",
+           "--monsoon-run-id", run_id, *extra]
+    print("monsoon demo:", " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=REPO)
+    summary_path = REPO / "runs" / run_id / "summary.json"
+    if not summary_path.exists():
+        print(f"monsoon demo: pytest exited {rc} and wrote no {summary_path}", file=sys.stderr)
+        return rc or 1
+    problems = story_problems(json.loads(summary_path.read_text()))
+    print()
+    if problems:
+        print("monsoon demo: the reference story was NOT reproduced:")
+        for p in problems:
+            print("  -", p)
+        return 1
+    print("monsoon demo: reference story reproduced — in-memory queue dies of OOM at x10 and loses acked "
+          "messages; Kafka queue absorbs x10 as lag, drains it and loses nothing; both survive x3.")
+    print(f"monsoon demo: (pytest exits 1 because in-memory x10 fails its checks, as it should.) "
+          f"Run directory: runs/{run_id}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst pytest/); this command "
@@ -48,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("files", nargs="+", type=Path)
     r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
+    d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
+    d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     args = ap.parse_args(argv)
+    if args.cmd == "demo":
+        return demo(args.pytest_args)
 
     if args.cmd == "analyze":
         s = analyze(args.run_dir)

@@ -366,6 +366,34 @@ def _fleet_client_class() -> type:
 
     class FleetClient(mqtt.Client):  # type: ignore[misc]
         fleet_on_ack: Callable[[int], None]
+        _rbuf: bytes = b""
+        _rpos: int = 0
+        _rdrained: bool = False
+
+        def _sock_recv(self, bufsize: int) -> bytes:
+            # paho reads a packet in 3+ tiny recv() calls (command byte,
+            # length bytes, body); serve them from one 64 KiB recv instead.
+            pos = self._rpos
+            buf = self._rbuf
+            if pos >= len(buf):
+                if self._rdrained:
+                    # the last recv did not fill the buffer: the socket is
+                    # (almost certainly) empty; save the EAGAIN syscall. If
+                    # more arrived, the level-triggered selector reports it.
+                    self._rdrained = False
+                    raise BlockingIOError
+                sock = self._sock
+                if sock is None:
+                    raise ConnectionError("self._sock is None")
+                buf = sock.recv(65536)
+                if not buf:
+                    return buf
+                self._rdrained = len(buf) < 65536
+                self._rbuf = buf
+                pos = 0
+            end = pos + bufsize
+            self._rpos = end
+            return buf[pos:end]
 
         def fleet_publish(self, topic16: bytes, payload: bytes, qos: int) -> tuple[int, int]:
             """Queue (and, with no loop thread, write right away) one PUBLISH.

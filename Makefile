@@ -1,0 +1,64 @@
+# monsoon — the two commands a new user runs: `make demo` and `make test`.
+# Every target does its own set-up on first use (idempotent; fast the second time).
+SHELL   := /bin/bash
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PYTEST  := $(VENV)/bin/pytest
+CACHE   ?= .cache
+export MONSOON_CACHE := $(abspath $(CACHE))
+PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
+PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
+PYTEST_ARGS ?=
+
+.PHONY: help setup prereqs venv kafka debs platform demo test test-unit clean reap
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
+	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
+	@echo "make test-unit  only the fast unit tests"
+	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, the reference platform)"
+	@echo "make reap       kill processes left behind by a run killed with -9"
+
+prereqs:
+	@tools/check-prereqs
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@tools/check-prereqs
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $@
+
+kafka: $(CACHE)/kafka/.fetched
+$(CACHE)/kafka/.fetched: stacks/kafka/pom.xml
+	@tools/check-prereqs
+	mvn -q -B -f stacks/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(MONSOON_CACHE)/kafka/lib
+	touch $@
+
+debs:
+	@tools/install-debs
+
+platform: $(PLATFORM_JAR)
+$(PLATFORM_JAR): $(PLATFORM_SRC)
+	@tools/check-prereqs
+	mvn -q -B -f stacks/reference-platform/pom.xml -DskipTests package
+	touch $@
+
+setup: venv kafka debs platform
+
+demo: setup
+	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
+
+test: setup
+	$(PYTEST) tests $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+reap: venv
+	$(PY) -m monsoon.cli reap
+
+clean:
+	rm -rf $(VENV) $(CACHE) stacks/reference-platform/target runs
