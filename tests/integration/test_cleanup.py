@@ -1,0 +1,69 @@
+"""An interrupted run (Ctrl-C or SIGTERM mid-load) leaves no process, no listening port and no
+temp cluster behind, and its run directory can still be analysed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monsoon.cli import analyze
+from monsoon.stack import find_leftovers, port_open
+from monsoon.timeline import read_events
+
+pytestmark = pytest.mark.integration
+
+SCENARIO = '''
+def test_flood(monsoon):
+    monsoon.run("{stack}", "burst-x10").assert_pass()
+'''
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.mark.parametrize("stack,sig", [("kafka", signal.SIGINT), ("inmemory", signal.SIGTERM)])
+def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
+    (tmp_path / "test_it.py").write_text(SCENARIO.format(stack=stack))
+    runs = tmp_path / "runs"
+    run_id = f"interrupt-{stack}"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
+                             f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    exp_dir = runs / run_id / f"{stack}--burst-x10"
+    timeline = exp_dir / "timeline.jsonl"
+    try:
+        # interrupt in the middle of the load, while every service is up and devices are connected
+        wait_for(lambda: timeline.exists() and sum(e["type"] == "load" for e in read_events(timeline)) >= 5,
+                 180, "5 seconds of load")
+        assert find_leftovers(run_id), "the run's processes should be up before the interrupt"
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0, out
+    assert find_leftovers(run_id) == [], out
+    events = read_events(timeline)
+    ports = next(e["ports"] for e in events if e.get("op") == "stack-start")
+    assert not [p for p in ports.values() if port_open("127.0.0.1", p)]
+    # temp clusters (Postgres data, Kafka log dirs) are gone; logs and timeline stay
+    assert not (exp_dir / "services" / "postgres").exists()
+    assert (exp_dir / "logs" / "platform.log").stat().st_size > 0
+    assert {"stop"} <= {e.get("event") for e in events if e["type"] == "service"}
+    # the run directory is analysable offline
+    s = analyze(runs / run_id)
+    assert s["results"][0]["stack"] == stack and {c["name"] for c in s["results"][0]["checks"]} == \
+        {"no_oom", "no_acked_loss", "lag_recovers_within"}
+    assert (exp_dir / "acked.csv").exists()
