@@ -508,7 +508,6 @@ class MqttFleet:
         wall: Callable[[], float] = time.time,
         keepalive: int = 15,
         drain_timeout_s: float = 5.0,
-        tick_s: float = 0.0,
     ) -> None:
         if not devices:
             raise ValueError("devices must not be empty")
@@ -527,7 +526,6 @@ class MqttFleet:
         self.late_tolerance_s = late_tolerance_s
         self.keepalive = keepalive
         self.drain_timeout_s = drain_timeout_s
-        self.tick_s = tick_s
         self._clock = clock
         self._wall = wall
         self._conns = [_Conn(i, d) for i, d in enumerate(self.devices)]
@@ -886,13 +884,7 @@ class MqttFleet:
                 nd = pacer.next_due
                 assert nd is not None
                 wake = min(nd, next_sec_at, next_misc)
-                delay = wake - clock()
-                if self.tick_s and delay < self.tick_s and wake == nd:
-                    # coalesce: read what is there, then sleep a full tick
-                    self._poll(0.0)
-                    time.sleep(self.tick_s)
-                else:
-                    self._poll(max(0.0, delay))
+                self._poll(max(0.0, wake - clock()))
             # --- drain: wait for PUBACKs of what is in flight
             deadline = clock() + self.drain_timeout_s
             while self._inflight > 0 and not self._closing:

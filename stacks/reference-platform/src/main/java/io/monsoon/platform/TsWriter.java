@@ -8,7 +8,6 @@ import java.sql.SQLException;
 import java.sql.Types;
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -43,30 +42,27 @@ final class TsWriter {
     private record Row(UUID entityId, int key, KvEntry e) {
     }
 
-    private record EntityKey(UUID entityId, int key) {
-    }
-
     private record TsKey(UUID entityId, int key, long ts) {
     }
 
     /** Writes the batch in one transaction; throws (and rolls back) on any database error. */
     void write(List<TbMsg> batch) throws SQLException {
         try (Connection c = ds.getConnection()) {
-            // Rows keyed by primary key: the last value for the same (entity, key, ts) wins, as it would row by row.
+            // ts_kv rows keyed by primary key: the last value for the same (entity, key, ts) wins, as row by row.
+            // ts_kv_latest gets one upsert per value, as TB's save-timeseries node does (no coalescing), sorted
+            // by (entity, key) so concurrent consumers lock rows in the same order and cannot deadlock.
             Map<TsKey, Row> rows = new LinkedHashMap<>();
-            Map<EntityKey, Row> latest = new HashMap<>();
+            List<Row> latestRows = new ArrayList<>();
             for (TbMsg m : batch) {
                 for (KvEntry e : m.entries) {
                     int keyId = keyId(c, e.key);
                     Row r = new Row(m.deviceId, keyId, e);
                     rows.put(new TsKey(m.deviceId, keyId, e.ts), r);
-                    latest.merge(new EntityKey(m.deviceId, keyId), r, (a, b) -> b.e.ts >= a.e.ts ? b : a);
+                    latestRows.add(r);
                 }
             }
             if (rows.isEmpty()) return;
-            // A fixed lock order keeps concurrent consumers from deadlocking on ts_kv_latest.
-            List<Row> latestRows = new ArrayList<>(latest.values());
-            latestRows.sort(Comparator.comparing(Row::entityId).thenComparingInt(Row::key));
+            latestRows.sort(Comparator.comparing(Row::entityId).thenComparingInt(Row::key).thenComparingLong(r -> r.e.ts));
             c.setAutoCommit(false);
             try (PreparedStatement ts = c.prepareStatement(TS_SQL);
                  PreparedStatement lt = c.prepareStatement(LATEST_SQL)) {

@@ -1,0 +1,200 @@
+"""TbRestProvisioner against a small in-process HTTP server speaking the
+subset of ThingsBoard's REST API the provisioner uses (login, refresh,
+device lookup/create/credentials/delete)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from monsoon.load import Device
+from monsoon.provision import NoProvisioner, ProvisionError, TbRestProvisioner, device_names
+
+
+class FakeTb:
+    def __init__(self) -> None:
+        self.devices: dict[str, dict] = {}  # name -> {"id", "token"}
+        self.valid_tokens: set[str] = set()
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.logins = 0
+        self.refreshes = 0
+        fake = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _send(self, code: int, body: object | None = None) -> None:
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _authed(self) -> bool:
+                h = self.headers.get("X-Authorization", "")
+                if h.startswith("Bearer ") and h[7:] in fake.valid_tokens:
+                    return True
+                self._send(401, {"status": 401, "message": "Token has expired", "errorCode": 11})
+                return False
+
+            def _json(self) -> dict:
+                n = int(self.headers.get("Content-Length", 0))
+                return json.loads(self.rfile.read(n) or b"{}")
+
+            def do_POST(self) -> None:
+                u = urlparse(self.path)
+                with fake.lock:
+                    fake.calls.append(("POST", u.path))
+                if u.path == "/api/auth/login":
+                    b = self._json()
+                    if (b.get("username"), b.get("password")) != ("tenant@thingsboard.org", "tenant"):
+                        return self._send(401, {"status": 401, "message": "Authentication failed", "errorCode": 10})
+                    with fake.lock:
+                        fake.logins += 1
+                        tok = f"jwt-{uuid.uuid4()}"
+                        fake.valid_tokens.add(tok)
+                    return self._send(200, {"token": tok, "refreshToken": "refresh-" + tok})
+                if u.path == "/api/auth/token":
+                    b = self._json()
+                    with fake.lock:
+                        fake.refreshes += 1
+                        tok = f"jwt-{uuid.uuid4()}"
+                        fake.valid_tokens.add(tok)
+                    return self._send(200, {"token": tok, "refreshToken": "refresh-" + tok})
+                if u.path == "/api/device":
+                    if not self._authed():
+                        return
+                    b = self._json()
+                    token = parse_qs(u.query)["accessToken"][0]
+                    with fake.lock:
+                        if b["name"] in fake.devices:
+                            return self._send(400, {"status": 400, "message": "Device with such name already exists!"})
+                        d = {"id": str(uuid.uuid4()), "token": token, "type": b["type"]}
+                        fake.devices[b["name"]] = d
+                    return self._send(200, {"id": {"entityType": "DEVICE", "id": d["id"]}, "name": b["name"]})
+                self._send(404, {"message": "no route"})
+
+            def do_GET(self) -> None:
+                u = urlparse(self.path)
+                with fake.lock:
+                    fake.calls.append(("GET", u.path))
+                if not self._authed():
+                    return
+                if u.path == "/api/tenant/devices":
+                    name = parse_qs(u.query)["deviceName"][0]
+                    d = fake.devices.get(name)
+                    if d is None:
+                        return self._send(404, {"status": 404, "message": "Requested item wasn't found!"})
+                    return self._send(200, {"id": {"entityType": "DEVICE", "id": d["id"]}, "name": name})
+                if u.path.startswith("/api/device/") and u.path.endswith("/credentials"):
+                    dev_id = u.path.split("/")[3]
+                    for d in fake.devices.values():
+                        if d["id"] == dev_id:
+                            return self._send(200, {"credentialsType": "ACCESS_TOKEN", "credentialsId": d["token"]})
+                    return self._send(404, {"message": "no device"})
+                self._send(404, {"message": "no route"})
+
+            def do_DELETE(self) -> None:
+                u = urlparse(self.path)
+                with fake.lock:
+                    fake.calls.append(("DELETE", u.path))
+                if not self._authed():
+                    return
+                dev_id = u.path.split("/")[3]
+                with fake.lock:
+                    for name, d in list(fake.devices.items()):
+                        if d["id"] == dev_id:
+                            del fake.devices[name]
+                            return self._send(200)
+                self._send(404, {"message": "no device"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def tb():
+    f = FakeTb()
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_device_names_are_deterministic() -> None:
+    a = device_names("monsoon", 3)
+    assert [n for n, _ in a] == ["monsoon-00000", "monsoon-00001", "monsoon-00002"]
+    assert a == device_names("monsoon", 3)
+    assert len({t for _, t in a}) == 3
+    assert device_names("other", 1)[0][1] != a[0][1]
+
+
+def test_no_provisioner_token_is_name() -> None:
+    p = NoProvisioner()
+    assert p.ensure_devices([("a", "x"), ("b", "y")]) == [Device("a", "a"), Device("b", "b")]
+
+
+def test_ensure_devices_creates_then_is_idempotent(tb: FakeTb) -> None:
+    wanted = device_names("dev", 20)
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant") as p:
+        p.login()
+        got = p.ensure_devices(wanted)
+        assert got == [Device(n, t) for n, t in wanted]
+        assert len(tb.devices) == 20
+        creates = sum(1 for m, path in tb.calls if (m, path) == ("POST", "/api/device"))
+        assert creates == 20
+        # a device that exists with a different token: its real token comes back
+        tb.devices["dev-00003"]["token"] = "real-token"
+        again = p.ensure_devices(wanted)
+        assert again[3] == Device("dev-00003", "real-token")
+        assert sum(1 for m, path in tb.calls if (m, path) == ("POST", "/api/device")) == 20
+
+
+def test_expired_jwt_is_refreshed_once_and_retried(tb: FakeTb) -> None:
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant") as p:
+        p.login()
+        tb.valid_tokens.clear()  # every JWT expires at once
+        got = p.ensure_devices(device_names("x", 16))
+        assert len(got) == 16
+        assert tb.refreshes == 1  # 8 threads hit 401 together; one refresh
+        assert tb.logins == 1
+
+
+def test_delete_devices(tb: FakeTb) -> None:
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant") as p:
+        p.ensure_devices(device_names("d", 5))
+        p.delete_devices(["d-00000", "d-00001", "not-there"])
+        assert sorted(tb.devices) == ["d-00002", "d-00003", "d-00004"]
+
+
+def test_login_failure_names_url_status_and_message(tb: FakeTb) -> None:
+    p = TbRestProvisioner(tb.url, "tenant@thingsboard.org", "wrong")
+    with pytest.raises(ProvisionError) as ei:
+        p.login()
+    assert str(ei.value) == f"login to {tb.url} failed: 401 Authentication failed"
+
+
+def test_unreachable_server_is_a_provision_error() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = TbRestProvisioner(f"http://127.0.0.1:{port}", "u", "p", timeout=2)
+    with pytest.raises(ProvisionError, match=rf"login to http://127.0.0.1:{port}/api/auth/login failed: ConnectionError"):
+        p.login()
