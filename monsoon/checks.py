@@ -212,6 +212,9 @@ def validate_check(name: str, params: dict[str, Any]) -> None:
     for k, v in params.items():
         if k not in accepted:
             raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
+        default = sig.parameters[k].default
+        if isinstance(v, str) and (default is None or isinstance(default, str)):
+            continue  # a name, e.g. error_budget's phase
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
             raise ValueError(f"check {name!r}: {k} must be a number >= 0, got {v!r}")
     for p in list(sig.parameters.values())[1:]:
@@ -228,3 +231,18 @@ def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Ve
         except Exception as e:  # a broken check must not hide the others
             out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
     return out
+
+
+# ------------------------------------------------ checks from their own modules
+# Imported last: lag.py, slo.py and memory.py import Verdict & co. from this module.
+from .lag import consumer_not_stalled, lag_bounded  # noqa: E402
+from .memory import gc_time_fraction, no_memory_leak  # noqa: E402
+from .slo import error_budget  # noqa: E402
+
+CHECKS.update({
+    "lag_bounded": lag_bounded,
+    "consumer_not_stalled": consumer_not_stalled,
+    "error_budget": error_budget,
+    "no_memory_leak": no_memory_leak,
+    "gc_time_fraction": gc_time_fraction,
+})

@@ -200,7 +200,9 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 phases = shape.phases()
 
                 def on_second(st) -> None:
-                    tl.add("load", **{k: v for k, v in vars(st).items()})
+                    fields = dict(vars(st))
+                    fields["sec"] = fields.pop("t")  # the fleet's second index; "t" is the timeline's clock
+                    tl.add("load", **fields)
                     now = time.monotonic()
                     if now - last_print[0] >= progress_every:
                         last_print[0] = now

@@ -8,8 +8,12 @@ Event types written by monsoon:
 
 * ``meta``    — stack, experiment, profile, load parameters (first event)
 * ``phase``   — name, start, end (planned, seconds from load start ``t0``)
-* ``load``    — one per second from the fleet: target_rate, scheduled, sent, acked, failed, late, p50_ms, p99_ms
-* ``sample``  — one per collector per second: ``collector`` plus its values, or ``error``
+* ``load``    — one per second from the fleet: sec (second index from load start), target_rate, scheduled,
+  sent, acked, failed, late, connected, p50_ms, p99_ms, max_ms (ack latency from the intended send time)
+* ``sample``  — one per collector per second: ``collector`` plus its values, or ``error``:
+  ``process`` (up, pid, rss_mb, threads), ``metrics`` (the stack's observe.metrics signals, e.g. heap_used,
+  heap_max, queue_depth, received, acked, stored, gc_seconds), ``kafka`` (lag, partitions:
+  {"topic-p": {end, committed, lag}}), ``storage`` (stored)
 * ``service`` — start / ready / exit (code, cause, oom) / restart / stop of a stack service
 * ``drain``   — whether the system under test drained its backlog after the load
 * ``stored``  — the stored-messages export (path, rows)

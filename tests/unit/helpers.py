@@ -33,6 +33,36 @@ class RunBuilder:
             self.ev("sample", t, collector=collector, **{field: v})
         return self
 
+    def phase(self, name: str, start: float, end: float) -> "RunBuilder":
+        return self.ev("phase", 0, name=name, start=start, end=end)
+
+    def kafka(self, t: float, parts: dict[str, tuple[int, int]]) -> "RunBuilder":
+        """One kafka poll: {"topic-p": (end, committed)}; committed -1 = nothing committed."""
+        ps = {n: {"end": e, "committed": c, "lag": max(e - c, 0) if c >= 0 else e} for n, (e, c) in parts.items()}
+        return self.ev("sample", t, collector="kafka", lag=sum(p["lag"] for p in ps.values()), partitions=ps)
+
+    def kafka_error(self, t: float) -> "RunBuilder":
+        return self.ev("sample", t, collector="kafka", error="KafkaException: broker unreachable")
+
+    def load(self, sec: int, scheduled: int, acked: int, failed: int = 0, p50: float | None = 20.0,
+             p99: float | None = 80.0, max_ms: float | None = 120.0, t0: float = 0.0) -> "RunBuilder":
+        """One second of the fleet's load (written just after the second ends, as the runner does)."""
+        return self.ev("load", t0 + sec + 1.0, sec=sec, target_rate=float(scheduled), scheduled=scheduled,
+                       sent=scheduled, acked=acked, failed=failed, late=0, connected=1, p50_ms=p50, p99_ms=p99,
+                       max_ms=max_ms)
+
+    def metrics(self, t: float, **fields) -> "RunBuilder":
+        return self.ev("sample", t, collector="metrics", **fields)
+
+    def process(self, t: float, rss_mb: float, pid: int = 1) -> "RunBuilder":
+        return self.ev("sample", t, collector="process", up=1, pid=pid, rss_mb=rss_mb, threads=40)
+
+    def gc_log(self, text: str, service: str = "platform") -> "RunBuilder":
+        d = self.dir / "services" / service
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "gc.log").write_text(text)
+        return self
+
     def acked(self, pairs) -> "RunBuilder":
         with open(self.dir / "acked.csv", "w", newline="") as fh:
             w = csv.writer(fh)

@@ -1,0 +1,312 @@
+"""Memory checks over a saved run: leak slope (heap after GC, RSS) and the fraction of time spent in GC.
+
+Leak slope
+----------
+A leak shows as memory that survives garbage collection growing steadily.  Two
+series are judged, each over its *back half* (by time: the warm-up, class loading
+and cache filling of the first half are left out):
+
+* heap after GC: the ``before->after(total)`` figure of every ``Pause`` line in the
+  JVM's unified GC log (``services/*/gc.log``, ``-Xlog:gc*:file=...:time,uptime,
+  level,tags``).  With Parallel GC the heap after a *young* pause still holds old-gen
+  garbage that only a full GC frees, so when the back half holds at least
+  ``MIN_POINTS`` full-GC pauses only those are used (they measure the live set).
+  When the log shows a JVM restart (uptime going back), only the last JVM is judged.
+* RSS: ``rss_mb`` of the ``process`` samples (only the last pid when it restarted).
+
+The slope is an ordinary least-squares fit of MB against hours; its standard
+error is ``sqrt(SSR / (n - 2) / Sxx)`` and ``t = slope / se``.  (scipy is not used:
+with n >= 10 points ``t > 3`` is a one-sided p < 0.01 under Student's t with
+n - 2 degrees of freedom, and the residuals of a GC sawtooth are autocorrelated, so a
+stricter cut than 2 is wise.)  A series *leaks* when its slope is significant
+(t > 3) **and** above the hard cap ``max_mb_per_hour``; flat or insignificant slopes
+pass; fewer than 10 points say unknown.  A back half shorter than ``min_minutes``
+cannot tell a warm-up ramp (first touch of heap pages, caches) from a leak, so a
+significant steep slope there is unknown, not fail.
+
+GC time fraction
+----------------
+delta ``gc_seconds`` / delta wall seconds per phase, from the ``metrics`` samples
+(a Prometheus ``jvm_gc_collection_seconds_sum`` counter; resets are handled as
+Prometheus' ``increase`` does).  Without that counter the pause durations of the GC
+log are summed per phase instead (their ``time`` decorator is mapped onto the
+timeline clock).  In the Eclipse Ditto benchmark the GC fraction was the
+saturation signal: a JVM that spends a fifth of its time collecting is out of heap.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+MIN_POINTS = 10
+T_SIGNIFICANT = 3.0
+
+_UNIT_MB = {"B": 1.0 / (1024 * 1024), "K": 1.0 / 1024, "M": 1.0, "G": 1024.0}
+_PAUSE = re.compile(
+    r"GC\((?P<id>\d+)\)\s+Pause\s+(?P<kind>[A-Za-z][A-Za-z ]*?)\s*(?:\([^)]*\)\s*)*"
+    r"(?P<before>\d+(?:\.\d+)?)(?P<bu>[BKMG])->(?P<after>\d+(?:\.\d+)?)(?P<au>[BKMG])"
+    r"\((?P<total>\d+(?:\.\d+)?)(?P<tu>[BKMG])\)\s+(?P<ms>\d+(?:\.\d+)?)ms")
+_DECOR = re.compile(r"\[([^\]]+)\]")
+
+
+@dataclass(frozen=True)
+class GcPause:
+    uptime_s: float | None
+    wall: float | None  # epoch seconds from the ``time`` decorator
+    kind: str  # "Young", "Full", "Remark", ...
+    before_mb: float
+    after_mb: float
+    total_mb: float
+    pause_ms: float
+    jvm: int  # 0 for the first JVM in the file, +1 at each restart (uptime going back)
+
+
+def _decorations(line: str) -> tuple[float | None, float | None]:
+    wall = up = None
+    for d in _DECOR.findall(line[:120]):
+        d = d.strip()
+        if up is None and re.fullmatch(r"\d+(?:\.\d+)?s", d):
+            up = float(d[:-1])
+        elif up is None and re.fullmatch(r"\d+ms", d):
+            up = float(d[:-2]) / 1000.0
+        elif wall is None and re.match(r"\d{4}-\d\d-\d\dT", d):
+            try:
+                wall = datetime.strptime(d, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+            except ValueError:
+                pass
+    return up, wall
+
+
+def parse_gc_log(text: str) -> list[GcPause]:
+    """Every ``Pause`` line with a heap transition, in file order."""
+    out: list[GcPause] = []
+    jvm, last_up = 0, None
+    for line in text.splitlines():
+        m = _PAUSE.search(line)
+        if not m:
+            continue
+        up, wall = _decorations(line)
+        if up is not None and last_up is not None and up < last_up:
+            jvm += 1
+        if up is not None:
+            last_up = up
+        out.append(GcPause(up, wall, m["kind"].strip(),
+                           float(m["before"]) * _UNIT_MB[m["bu"]], float(m["after"]) * _UNIT_MB[m["au"]],
+                           float(m["total"]) * _UNIT_MB[m["tu"]], float(m["ms"]), jvm))
+    return out
+
+
+def gc_logs(run_dir: Path) -> dict[str, list[GcPause]]:
+    """Parsed ``services/<service>/gc.log`` of a run, by service."""
+    out = {}
+    for p in sorted(Path(run_dir).glob("services/*/gc.log")):
+        try:
+            out[p.parent.name] = parse_gc_log(p.read_text(errors="replace"))
+        except OSError:
+            continue
+    return out
+
+
+# ------------------------------------------------------------ statistics
+
+@dataclass(frozen=True)
+class Slope:
+    n: int
+    per_hour: float  # units (MB) per hour
+    se_per_hour: float
+    t: float
+    span_s: float
+    first: float
+    last: float
+
+    @property
+    def significant(self) -> bool:
+        return self.t > T_SIGNIFICANT
+
+
+def ols_slope(points: list[tuple[float, float]]) -> Slope | None:
+    """Least-squares slope of (seconds, MB) in MB/hour with its standard error and t-statistic."""
+    n = len(points)
+    if n < 3:
+        return None
+    xs = [x / 3600.0 for x, _ in points]
+    ys = [y for _, y in points]
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    ssr = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, ys))
+    se = math.sqrt(ssr / (n - 2) / sxx)
+    if se > 0:
+        t = b / se
+    else:
+        t = math.inf if b > 0 else (-math.inf if b < 0 else 0.0)
+    return Slope(n, b, se, t, (xs[-1] - xs[0]) * 3600.0, a + b * xs[0], a + b * xs[-1])
+
+
+def back_half(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points in the second half of the series' time span."""
+    if not points:
+        return []
+    pts = sorted(points)
+    mid = (pts[0][0] + pts[-1][0]) / 2.0
+    return [p for p in pts if p[0] >= mid]
+
+
+# ------------------------------------------------------------ series
+
+def heap_after_gc(pauses: list[GcPause]) -> tuple[list[tuple[float, float]], str]:
+    """(seconds, MB after GC) of the last JVM in the log, back half; full-GC pauses only when there are enough."""
+    if not pauses:
+        return [], "no GC pauses"
+    last = pauses[-1].jvm
+    ps = [p for p in pauses if p.jvm == last]
+    use_wall = all(p.wall is not None for p in ps)
+    if not use_wall and not all(p.uptime_s is not None for p in ps):
+        return [], "GC log lines have neither a time nor an uptime decorator"
+    pts = [((p.wall if use_wall else p.uptime_s), p.after_mb, p.kind) for p in ps]
+    mid = (pts[0][0] + pts[-1][0]) / 2.0 if pts else 0.0
+    half = [p for p in pts if p[0] >= mid]
+    full = [(x, y) for x, y, k in half if k.startswith("Full")]
+    if len(full) >= MIN_POINTS:
+        return full, "heap after full GC"
+    return [(x, y) for x, y, _ in half], "heap after GC"
+
+
+def rss_series(events) -> list[tuple[float, float]]:
+    """(t, rss_mb) of the process samples of the last pid."""
+    samples = [e for e in events.of("sample", collector="process")
+               if isinstance(e.get("rss_mb"), (int, float)) and not isinstance(e.get("rss_mb"), bool)]
+    if not samples:
+        return []
+    pid = samples[-1].get("pid")
+    return [(e["t"], float(e["rss_mb"])) for e in samples if e.get("pid") == pid]
+
+
+# ------------------------------------------------------------ the checks
+
+def _judge(key: str, label: str, pts: list[tuple[float, float]], cap: float,
+           min_minutes: float) -> tuple[str, dict, str, bool]:
+    """(verdict, figures, message, too_short) for one series."""
+    if len(pts) < MIN_POINTS:
+        return UNKNOWN, {f"{key}_points": len(pts)}, f"{label}: only {len(pts)} point(s) in the back half", False
+    s = ols_slope(pts)
+    if s is None:
+        return UNKNOWN, {f"{key}_points": len(pts)}, f"{label}: all points at the same time", False
+    fig = {f"{key}_slope_mb_per_h": round(s.per_hour, 2), f"{key}_t": round(s.t, 2) if math.isfinite(s.t) else 1e9,
+           f"{key}_points": s.n, f"{key}_span_min": round(s.span_s / 60.0, 1)}
+    desc = (f"{label} {s.first:,.0f} -> {s.last:,.0f} MB over the last {s.span_s / 60:.0f} min: "
+            f"slope {s.per_hour:+,.1f} MB/h (se {s.se_per_hour:,.1f}, t={s.t:.1f}, n={s.n})")
+    if s.significant and s.per_hour > cap:
+        if s.span_s < min_minutes * 60.0:
+            return UNKNOWN, fig, (desc + f" above {cap:g} MB/h, but {s.span_s / 60:.0f} min is too short "
+                                  f"(< {min_minutes:g} min) to tell a warm-up ramp from a leak"), True
+        return FAIL, fig, desc + f" is significant and above the cap {cap:g} MB/h", False
+    why = "not significant" if not s.significant else f"within the cap {cap:g} MB/h"
+    return PASS, fig, desc + f": {why}", False
+
+
+def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float = 10) -> Verdict:
+    """Neither heap-after-GC (GC log) nor RSS grows significantly faster than ``max_mb_per_hour`` over the
+    back half of the run (see the module docstring for the test)."""
+    name = "no_memory_leak"
+    cap = float(max_mb_per_hour)
+    results = []  # (verdict, message, too_short)
+    figures: dict[str, float] = {"max_mb_per_hour": cap}
+    logs = gc_logs(run.dir)
+    for svc, pauses in logs.items():
+        pts, label = heap_after_gc(pauses)
+        key, label = ("heap", label) if len(logs) == 1 else (f"heap.{svc}", f"{svc} {label}")
+        v, f, m, short = _judge(key, label, pts, cap, min_minutes)
+        figures.update(f)
+        results.append((v, m, short))
+    rss_all = rss_series(run.events)
+    if rss_all or not logs:
+        v, f, m, short = _judge("rss", "rss", back_half(rss_all), cap, min_minutes)
+        figures.update(f)
+        results.append((v, m, short))
+    order = {FAIL: 0, UNKNOWN: 1, PASS: 2}
+    msg = "; ".join(m for _, m, _ in sorted(results, key=lambda r: order[r[0]]))
+    verdicts = [v for v, _, _ in results]
+    if not logs and not rss_all:
+        return Verdict(name, UNKNOWN, figures, "no GC log and no process RSS samples: nothing to judge")
+    if FAIL in verdicts:
+        return Verdict(name, FAIL, figures, msg)
+    if any(short for _, _, short in results) or PASS not in verdicts:
+        return Verdict(name, UNKNOWN, figures, msg)
+    return Verdict(name, PASS, figures, msg)
+
+
+def _counter_increase(points: list[tuple[float, float]]) -> float:
+    """Prometheus-style increase: a drop is a counter reset (the new value counts from zero)."""
+    inc = 0.0
+    for (_, a), (_, b) in zip(points, points[1:]):
+        inc += b - a if b >= a else b
+    return inc
+
+
+def _wall_offset(events) -> float | None:
+    """wall - t of the timeline (the median over events), to map epoch times onto the timeline clock."""
+    offs = sorted(float(e["wall"]) - float(e["t"]) for e in events.events
+                  if isinstance(e.get("wall"), (int, float)) and isinstance(e.get("t"), (int, float)))
+    return offs[len(offs) // 2] if offs else None
+
+
+def gc_fractions(run: RunData) -> tuple[str, list[tuple[str, float, float, float]]]:
+    """(source, [(phase, gc seconds, wall seconds, fraction)]) per phase (or the whole run)."""
+    series = run.events.series("metrics", "gc_seconds")
+    phases = [(p["name"], float(p["start"]), float(p["end"])) for p in run.events.phases()]
+    out = []
+    if len(series) >= 2:
+        if not phases:
+            phases = [("run", series[0][0], series[-1][0])]
+        for n, a, b in phases:
+            pts = [(t, v) for t, v in series if a <= t <= b]
+            if len(pts) < 2 or pts[-1][0] - pts[0][0] < 1.0:
+                continue
+            gc, wall = _counter_increase(pts), pts[-1][0] - pts[0][0]
+            out.append((n, gc, wall, gc / wall))
+        return "gc_seconds counter", out
+    off = _wall_offset(run.events)
+    pauses = [p for ps in gc_logs(run.dir).values() for p in ps if p.wall is not None]
+    if not pauses or off is None:
+        return "", []
+    ts = [(p.wall - off, p.pause_ms / 1000.0) for p in pauses]
+    if not phases:
+        phases = [("run", ts[0][0], ts[-1][0])]
+    for n, a, b in phases:
+        if b - a < 1.0:
+            continue
+        gc = sum(d for t, d in ts if a <= t < b)
+        out.append((n, gc, b - a, gc / (b - a)))
+    return "GC log pauses", out
+
+
+def gc_time_fraction(run: RunData, max_fraction: float = 0.2) -> Verdict:
+    """In no phase does the JVM spend more than ``max_fraction`` of wall time in GC."""
+    name = "gc_time_fraction"
+    source, rows = gc_fractions(run)
+    if not rows:
+        return Verdict(name, UNKNOWN, {"max_fraction": float(max_fraction)},
+                       "no gc_seconds samples and no timed GC log covering a phase: nothing to judge")
+    worst = builtins.max(rows, key=lambda r: r[3])
+    figures = {"worst_gc_fraction": round(worst[3], 4), "max_fraction": float(max_fraction)}
+    for n, _, _, f in rows:
+        figures[f"gc_fraction.{n}"] = round(f, 4)
+    desc = ", ".join(f"{n} {f * 100:.1f}% ({gc:.1f}s of {w:.0f}s)" for n, gc, w, f in rows)
+    if worst[3] > max_fraction:
+        return Verdict(name, FAIL, figures,
+                       f"the JVM spent {worst[3] * 100:.1f}% of the {worst[0]} in GC ({worst[1]:.1f}s of "
+                       f"{worst[2]:.0f}s), above {max_fraction * 100:g}% [{source}: {desc}]")
+    return Verdict(name, PASS, figures, f"GC time within {max_fraction * 100:g}% [{source}: {desc}]")
+
+
+# At the bottom on purpose: checks.py imports this module at its end to register the checks,
+# so whichever of the two is imported first, both finish loading.
+from .checks import FAIL, PASS, UNKNOWN, RunData, Verdict  # noqa: E402
