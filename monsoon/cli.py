@@ -13,7 +13,7 @@ from .timeline import Events
 
 
 def analyze(run_dir: Path) -> dict:
-    """Re-run every check of every experiment in a saved run, offline; rewrite summary.json and checklist.md."""
+    """Re-run every check of every experiment in a saved run, offline; rewrite summary.json, checklist.md and report.html."""
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")

@@ -84,4 +84,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.section("monsoon sign-off checklist")
     for line in md.splitlines():
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"run directory: {session.run_dir}  (summary.json, checklist.md, timelines, logs)")
+    terminalreporter.write_line(f"run directory: {session.run_dir}  (summary.json, checklist.md, report.html, timelines, logs)")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def checklist(summary_: dict) -> str:
 
 
 def write(run_dir: Path, run_id: str, profile: str, results: list[dict]) -> tuple[dict, str]:
-    """Write summary.json and checklist.md into ``run_dir``; point runs/latest at it."""
+    """Write summary.json, checklist.md and report.html into ``run_dir``; point runs/latest at it."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     s = summary(run_id, profile, results)
@@ -71,6 +72,12 @@ def write(run_dir: Path, run_id: str, profile: str, results: list[dict]) -> tupl
     md = checklist(s)
     (run_dir / "checklist.md").write_text(md)
     point_latest(run_dir)
+    try:  # the HTML report with plots; a plotting failure must never cost the run its summary or checklist
+        from . import html_report
+        html_report.write(run_dir, s)
+    except Exception as e:
+        logging.getLogger(__name__).warning("monsoon: report.html not written for %s: %s: %s",
+                                            run_dir, type(e).__name__, e, exc_info=True)
     return s, md
 
 
