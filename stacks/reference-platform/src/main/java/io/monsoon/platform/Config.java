@@ -25,6 +25,7 @@ final class Config {
     final long jwtExpirationSec;
     final long jwtRefreshExpirationSec;
     final int startupTimeoutSec;
+    final int storageCommitDelayMs;
 
     Config(Map<String, String> env) {
         queueType = get(env, "TB_QUEUE_TYPE", "in-memory").trim().toLowerCase();
@@ -52,6 +53,7 @@ final class Config {
         jwtExpirationSec = getInt(env, "JWT_TOKEN_EXPIRATION_TIME", 9000);
         jwtRefreshExpirationSec = getInt(env, "JWT_REFRESH_TOKEN_EXPIRATION_TIME", 604800);
         startupTimeoutSec = getInt(env, "TB_STARTUP_TIMEOUT", 30);
+        storageCommitDelayMs = getInt(env, "TB_STORAGE_COMMIT_DELAY_MS", 50);
         if (consumerThreads < 1) throw new IllegalArgumentException("TB_CONSUMER_THREADS must be >= 1");
         if (consumerBatchSize < 1) throw new IllegalArgumentException("TB_CONSUMER_BATCH_SIZE must be >= 1");
         if (kafkaPartitions < 1) throw new IllegalArgumentException("TB_KAFKA_PARTITIONS must be >= 1");

@@ -44,8 +44,9 @@ public final class Main {
             return;
         }
         Runtime rt = Runtime.getRuntime();
-        log.info("reference-platform starting: queue={} consumers={} batch={} maxHeap={}MB",
-            cfg.queueType, cfg.consumerThreads, cfg.consumerBatchSize, rt.maxMemory() / (1024 * 1024));
+        log.info("reference-platform starting: queue={} consumers={} batch={} commitDelay={}ms maxHeap={}MB",
+            cfg.queueType, cfg.consumerThreads, cfg.consumerBatchSize, cfg.storageCommitDelayMs,
+            rt.maxMemory() / (1024 * 1024));
 
         JwtService jwt = new JwtService(cfg);
         HttpApi http = new HttpApi(cfg, jwt, () -> ready);
@@ -61,7 +62,7 @@ public final class Main {
             devices.ensureDefaultProfile();
             log.info("database schema ready at {}", cfg.dbUrl);
 
-            TsWriter writer = new TsWriter(ds);
+            TsWriter writer = new TsWriter(ds, cfg.storageCommitDelayMs);
             if (cfg.kafka()) {
                 KafkaQueue kq = new KafkaQueue(cfg, writer);
                 queue = kq;

@@ -33,10 +33,18 @@ final class TsWriter {
             + " WHERE ts_kv_latest.ts <= EXCLUDED.ts";
 
     private final DataSource ds;
+    private final long commitDelayMs;
     private final Map<String, Integer> keyIds = new ConcurrentHashMap<>();
 
-    TsWriter(DataSource ds) {
+    /**
+     * @param commitDelayMs extra latency before each COMMIT (TB_STORAGE_COMMIT_DELAY_MS): models the commit
+     *                      round trip of a production database (remote, fsync on, synchronous replica) that a
+     *                      local fsync=off test Postgres does not have, so storage capacity is set by consumer
+     *                      threads x batch size / transaction time rather than by how busy the host CPU is.
+     */
+    TsWriter(DataSource ds, long commitDelayMs) {
         this.ds = ds;
+        this.commitDelayMs = commitDelayMs;
     }
 
     private record Row(UUID entityId, int key, KvEntry e) {
@@ -76,7 +84,12 @@ final class TsWriter {
                     lt.addBatch();
                 }
                 lt.executeBatch();
+                if (commitDelayMs > 0) Thread.sleep(commitDelayMs);
                 c.commit();
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+                c.rollback();
+                throw new SQLException("interrupted before commit", ie);
             } catch (SQLException | RuntimeException ex) {
                 try {
                     c.rollback();
