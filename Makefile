@@ -10,14 +10,14 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: help setup prereqs venv kafka debs platform demo test test-unit clean reap
+.PHONY: help setup prereqs venv kafka debs platform toxiproxy demo test test-unit clean reap
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
-	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, the reference platform)"
+	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
 prereqs:
@@ -46,7 +46,10 @@ $(PLATFORM_JAR): $(PLATFORM_SRC)
 	mvn -q -B -f stacks/reference-platform/pom.xml -DskipTests package
 	touch $@
 
-setup: venv kafka debs platform
+toxiproxy:
+	@tools/install-toxiproxy
+
+setup: venv kafka debs platform toxiproxy
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)

@@ -1,0 +1,333 @@
+"""memory-pressure: lower a service's cgroup memory limit, then restore it.
+
+Supports cgroup v1 (``memory.limit_in_bytes``) and v2 (``memory.max``).
+
+* ``mode: child`` (default): make ``<service's cgroup>/m_<run-id>__<service>``,
+  move the service's process group into it, set its limit.  Heal: restore the
+  original limit, move the processes back, remove the directory.  Nested under
+  the service's own cgroup, so every parent limit still applies.
+* ``mode: in-place``: lower the limit of the cgroup the service already is in
+  (e.g. its container's); heal writes the remembered original back.
+
+Before anything is changed a record (cgroup, limit file, original value, PIDs) is
+written to ``<state_dir>/cgroup/<run-id>/*.json``, so ``heal_all`` restores it even
+after monsoon was killed, and ``census`` reports any limit not back at its original.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .base import FaultContext, FaultError, Handle, Landing, check_run_id
+from .process import group_members
+from .spec import FaultSpec, MemoryPressureParams
+
+V1_UNLIMITED = 9223372036854771712  # what v1 reports for "no limit" (PAGE_COUNTER_MAX * 4096)
+PAGE = 4096
+
+
+@dataclass(frozen=True)
+class CgroupDir:
+    version: int        # 1 or 2
+    path: Path
+
+    @property
+    def limit_file(self) -> Path:
+        return self.path / ("memory.limit_in_bytes" if self.version == 1 else "memory.max")
+
+    @property
+    def usage_file(self) -> Path:
+        return self.path / ("memory.usage_in_bytes" if self.version == 1 else "memory.current")
+
+    def read_limit(self) -> str:
+        return self.limit_file.read_text().strip()
+
+    def procs(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    def oom_kills(self) -> int | None:
+        f = self.path / ("memory.oom_control" if self.version == 1 else "memory.events")
+        try:
+            for line in f.read_text().splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+        except (FileNotFoundError, ValueError):
+            pass
+        return None
+
+    def stats(self) -> dict:
+        out: dict = {"cgroup": str(self.path), "version": self.version}
+        for key, f in (("limit", self.limit_file), ("usage_bytes", self.usage_file),
+                       ("failcnt", self.path / "memory.failcnt")):
+            try:
+                out[key] = f.read_text().strip()
+            except FileNotFoundError:
+                pass
+        out["oom_kills"] = self.oom_kills()
+        return out
+
+
+def limit_bytes(value: str) -> int | None:
+    """A limit file's value in bytes; None = unlimited."""
+    v = value.strip()
+    if v == "max" or v == "-1":
+        return None
+    n = int(v)
+    return None if n >= V1_UNLIMITED else n
+
+
+class CgroupFS:
+    """Finds a process's memory cgroup from ``/proc/<pid>/cgroup`` and the mount table.
+
+    ``proc`` and ``mounts`` are parameters so tests can point them at a fake tree.
+    """
+
+    def __init__(self, proc: Path = Path("/proc"), mounts: list[tuple[str, str, str]] | None = None):
+        self.proc = Path(proc)
+        self._mounts = mounts
+
+    def mounts(self) -> list[tuple[str, str, str]]:
+        """(fstype, mountpoint, options) of every cgroup mount."""
+        if self._mounts is not None:
+            return self._mounts
+        out = []
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+                out.append((parts[2], parts[1], parts[3]))
+        return out
+
+    def memory_cgroup(self, pid: int) -> CgroupDir:
+        try:
+            lines = (self.proc / str(pid) / "cgroup").read_text().splitlines()
+        except FileNotFoundError:
+            raise FaultError(f"process {pid} is gone") from None
+        v1_mount = next((mp for fs, mp, opts in self.mounts() if fs == "cgroup" and "memory" in opts.split(",")), None)
+        v2_mount = next((mp for fs, mp, _ in self.mounts() if fs == "cgroup2"), None)
+        v2_rel = None
+        for line in lines:
+            hid, ctrls, rel = line.split(":", 2)
+            if v1_mount and "memory" in ctrls.split(","):
+                return CgroupDir(1, Path(v1_mount) / rel.lstrip("/"))
+            if hid == "0" and ctrls == "":
+                v2_rel = rel
+        if v2_mount and v2_rel is not None:
+            d = Path(v2_mount) / v2_rel.lstrip("/")
+            controllers = (d / "cgroup.controllers") if (d / "cgroup.controllers").exists() else Path(v2_mount) / "cgroup.controllers"
+            if "memory" in controllers.read_text().split():
+                return CgroupDir(2, d)
+        raise FaultError("no memory cgroup controller for this process: neither a v1 'memory' hierarchy nor "
+                         "'memory' in the v2 cgroup.controllers (this kernel/container does not allow memory limits)")
+
+    def available(self) -> str | None:
+        """None when memory limits can be set here, else the reason they cannot."""
+        try:
+            cg = self.memory_cgroup(os.getpid())
+        except FaultError as e:
+            return str(e)
+        if not os.access(cg.path, os.W_OK):
+            return f"{cg.path} is not writable (needs root or a delegated cgroup)"
+        if cg.version == 2:
+            sub = (cg.path / "cgroup.subtree_control")
+            if "memory" not in sub.read_text().split() and cg.procs():
+                return (f"cgroup v2: {cg.path} holds processes and does not delegate the memory controller to "
+                        "children (no-internal-processes rule); run monsoon in a delegated cgroup or use mode: in-place")
+        return None
+
+
+class CgroupBackend:
+    name = "cgroup"
+
+    def __init__(self, state_dir: Path | None = None, fs: CgroupFS | None = None, stack=None):
+        from ..stack import CACHE
+        self.state_root = Path(state_dir) if state_dir else CACHE / "fault-state"
+        self.fs = fs or CgroupFS()
+        self.stack = stack
+        self._handles: dict[str, Handle] = {}
+
+    # --- records
+    def _record_dir(self, run_id: str) -> Path:
+        return self.state_root / "cgroup" / check_run_id(run_id)
+
+    def _write_record(self, handle: Handle) -> None:
+        d = self._record_dir(handle.run_id)
+        d.mkdir(parents=True, exist_ok=True)
+        rec = {k: handle.data[k] for k in ("service", "version", "cgroup", "parent", "created", "original", "pids",
+                                           "limit_bytes")}
+        rec.update(fault=handle.fault.name, id=handle.id)
+        tmp = d / f".{handle.id}.json.tmp"
+        tmp.write_text(json.dumps(rec))
+        tmp.rename(d / f"{handle.id}.json")
+        handle.data["record"] = str(d / f"{handle.id}.json")
+
+    def _records(self, run_id: str) -> list[tuple[Path, dict]]:
+        d = self._record_dir(run_id)
+        out = []
+        for f in sorted(d.glob("*.json")) if d.exists() else ():
+            try:
+                out.append((f, json.loads(f.read_text())))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    # --- FaultBackend
+    def inject(self, fault: FaultSpec, ctx: FaultContext) -> Handle:
+        p = fault.params
+        if not isinstance(p, MemoryPressureParams) or p.limit_mb is None:
+            raise FaultError(f"{fault.name}: the cgroup backend does memory-pressure with params.limit_mb")
+        if ctx.state_dir is not None:
+            self.state_root = Path(ctx.state_dir)
+        stack = ctx.stack or self.stack
+        svc = fault.target.service
+        if stack is None or svc is None:
+            raise FaultError(f"{fault.name}: the cgroup backend needs a stack and a service target")
+        pid = stack.pid(svc)
+        if pid is None:
+            raise FaultError(f"{fault.name}: service {svc!r} is not running")
+        cur = self.fs.memory_cgroup(pid)
+        want = p.limit_mb * 1024 * 1024
+        pids = group_members(pid) or [pid]
+        if p.mode == "child":
+            target = CgroupDir(cur.version, cur.path / f"m_{ctx.run_id}__{svc}")
+            data = {"service": svc, "version": cur.version, "cgroup": str(target.path), "parent": str(cur.path),
+                    "created": True, "original": "max" if cur.version == 2 else str(V1_UNLIMITED),
+                    "pids": pids, "limit_bytes": want}
+        else:
+            target = cur
+            data = {"service": svc, "version": cur.version, "cgroup": str(cur.path), "parent": None,
+                    "created": False, "original": cur.read_limit(), "pids": pids, "limit_bytes": want}
+        handle = Handle(fault, self.name, ctx.run_id, data)
+        self._write_record(handle)                       # before touching anything
+        self._handles[handle.id] = handle
+        try:
+            if p.mode == "child":
+                if cur.version == 2:
+                    self._delegate_v2(cur.path)
+                target.path.mkdir(exist_ok=True)
+                handle.data["original"] = target.read_limit()
+                self._write_record(handle)
+                if cur.version == 1:
+                    # v1 leaves memory already used charged to the old cgroup unless charges move
+                    # with the task: then the new limit covers what the service already holds
+                    try:
+                        (target.path / "memory.move_charge_at_immigrate").write_text("3")
+                    except OSError:
+                        handle.data["charges_moved"] = False
+                for x in pids:
+                    self._move(x, target.path)
+            target.limit_file.write_text(str(want))
+        except OSError as e:
+            self.heal(handle)
+            hint = (" (v1 refuses a limit below what the group already uses and cannot reclaim: "
+                    "choose a larger limit_mb)" if e.errno == errno.EBUSY else "")
+            raise FaultError(f"{fault.name}: cannot set {target.limit_file} to {want}: {e}{hint}") from None
+        return handle
+
+    @staticmethod
+    def _move(pid: int, path: Path) -> None:
+        try:
+            (path / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            pass
+        except OSError as e:
+            if e.errno != errno.ESRCH:
+                raise
+
+    @staticmethod
+    def _delegate_v2(path: Path) -> None:
+        sub = path / "cgroup.subtree_control"
+        if "memory" not in sub.read_text().split():
+            try:
+                sub.write_text("+memory")
+            except OSError as e:
+                raise FaultError(f"cgroup v2: cannot enable the memory controller for children of {path}: {e} "
+                                 "(a cgroup holding processes cannot delegate; use mode: in-place)") from None
+
+    def _restore(self, rec: dict) -> None:
+        cg = CgroupDir(rec["version"], Path(rec["cgroup"]))
+        if not cg.path.exists():
+            return
+        try:
+            cg.limit_file.write_text(str(rec["original"]))
+        except FileNotFoundError:
+            return
+        if rec.get("created") and rec.get("parent"):
+            parent = Path(rec["parent"])
+            for pid in cg.procs():
+                self._move(pid, parent)
+            for _ in range(50):          # a just-moved task may still be accounted for a moment
+                try:
+                    cg.path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY:
+                        raise
+                    time.sleep(0.02)
+
+    def heal(self, handle: Handle) -> None:
+        self._restore(handle.data)
+        rec = handle.data.get("record")
+        if rec:
+            Path(rec).unlink(missing_ok=True)
+        handle.healed = True
+        self._handles.pop(handle.id, None)
+
+    def heal_all(self, run_id: str) -> list[str]:
+        healed = []
+        for h in list(self._handles.values()):
+            if h.run_id == run_id:
+                self.heal(h)
+                healed.append(f"{h.fault.name}: {h.data['cgroup']} restored")
+        for f, rec in self._records(run_id):
+            self._restore(rec)
+            f.unlink(missing_ok=True)
+            healed.append(f"{rec['fault']}: {rec['cgroup']} restored from record")
+        return healed
+
+    def census(self, run_id: str) -> list[str]:
+        left = []
+        recs = [r for _, r in self._records(run_id)]
+        recs += [h.data for h in self._handles.values() if h.run_id == run_id]
+        seen = set()
+        for rec in recs:
+            if rec["cgroup"] in seen:
+                continue
+            seen.add(rec["cgroup"])
+            cg = CgroupDir(rec["version"], Path(rec["cgroup"]))
+            if rec.get("created"):
+                if cg.path.exists():
+                    left.append(f"cgroup {cg.path} still exists (limit {cg.read_limit()})")
+            elif cg.path.exists() and limit_bytes(cg.read_limit()) != limit_bytes(str(rec["original"])):
+                left.append(f"cgroup {cg.path}: limit {cg.read_limit()}, original {rec['original']}")
+        return left
+
+    def verify(self, handle: Handle) -> Landing:
+        d = handle.data
+        cg = CgroupDir(d["version"], Path(d["cgroup"]))
+        pid = d["pids"][0]
+        if handle.healed:
+            if d["created"]:
+                ok = not cg.path.exists()
+                ev = {"method": "cgroupfs", "cgroup": str(cg.path), "removed": ok}
+                return Landing(ok, ev)
+            now = cg.read_limit()
+            return Landing(limit_bytes(now) == limit_bytes(str(d["original"])),
+                           {"method": "cgroupfs", "cgroup": str(cg.path), "limit": now, "original": d["original"]})
+        if not cg.path.exists():
+            return Landing(False, {"method": "cgroupfs", "cgroup": str(cg.path), "error": "cgroup is gone"})
+        ev = {"method": "cgroupfs", **cg.stats(), "requested_bytes": d["limit_bytes"], "pid": pid}
+        got = limit_bytes(cg.read_limit())
+        member = pid in cg.procs() or pid not in [int(x) for x in os.listdir("/proc") if x.isdigit()]
+        ev["pid_in_cgroup"] = pid in cg.procs()
+        ok = got is not None and abs(got - d["limit_bytes"]) < PAGE and member
+        return Landing(ok, ev)

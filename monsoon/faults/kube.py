@@ -1,0 +1,292 @@
+"""Kubernetes faults: render Chaos Mesh and Litmus objects; apply them only when a cluster is configured.
+
+Rendering needs nothing but PyYAML.  Applying needs the ``kubernetes`` Python
+client (``pip install kubernetes``), imported only when a cluster is configured
+(``KUBECONFIG``, ``~/.kube/config`` or in-cluster service variables); otherwise
+the backend runs *dry*: it writes the manifests to ``<out_dir>/kube/*.yaml`` and
+reports landing as unmeasured.
+
+Every object carries the label ``monsoon.io/run-id`` (so ``heal_all``/``census``
+find a run's objects with a label selector) and only namespaces on the
+allow-list may be targeted (an empty allow-list allows none).
+
+Rendered kinds:
+* Chaos Mesh (``chaos-mesh.org/v1alpha1``): PodChaos ``pod-kill``, NetworkChaos
+  ``delay``, StressChaos memory, and a ``Schedule`` wrapping any of them when the
+  fault repeats.
+* Litmus (``litmuschaos.io/v1alpha1``): ChaosEngine with ``pod-delete``,
+  ``pod-network-latency`` or ``pod-memory-hog``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from .base import FaultContext, FaultError, Handle, Landing, check_run_id
+from .spec import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
+
+RUN_LABEL = "monsoon.io/run-id"
+FAULT_LABEL = "monsoon.io/fault"
+CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
+LITMUS = ("litmuschaos.io", "v1alpha1")
+PLURALS = {"PodChaos": "podchaos", "NetworkChaos": "networkchaos", "StressChaos": "stresschaos",
+           "Schedule": "schedules", "ChaosEngine": "chaosengines"}
+LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown")
+KILL_KINDS = ("pod-kill", "kafka-broker-restart")
+
+
+class NamespaceNotAllowed(FaultError):
+    pass
+
+
+def _dns_name(*parts: str) -> str:
+    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return s[:63].rstrip("-")
+
+
+def _dur(seconds: float) -> str:
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{int(seconds * 1000)}ms"
+
+
+def _meta(fault: FaultSpec, run_id: str, kind_tag: str) -> dict:
+    ns = fault.target.kube.namespace
+    return {"name": _dns_name("monsoon", fault.name, run_id, kind_tag), "namespace": ns,
+            "labels": {RUN_LABEL: check_run_id(run_id), FAULT_LABEL: fault.name,
+                       "app.kubernetes.io/managed-by": "monsoon"}}
+
+
+def check_namespace(fault: FaultSpec, allowed: Iterable[str]) -> str:
+    if fault.target.kube is None:
+        raise FaultError(f"{fault.name}: Kubernetes backends need a target {{namespace, labelSelector}}")
+    ns = fault.target.kube.namespace
+    allowed = set(allowed)
+    if ns not in allowed:
+        raise NamespaceNotAllowed(f"{fault.name}: namespace {ns!r} is not on the allow-list "
+                                  f"({', '.join(sorted(allowed)) or 'empty: no namespace allowed'})")
+    return ns
+
+
+# ------------------------------------------------------------------ Chaos Mesh
+
+def _cm_selector(fault: FaultSpec) -> dict:
+    k = fault.target.kube
+    return {"namespaces": [k.namespace], "labelSelectors": dict(k.label_selector)}
+
+
+def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
+    """(kind, spec) of the Chaos Mesh object for one injection (no schedule)."""
+    p, dur = fault.params, _dur(fault.schedule.duration)
+    if fault.kind in KILL_KINDS:
+        assert isinstance(p, PodKillParams)
+        return "PodChaos", {"action": "pod-kill", "mode": "one", "selector": _cm_selector(fault),
+                            "gracePeriod": p.grace_period}
+    if fault.kind in LATENCY_KINDS:
+        assert isinstance(p, LatencyParams)
+        spec = {"action": "delay", "mode": "all", "selector": _cm_selector(fault),
+                "delay": {"latency": f"{p.latency_ms}ms", "jitter": f"{p.jitter_ms}ms", "correlation": "0"},
+                "direction": {"downstream": "to", "upstream": "from", "both": "both"}[p.stream],
+                "duration": dur}
+        if fault.target.kube.container:
+            spec["containerNames"] = [fault.target.kube.container]
+        return "NetworkChaos", spec
+    if fault.kind == "memory-pressure":
+        assert isinstance(p, MemoryPressureParams) and p.hog_mb
+        spec = {"mode": "all", "selector": _cm_selector(fault),
+                "stressors": {"memory": {"workers": p.workers, "size": f"{p.hog_mb}MB"}}, "duration": dur}
+        if fault.target.kube.container:
+            spec["containerNames"] = [fault.target.kube.container]
+        return "StressChaos", spec
+    raise FaultError(f"{fault.name}: chaos-mesh cannot render {fault.kind}")
+
+
+def render_chaos_mesh(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str]) -> list[dict]:
+    check_namespace(fault, allowed_namespaces)
+    kind, spec = chaos_mesh_spec(fault)
+    group, version = CHAOS_MESH
+    sch = fault.schedule
+    if sch.repeat_every is None:
+        return [{"apiVersion": f"{group}/{version}", "kind": kind, "metadata": _meta(fault, run_id, kind),
+                 "spec": spec}]
+    # a repeating fault: a Schedule object; the embedded spec keeps its own duration
+    field = kind[0].lower() + kind[1:]          # PodChaos -> podChaos
+    return [{"apiVersion": f"{group}/{version}", "kind": "Schedule", "metadata": _meta(fault, run_id, "schedule"),
+             "spec": {"schedule": f"@every {_dur(sch.repeat_every)}", "historyLimit": 5,
+                      "concurrencyPolicy": "Forbid", "type": kind, field: spec}}]
+
+
+# ---------------------------------------------------------------------- Litmus
+
+def _env(d: dict[str, Any]) -> list[dict]:
+    return [{"name": k, "value": str(v)} for k, v in d.items()]
+
+
+def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str], *,
+                  service_account: str = "litmus-admin", app_kind: str = "deployment") -> list[dict]:
+    check_namespace(fault, allowed_namespaces)
+    p, k, sch = fault.params, fault.target.kube, fault.schedule
+    env: dict[str, Any] = {"TOTAL_CHAOS_DURATION": int(sch.duration)}
+    if fault.kind in KILL_KINDS:
+        exp = "pod-delete"
+        env.update(CHAOS_INTERVAL=int(sch.repeat_every or sch.duration), FORCE="true" if p.grace_period == 0 else "false")
+    elif fault.kind in LATENCY_KINDS:
+        exp = "pod-network-latency"
+        env.update(NETWORK_LATENCY=p.latency_ms, JITTER=p.jitter_ms)
+    elif fault.kind == "memory-pressure":
+        exp = "pod-memory-hog"
+        env.update(MEMORY_CONSUMPTION=p.hog_mb, NUMBER_OF_WORKERS=p.workers)
+    else:
+        raise FaultError(f"{fault.name}: litmus cannot render {fault.kind}")
+    if k.container:
+        env["TARGET_CONTAINER"] = k.container
+    group, version = LITMUS
+    return [{"apiVersion": f"{group}/{version}", "kind": "ChaosEngine", "metadata": _meta(fault, run_id, exp),
+             "spec": {"engineState": "active",
+                      "appinfo": {"appns": k.namespace, "applabel": k.selector_string(), "appkind": app_kind},
+                      "chaosServiceAccount": service_account,
+                      "experiments": [{"name": exp, "spec": {"components": {"env": _env(env)}}}]}}]
+
+
+def render(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str]) -> list[dict]:
+    if fault.backend == "chaos-mesh":
+        return render_chaos_mesh(fault, run_id, allowed_namespaces)
+    if fault.backend == "litmus":
+        return render_litmus(fault, run_id, allowed_namespaces)
+    raise FaultError(f"{fault.name}: backend {fault.backend!r} is not a Kubernetes backend")
+
+
+def to_yaml(objs: list[dict]) -> str:
+    return yaml.safe_dump_all(objs, sort_keys=False)
+
+
+# --------------------------------------------------------------------- backend
+
+def cluster_configured() -> bool:
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    kc = os.environ.get("KUBECONFIG")
+    paths = kc.split(os.pathsep) if kc else [str(Path.home() / ".kube" / "config")]
+    return any(Path(p).is_file() for p in paths if p)
+
+
+class KubeBackend:
+    """chaos-mesh / litmus: one class, ``flavor`` picks the renderer."""
+
+    def __init__(self, flavor: str, allowed_namespaces: Iterable[str], *, out_dir: Path | None = None,
+                 apply: bool | None = None):
+        if flavor not in ("chaos-mesh", "litmus"):
+            raise ValueError(f"flavor must be chaos-mesh or litmus, not {flavor!r}")
+        self.name = flavor
+        self.allowed = tuple(allowed_namespaces)
+        self.out_dir = out_dir
+        self.apply = cluster_configured() if apply is None else apply
+        self._api = None
+        self._handles: dict[str, Handle] = {}
+
+    def _custom(self):
+        if self._api is None:
+            try:
+                from kubernetes import client, config  # type: ignore[import-not-found]
+            except ImportError:
+                raise FaultError("a Kubernetes cluster is configured but the Python client is missing: "
+                                 "pip install kubernetes") from None
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api = client.CustomObjectsApi()
+        return self._api
+
+    def _kinds(self) -> list[str]:
+        return ["ChaosEngine"] if self.name == "litmus" else ["PodChaos", "NetworkChaos", "StressChaos", "Schedule"]
+
+    def _gv(self) -> tuple[str, str]:
+        return LITMUS if self.name == "litmus" else CHAOS_MESH
+
+    def inject(self, fault: FaultSpec, ctx: FaultContext) -> Handle:
+        objs = render(fault, ctx.run_id, self.allowed)
+        handle = Handle(fault, self.name, ctx.run_id, {"objects": objs, "dry_run": not self.apply})
+        out = ctx.out_dir or self.out_dir
+        if out is not None:
+            d = Path(out) / "kube"
+            d.mkdir(parents=True, exist_ok=True)
+            f = d / f"{handle.id}.yaml"
+            f.write_text(to_yaml(objs))
+            handle.data["file"] = str(f)
+        if self.apply:
+            group, version = self._gv()
+            api = self._custom()
+            for o in objs:
+                api.create_namespaced_custom_object(group, version, o["metadata"]["namespace"],
+                                                    PLURALS[o["kind"]], o)
+        self._handles[handle.id] = handle
+        return handle
+
+    def heal(self, handle: Handle) -> None:
+        if not handle.data.get("dry_run"):
+            self._delete(handle.data["objects"])
+        handle.healed = True
+        self._handles.pop(handle.id, None)
+
+    def _delete(self, objs: list[dict]) -> None:
+        group, version = self._gv()
+        api = self._custom()
+        for o in objs:
+            try:
+                api.delete_namespaced_custom_object(group, version, o["metadata"]["namespace"], PLURALS[o["kind"]],
+                                                    o["metadata"]["name"])
+            except Exception as e:  # kubernetes.client.ApiException; 404 = already gone
+                if getattr(e, "status", None) != 404:
+                    raise
+
+    def _listed(self, run_id: str) -> list[dict]:
+        if not self.apply:
+            return []
+        group, version = self._gv()
+        api = self._custom()
+        out = []
+        for ns in self.allowed:
+            for kind in self._kinds():
+                res = api.list_namespaced_custom_object(group, version, ns, PLURALS[kind],
+                                                        label_selector=f"{RUN_LABEL}={run_id}")
+                for item in res.get("items", []):
+                    item.setdefault("kind", kind)
+                    out.append(item)
+        return out
+
+    def heal_all(self, run_id: str) -> list[str]:
+        for h in list(self._handles.values()):
+            if h.run_id == run_id:
+                h.healed = True
+                self._handles.pop(h.id, None)
+        objs = self._listed(run_id)
+        self._delete(objs) if objs else None
+        return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']} deleted" for o in objs]
+
+    def census(self, run_id: str) -> list[str]:
+        return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']}" for o in self._listed(run_id)]
+
+    def verify(self, handle: Handle) -> Landing:
+        if handle.data.get("dry_run"):
+            return Landing(None, {"method": "dry-run", "file": handle.data.get("file"),
+                                  "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in handle.data["objects"]]})
+        group, version = self._gv()
+        api = self._custom()
+        o = handle.data["objects"][0]
+        try:
+            live = api.get_namespaced_custom_object(group, version, o["metadata"]["namespace"], PLURALS[o["kind"]],
+                                                    o["metadata"]["name"])
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return Landing(handle.healed, {"method": "api", "present": False})
+            raise
+        if handle.healed:
+            return Landing(False, {"method": "api", "present": True})
+        conds = {c.get("type"): c.get("status") for c in (live.get("status", {}).get("conditions") or [])}
+        ev = {"method": "api", "present": True, "conditions": conds}
+        if "AllInjected" in conds:
+            return Landing(conds["AllInjected"] == "True", ev)
+        return Landing(None, ev)

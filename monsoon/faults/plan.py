@@ -1,0 +1,243 @@
+"""FaultPlan: a schedule of faults over a run, and a final heal that always runs.
+
+    with FaultPlan(faults, backends, timeline, ctx=ctx, horizon=600) as plan:
+        ... run the load ...
+    plan.leftovers      # census after the final heal: {} when everything healed
+
+``__enter__`` starts a scheduler thread that injects and heals at the planned
+times (seconds from the plan's start) and writes one timeline event per action::
+
+    {"type": "fault", "name", "kind", "backend", "target", "window", "phase": "inject"|"heal",
+     "intended": t, "effective": t, "landed": bool|None, "evidence": {...}}
+
+``__exit__`` — on success, an exception, Ctrl-C or SIGTERM (turned into
+KeyboardInterrupt when nobody else handles it) — stops the scheduler, heals every
+fault still in place, calls ``heal_all(run_id)`` on every backend in use (which
+also catches what a crashed earlier run left) and takes a ``census``.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from .base import FaultBackend, FaultContext, Handle, Landing
+from .spec import FaultSpec
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    t: float
+    order: int            # heal (0) before inject (1) at the same instant
+    index: int            # fault index, for stable ordering
+    window: int
+    phase: str
+    fault: FaultSpec
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.index, self.window)
+
+
+def schedule(faults: Sequence[FaultSpec], horizon: float) -> list[Action]:
+    """Every inject/heal of the run in time order; a heal past the horizon is clamped to it."""
+    out = []
+    for i, f in enumerate(faults):
+        for w, (start, end) in enumerate(f.schedule.windows(horizon)):
+            out.append(Action(start, 1, i, w, "inject", f))
+            out.append(Action(min(end, horizon), 0, i, w, "heal", f))
+    return sorted(out)
+
+
+class FaultPlan:
+    def __init__(self, faults: Sequence[FaultSpec], backends: Mapping[str, FaultBackend], timeline: Any, *,
+                 ctx: FaultContext, horizon: float, clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], bool] | None = None, verify: bool = True,
+                 verify_workers: int = 4, handle_sigterm: bool = True):
+        missing = sorted({f.backend for f in faults} - set(backends))
+        if missing:
+            raise ValueError(f"no backend for {', '.join(missing)} (have: {', '.join(sorted(backends)) or 'none'})")
+        self.faults = list(faults)
+        self.backends = dict(backends)
+        self.timeline = timeline
+        self.ctx = ctx
+        self.horizon = horizon
+        self.actions = schedule(self.faults, horizon)
+        self.clock = clock
+        self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
+        self.verify_enabled = verify
+        self._pool = ThreadPoolExecutor(max_workers=verify_workers, thread_name_prefix="fault-verify")
+        self._lock = threading.Lock()
+        self.live: dict[tuple[int, int], Handle] = {}
+        self._inject_checks: dict[tuple[int, int], Future] = {}
+        self.events: list[dict] = []
+        self.errors: list[str] = []
+        self.leftovers: dict[str, list[str]] = {}
+        self.t0: float | None = None
+        self._thread: threading.Thread | None = None
+        self._handle_sigterm = handle_sigterm
+        self._old_term: Any = None
+
+    # --- time
+    def now(self) -> float:
+        return self.clock() - (self.t0 if self.t0 is not None else self.clock())
+
+    # --- events
+    def _event(self, a: Action | None, fault: FaultSpec, window: int, phase: str, intended: float | None,
+               effective: float, landing: Landing | None, **extra: Any) -> None:
+        ev = {"name": fault.name, "kind": fault.kind, "backend": fault.backend, "target": str(fault.target),
+              "window": window, "phase": phase, "intended": None if intended is None else round(intended, 3),
+              "effective": round(effective, 3), "landed": None if landing is None else landing.landed,
+              "evidence": {} if landing is None else landing.evidence, **extra}
+        with self._lock:
+            self.events.append(ev)
+        self.timeline.add("fault", **ev)
+
+    def _verify(self, backend: FaultBackend, handle: Handle) -> Landing:
+        try:
+            return backend.verify(handle)
+        except Exception as e:  # a failed measurement is evidence, not a crash of the plan
+            return Landing(None, {"method": "error", "error": f"{e.__class__.__name__}: {e}"})
+
+    def _after(self, backend, handle, a, effective, key=None) -> Future | None:
+        if not self.verify_enabled:
+            self._event(a, a.fault, a.window, a.phase, a.t, effective, None)
+            return None
+
+        def job() -> None:
+            self._event(a, a.fault, a.window, a.phase, a.t, effective, self._verify(backend, handle))
+        return self._pool.submit(job)
+
+    # --- actions
+    def _do(self, a: Action) -> None:
+        backend = self.backends[a.fault.backend]
+        if a.phase == "inject":
+            try:
+                handle = backend.inject(a.fault, self.ctx)
+            except Exception as e:
+                self.errors.append(f"inject {a.fault.name}: {e}")
+                self._event(a, a.fault, a.window, "inject", a.t, self.now(),
+                            Landing(False, {"method": "inject", "error": f"{e.__class__.__name__}: {e}"}))
+                return
+            eff = self.now()
+            with self._lock:
+                self.live[a.key] = handle
+            fut = self._after(backend, handle, a, eff)
+            if fut is not None:
+                self._inject_checks[a.key] = fut
+            return
+        with self._lock:
+            handle = self.live.pop(a.key, None)
+        if handle is None:
+            return   # the inject failed: nothing to heal
+        fut = self._inject_checks.pop(a.key, None)
+        if fut is not None:   # judge the inject before undoing it
+            try:
+                fut.result(timeout=120)
+            except Exception:
+                pass
+        try:
+            backend.heal(handle)
+        except Exception as e:
+            self.errors.append(f"heal {a.fault.name}: {e}")
+            with self._lock:
+                self.live[a.key] = handle          # the final heal retries it
+            self._event(a, a.fault, a.window, "heal", a.t, self.now(),
+                        Landing(False, {"method": "heal", "error": f"{e.__class__.__name__}: {e}"}))
+            return
+        self._after(backend, handle, a, self.now())
+
+    def run(self) -> None:
+        """Execute the schedule in the calling thread until done or stopped."""
+        if self.t0 is None:
+            self.t0 = self.clock()
+        for a in self.actions:
+            while True:
+                delay = a.t - self.now()
+                if delay <= 0:
+                    break
+                if self._wait(min(delay, 1.0)) or self._stop.is_set():
+                    return
+            if self._stop.is_set():
+                return
+            self._do(a)
+
+    def start(self) -> "FaultPlan":
+        self.t0 = self.clock()
+        self._thread = threading.Thread(target=self._run_safe, name="fault-plan", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run_safe(self) -> None:
+        try:
+            self.run()
+        except BaseException as e:  # never let the scheduler die silently
+            self.errors.append(f"scheduler: {e.__class__.__name__}: {e}")
+
+    # --- the final heal
+    def heal_all(self) -> dict[str, list[str]]:
+        """Stop scheduling, heal what is live, sweep every backend for the run, take the census."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        with self._lock:
+            live = sorted(self.live.items())
+            self.live.clear()
+        for (i, w), handle in live:
+            fault = self.faults[i]
+            backend = self.backends[fault.backend]
+            try:
+                backend.heal(handle)
+                landing = self._verify(backend, handle) if self.verify_enabled else None
+            except Exception as e:
+                self.errors.append(f"final heal {fault.name}: {e}")
+                landing = Landing(False, {"method": "heal", "error": f"{e.__class__.__name__}: {e}"})
+            self._event(None, fault, w, "heal", None, self.now(), landing, final=True)
+        swept: dict[str, list[str]] = {}
+        for name in sorted({f.backend for f in self.faults}):
+            try:
+                swept[name] = self.backends[name].heal_all(self.ctx.run_id)
+            except Exception as e:
+                self.errors.append(f"heal_all {name}: {e}")
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        self.leftovers = self.census()
+        self.timeline.add("fault-census", run_id=self.ctx.run_id, swept=swept, leftovers=self.leftovers,
+                          errors=list(self.errors))
+        return self.leftovers
+
+    def census(self) -> dict[str, list[str]]:
+        """What of this run is still in place, per backend (only non-empty entries)."""
+        out = {}
+        for name in sorted({f.backend for f in self.faults}):
+            try:
+                left = self.backends[name].census(self.ctx.run_id)
+            except Exception as e:
+                left = [f"census failed: {e.__class__.__name__}: {e}"]
+            if left:
+                out[name] = left
+        return out
+
+    # --- context manager
+    def __enter__(self) -> "FaultPlan":
+        if (self._handle_sigterm and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)):
+            def on_term(signum, frame):
+                raise KeyboardInterrupt("monsoon: SIGTERM during a fault plan")
+            self._old_term = signal.signal(signal.SIGTERM, on_term)
+        try:
+            return self.start()
+        except BaseException:
+            self.heal_all()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.heal_all()
+        finally:
+            if self._old_term is not None:
+                signal.signal(signal.SIGTERM, self._old_term)
+                self._old_term = None
