@@ -1,5 +1,4 @@
 """The pytest plugin's surface: markers, options, fixture, bad input (no live services)."""
-pytest_plugins = ["pytester"]
 
 
 def test_markers_are_registered_with_usage_lines(pytester):
