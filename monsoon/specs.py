@@ -65,6 +65,7 @@ class ServiceSpec(_Frozen):
     restart: Literal["no", "always", "on-failure"] = "no"
     restart_delay: float = Field(1.0, ge=0)
     stop_timeout: float = Field(15.0, gt=0)
+    stop_signal: Literal["SIGTERM", "SIGINT", "SIGQUIT", "SIGKILL"] = "SIGTERM"
     ephemeral: bool = False   # delete the service's work dir (not its log) after the stack stops
 
     @field_validator("command", mode="before")

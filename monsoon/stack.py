@@ -325,7 +325,7 @@ class Stack:
             svc = self.services[name]
             if svc.proc is None:
                 continue
-            _terminate_group(svc.proc, svc.spec.stop_timeout)
+            _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
             self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
         for svc in self.services.values():
             if svc.supervisor and svc.supervisor is not threading.current_thread():
@@ -340,10 +340,10 @@ def _norm(code: int | None) -> int:
     return 128 - code if code < 0 else code
 
 
-def _terminate_group(proc: subprocess.Popen, timeout: float) -> None:
+def _terminate_group(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> None:
     pgid = proc.pid
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
     try:
@@ -393,4 +393,7 @@ def reap(run_id: str | None = None) -> list[int]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    # temp clusters that run-postgres puts in /tmp when the run dir is out of the postgres user's reach
+    for d in Path("/tmp").glob(f"monsoon-pg-{run_id or ''}*"):
+        shutil.rmtree(d, ignore_errors=True)
     return pids

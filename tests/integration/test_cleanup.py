@@ -60,6 +60,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
     assert not [p for p in ports.values() if port_open("127.0.0.1", p)]
     # temp clusters (Postgres data, Kafka log dirs) are gone; logs and timeline stay
     assert not (exp_dir / "services" / "postgres").exists()
+    assert not list(Path("/tmp").glob(f"monsoon-pg-{run_id}-*"))  # the out-of-reach fallback cluster too
     assert (exp_dir / "logs" / "platform.log").stat().st_size > 0
     assert {"stop"} <= {e.get("event") for e in events if e["type"] == "service"}
     # the run directory is analysable offline
