@@ -180,6 +180,13 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     rec = next((t for t, v in after if v <= tol), None)
     if rec is not None:
         figures["recovery_s"] = round(rec - end, 1)
+        crash = _emptied_by_crash(run, series, rec, tol)
+        if crash is not None:
+            figures["emptied_by_crash"] = 1
+            return Verdict(name, FAIL, figures,
+                           f"{what} peaked at {peak:,.0f} and did not drain: it vanished when {crash['service']} "
+                           f"died ({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, "
+                           f"not processed")
         ok = rec - end <= seconds
         return Verdict(name, PASS if ok else FAIL, figures,
                        f"{what} peaked at {peak:,.0f} and fell to <= {tol:,.0f} {rec - end:.1f}s after the {anchor} "
@@ -194,6 +201,15 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     return Verdict(name, FAIL, figures,
                    f"{what} peaked at {peak:,.0f} and was still {after[-1][1]:,.0f} {observed:.0f}s after the "
                    f"{anchor} (limit {seconds:g}s)")
+
+
+def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: float, tol: float) -> dict | None:
+    """The service exit, if any, between the last above-tolerance backlog sample and ``rec``."""
+    high = [t for t, v in series if t < rec and v > tol]
+    if not high:
+        return None
+    t_hi = high[-1]
+    return next((e for e in run.events.of("service", event="exit") if t_hi <= e["t"] <= rec), None)
 
 
 CHECKS: dict[str, Callable[..., Verdict]] = {

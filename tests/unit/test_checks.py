@@ -125,6 +125,23 @@ def test_lag_recovers_within_falls_back_to_queue_depth(tmp_path):
     assert v.verdict == PASS and v.figures["peak_lag"] == 800 and "queue depth" in v.message
 
 
+def test_a_backlog_emptied_by_a_crash_is_not_a_recovery(tmp_path):
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).service_start()
+    b.lag([(60, 40000), (65, 52000), (69, 0), (70, 0), (75, 10)], collector="metrics", field="queue_depth")
+    b.ev("service", 67.5, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
+    v = lag_recovers_within(run(b), seconds=60)
+    assert v.verdict == FAIL and v.figures["emptied_by_crash"] == 1
+    assert "vanished when platform died" in v.message and "t=68s" in v.message
+
+
+def test_an_exit_after_the_drain_does_not_taint_the_recovery(tmp_path):
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).service_start()
+    b.lag([(65, 52000), (75, 30000), (90, 0), (100, 0)], collector="metrics", field="queue_depth")
+    b.ev("service", 95, service="platform", event="exit", code=137, oom=False, cause="SIGKILL")
+    v = lag_recovers_within(run(b), seconds=60)
+    assert v.verdict == PASS and "emptied_by_crash" not in v.figures
+
+
 def test_lag_recovers_within_is_unknown_without_samples(tmp_path):
     assert lag_recovers_within(lag_run(tmp_path, []), seconds=60).verdict == UNKNOWN
 
