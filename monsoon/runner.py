@@ -180,7 +180,7 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
         fleet = sampler = None
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event) as stack:
+            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
                 t = time.monotonic()
                 devices = provision(stack, exp)
                 tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))

@@ -59,7 +59,8 @@ class RequireSpec(_Frozen):
 class ServiceSpec(_Frozen):
     command: tuple[str, ...]
     requires: tuple[RequireSpec, ...] = ()
-    env: dict[str, str] = {}
+    # a value may differ per profile: {quick: 64m, full: 768m, default: 256m}
+    env: dict[str, str | dict[Literal["quick", "nightly", "full", "default"], str]] = {}
     depends_on: tuple[str, ...] = ()
     ready: ReadySpec | None = None
     restart: Literal["no", "always", "on-failure"] = "no"
@@ -76,7 +77,19 @@ class ServiceSpec(_Frozen):
     @field_validator("env", mode="before")
     @classmethod
     def _env_str(cls, v: Any) -> Any:
-        return {k: str(x) for k, x in v.items()} if isinstance(v, dict) else v
+        if not isinstance(v, dict):
+            return v
+        return {k: ({p: str(y) for p, y in x.items()} if isinstance(x, dict) else str(x)) for k, x in v.items()}
+
+    def env_for(self, profile: str) -> dict[str, str]:
+        out = {}
+        for k, v in self.env.items():
+            if isinstance(v, dict):
+                if profile not in v and "default" not in v:
+                    raise ValueError(f"env {k} has no value for profile {profile!r} and no default")
+                v = v.get(profile, v.get("default"))
+            out[k] = v
+        return out
 
 
 class DevicesSpec(_Frozen):

@@ -152,8 +152,9 @@ def _tail(path: Path, nbytes: int = 65536) -> str:
 
 class Stack:
     def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
-                 ready_timeout_scale: float = 1.0):
+                 ready_timeout_scale: float = 1.0, profile: str = "quick"):
         self.spec = spec
+        self.profile = profile
         self.dir = Path(stack_dir)
         self.run_id = run_id
         self.on_event = on_event
@@ -215,7 +216,10 @@ class Stack:
         sdir = self.dir / "services" / name
         sdir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.update({k: self.render(v, sdir) for k, v in spec.env.items()})
+        try:
+            env.update({k: self.render(v, sdir) for k, v in spec.env_for(self.profile).items()})
+        except ValueError as e:
+            raise StackError(f"service {name!r}: {e} (in {self.spec.source})") from None
         env["MONSOON_RUN_ID"] = self.run_id
         env["MONSOON_SERVICE"] = name
         cmd = [self.render(c, sdir) for c in spec.command]

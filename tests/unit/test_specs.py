@@ -115,3 +115,21 @@ def test_dependency_cycle_is_reported(tmp_path):
                                                 '    ready: {tcp: "127.0.0.1:{port:db}"}\n    depends_on: [app]'))
     with pytest.raises(SpecError, match="dependency cycle: .*db -> app -> db|app -> db -> app"):
         load_stack(p)
+
+
+def test_env_values_may_differ_per_profile(tmp_path):
+    text = STACK.replace("    depends_on: [db]\n", "    depends_on: [db]\n    env:\n      HEAP: {quick: 64m, full: 768m}\n"
+                                                     "      MODE: {default: x, nightly: y}\n      PLAIN: 3\n")
+    s = load_stack(write(tmp_path, "p.yaml", text))
+    app = s.services["app"]
+    assert app.env_for("quick") == {"HEAP": "64m", "MODE": "x", "PLAIN": "3"}
+    assert app.env_for("full") == {"HEAP": "768m", "MODE": "x", "PLAIN": "3"}
+    with pytest.raises(ValueError, match="env HEAP has no value for profile 'nightly' and no default"):
+        app.env_for("nightly")
+
+
+def test_env_profile_keys_are_checked(tmp_path):
+    text = STACK.replace("    depends_on: [db]\n", "    depends_on: [db]\n    env:\n      HEAP: {quik: 64m}\n")
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "p.yaml", text))
+    assert ei.value.line == 10 and ei.value.key.startswith("services.app.env.HEAP")
