@@ -8,7 +8,6 @@ keeps the latest values for the runner (drain detection, progress).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -197,6 +196,10 @@ class Sampler:
             self._stop.wait(delay)
 
     def stop(self) -> None:
+        """Stop sampling and close the collectors; idempotent (the runner stops it before the export
+        and again on every exit path)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)

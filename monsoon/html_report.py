@@ -192,15 +192,7 @@ def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]
 
 class Plotter:
     def __init__(self, ev: Events):
-        self.ev = ev
-        self.loads: list[dict] = []
-        self.samples: dict[str, list[dict]] = {}
-        for e in ev.events:  # one pass: a 24 h timeline has ~500k events, scanning it per series is slow
-            ty = e.get("type")
-            if ty == "load":
-                self.loads.append(e)
-            elif ty == "sample":
-                self.samples.setdefault(e.get("collector"), []).append(e)
+        self.ev = ev  # Events indexes by type and collector, so per-series look-ups don't rescan
         self.windows = windows_of(ev)
         self.markers = markers_of(ev)
         ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
@@ -282,20 +274,13 @@ class Plotter:
 
     def _load_series(self, field: str, positive: bool = False) -> tuple[list[float], list[float]]:
         t, y = [], []
-        for e in self.loads:
+        for e in self.ev.of("load"):
             v = e.get(field)
             if _num(v) and _num(e.get("t")) and (not positive or v > 0):
                 t.append(e["t"])
                 y.append(float(v))
         return t, y
 
-    def _series(self, collector: str, field: str) -> list[tuple[float, float]]:
-        out = []
-        for e in self.samples.get(collector, ()):
-            v = e.get(field)
-            if _num(v) and _num(e.get("t")):
-                out.append((e["t"], float(v)))
-        return out
 
     # -- the six plots; each returns (png bytes, has_data)
     def rate(self):
@@ -339,9 +324,9 @@ class Plotter:
 
     def backlog(self):
         fig, ax = self._axes("backlog")
-        series, what = self._series("kafka", "lag"), "Kafka consumer lag (messages)"
+        series, what = self.ev.series("kafka", "lag"), "Kafka consumer lag (messages)"
         if not series:
-            series, what = self._series("metrics", "queue_depth"), "queue depth (messages)"
+            series, what = self.ev.series("metrics", "queue_depth"), "queue depth (messages)"
         secs = _lag_seconds(self.ev)
         ax.set_title(f"{TITLES['backlog']}: {what.split(' (')[0]}", loc="left", fontsize=10, fontweight="bold")
         if not series and not secs:
@@ -369,9 +354,9 @@ class Plotter:
 
     def memory(self):
         fig, ax = self._axes("memory")
-        used = self._series("metrics", "heap_used")
-        mx = self._series("metrics", "heap_max")
-        rss = self._series("process", "rss_mb")
+        used = self.ev.series("metrics", "heap_used")
+        mx = self.ev.series("metrics", "heap_max")
+        rss = self.ev.series("process", "rss_mb")
         if not used and not mx and not rss:
             self._no_data(ax, "no heap or RSS samples")
         else:
@@ -392,7 +377,7 @@ class Plotter:
 
     def gc(self):
         fig, ax = self._axes("gc")
-        t, r = per_second(self._series("metrics", "gc_seconds"))
+        t, r = per_second(self.ev.series("metrics", "gc_seconds"))
         if not len(t):
             self._no_data(ax, "no gc_seconds samples")
         else:
@@ -403,7 +388,7 @@ class Plotter:
 
     def stored(self):
         fig, ax = self._axes("stored")
-        pts = self._series("storage", "stored") or self._series("metrics", "stored")
+        pts = self.ev.series("storage", "stored") or self.ev.series("metrics", "stored")
         t, r = per_second(pts)
         if not len(t):
             self._no_data(ax, "no stored-count samples")

@@ -73,14 +73,11 @@ def build_shape(exp: ExperimentSpec, profile: str):
 
 
 def provision(stack: Stack, exp: ExperimentSpec):
-    from .load import Device
     from .provision import NoProvisioner, TbRestProvisioner, device_names
     prov = stack.spec.provisioning
     wanted = device_names(exp.load.device_prefix, exp.load.devices)
-    if prov.kind == "none":
-        return NoProvisioner().ensure_devices(wanted) if hasattr(NoProvisioner, "ensure_devices") else \
-            [Device(n, t) for n, t in wanted]
-    client = TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
+    client = NoProvisioner() if prov.kind == "none" else \
+        TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
     client.login()
     return client.ensure_devices(wanted)
 

@@ -46,11 +46,10 @@ class MonsoonSession:
         try:
             result = run_experiment(stack_spec, exp, self.profile, out, run_id=self.run_id,
                                     progress=self.progress, stop=self.stop)
-        finally:
+            self.results.append(result)
+            return result
+        finally:  # an interrupted run still leaves a report of what finished
             self.write_report()
-        self.results.append(result)
-        self.write_report()
-        return result
 
     def write_report(self) -> tuple[dict, str] | None:
         if not self.run_dir.exists():

@@ -177,10 +177,13 @@ class Stack:
         return self.render(value)
 
     # --- lifecycle
+    def _base_ctx(self) -> dict[str, str]:
+        return {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+
     def preflight(self) -> None:
         """Check every declared requirement before touching anything."""
         problems = []
-        ctx = {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        ctx = self._base_ctx()
         for name, svc in self.spec.services.items():
             for req in svc.requires:
                 if req.binary and shutil.which(req.binary) is None:
@@ -195,7 +198,7 @@ class Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         self.ports = allocate_ports(self.spec)
-        self.ctx = {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        self.ctx = self._base_ctx()
         self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports)
         try:
             for name in self.spec.start_order():

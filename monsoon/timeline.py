@@ -79,14 +79,23 @@ class Events:
 
     def __init__(self, events: list[dict]):
         self.events = events
+        # one pass over the events: a 24 h run holds ~500k, and every check and plot asks for a few series
+        self._by_type: dict[str, list[dict]] = {}
+        self._samples: dict[str, list[dict]] = {}
+        for e in events:
+            self._by_type.setdefault(e.get("type"), []).append(e)
+            if e.get("type") == "sample":
+                self._samples.setdefault(e.get("collector"), []).append(e)
 
     @classmethod
     def load(cls, path: Path) -> "Events":
         return cls(read_events(path))
 
     def of(self, type: str, **match: Any) -> Iterator[dict]:
-        for e in self.events:
-            if e.get("type") == type and all(e.get(k) == v for k, v in match.items()):
+        pool = self._samples.get(match.get("collector"), []) if type == "sample" and "collector" in match \
+            else self._by_type.get(type, [])
+        for e in pool:
+            if all(e.get(k) == v for k, v in match.items()):
                 yield e
 
     def first(self, type: str, **match: Any) -> dict | None:

@@ -124,14 +124,18 @@ class ToxiproxyClient:
     def set_enabled(self, name: str, enabled: bool) -> Proxy:
         return Proxy.from_json(self._call("POST", f"/proxies/{name}", {"enabled": enabled}))
 
-    def delete_proxy(self, name: str) -> bool:
+    def _delete(self, path: str) -> bool:
+        """DELETE ``path``; False when it was already gone (404)."""
         try:
-            self._call("DELETE", f"/proxies/{name}")
+            self._call("DELETE", path)
             return True
         except ToxiproxyError as e:
             if e.status == 404:
                 return False
             raise
+
+    def delete_proxy(self, name: str) -> bool:
+        return self._delete(f"/proxies/{name}")
 
     def toxics(self, proxy: str) -> list[Toxic]:
         return [Toxic.from_json(t) for t in self._call("GET", f"/proxies/{proxy}/toxics") or ()]
@@ -142,13 +146,7 @@ class ToxiproxyClient:
             "toxicity": toxic.toxicity, "attributes": toxic.attributes}))
 
     def remove_toxic(self, proxy: str, name: str) -> bool:
-        try:
-            self._call("DELETE", f"/proxies/{proxy}/toxics/{name}")
-            return True
-        except ToxiproxyError as e:
-            if e.status == 404:
-                return False
-            raise
+        return self._delete(f"/proxies/{proxy}/toxics/{name}")
 
     def reset(self) -> None:
         """Enable every proxy and remove every toxic — of *every* run: prefer ``heal_all``."""
