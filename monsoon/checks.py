@@ -107,18 +107,30 @@ class RunData:
 # ---------------------------------------------------------------- the checks
 
 def no_oom(run: RunData) -> Verdict:
-    """No service died of out-of-memory (JVM exit 3 / exit 137 / OutOfMemoryError in its log) and none restarted."""
+    """No service died of out-of-memory (JVM exit 3 / exit 137 / OutOfMemoryError in its log) and none restarted.
+
+    Exits and restarts that an injected kill (pod-kill, kafka-broker-restart) of that
+    service explains are the fault working, not the stack failing: they are counted
+    apart (``injected_kills``), unless the exit itself shows an out-of-memory death.
+    """
+    from .faultchecks import explained_by_kill
     name = "no_oom"
     starts = list(run.events.of("service", event="start"))
     if not starts:
         return Verdict(name, UNKNOWN, {"oom_events": 0, "restarts": 0},
                        "no service events in the timeline: monsoon did not supervise this stack")
-    exits = list(run.events.of("service", event="exit"))
+    all_exits = list(run.events.of("service", event="exit"))
+    exits = [e for e in all_exits if e.get("oom") or not explained_by_kill(run.events, e["service"], e["t"])]
     ooms = [e for e in exits if e.get("oom") or e.get("code") in (3, 137)]
-    restarts = list(run.events.of("service", event="restart"))
+    restarts = [e for e in run.events.of("service", event="restart")
+                if not explained_by_kill(run.events, e["service"], e["t"])]
     figures = {"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)}
+    injected = len(all_exits) - len(exits)
+    if injected:
+        figures["injected_kills"] = injected
     if not ooms and not restarts and not exits:
-        return Verdict(name, PASS, figures, "no out-of-memory death, no exit, no restart")
+        extra = f" ({injected} exit(s) caused by injected kills)" if injected else ""
+        return Verdict(name, PASS, figures, "no out-of-memory death, no unexpected exit or restart" + extra)
     burst = run.events.phase("burst")
     parts = []
     for e in (ooms or exits)[:3]:
@@ -160,17 +172,23 @@ def no_acked_loss(run: RunData) -> Verdict:
 
 
 def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None) -> Verdict:
-    """After the burst (or the load) ends, the backlog returns to near zero within ``seconds``."""
+    """After the burst ends (or each fault window ends, or the load ends), the backlog returns to near zero
+    within ``seconds``."""
     name = "lag_recovers_within"
     what, series = run.backlog_series()
+    base = float(run.meta.get("base_rate") or 0)
+    tol = tolerance if tolerance is not None else max(10.0, base)  # about one second of x1 traffic
     end = run.phase_end("burst")
+    if end is None:
+        from .faultchecks import fault_windows
+        wins = [w for w in fault_windows(run.events) if w.end is not None]
+        if wins and series:
+            return _recovers_after_faults(run, what, series, wins, seconds, tol)
     anchor = "burst end"
     if end is None:
         end, anchor = run.load_end(), "load end"
     if end is None or not series:
         return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline")
-    base = float(run.meta.get("base_rate") or 0)
-    tol = tolerance if tolerance is not None else max(10.0, base)  # about one second of x1 traffic
     peak = max(v for _, v in series)
     after = [(t, v) for t, v in series if t >= end]
     figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
@@ -201,6 +219,43 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     return Verdict(name, FAIL, figures,
                    f"{what} peaked at {peak:,.0f} and was still {after[-1][1]:,.0f} {observed:.0f}s after the "
                    f"{anchor} (limit {seconds:g}s)")
+
+
+def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, float]], wins: list,
+                           seconds: float, tol: float) -> Verdict:
+    """Recovery measured from the end of every fault window: the slowest one is judged."""
+    name = "lag_recovers_within"
+    last_t = series[-1][0]
+    recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
+    for w in wins:
+        during = [v for t, v in series if w.start <= t]
+        peak = max(during) if during else 0.0
+        rec = next((t for t, v in series if t >= w.end and v <= tol), None)
+        recs.append((w, None if rec is None else rec - w.end, peak))
+    peak_all = max((p for _, _, p in recs), default=0.0)
+    done = [r for _, r, _ in recs if r is not None]
+    figures = {"peak_lag": peak_all, "tolerance": tol, "limit_s": seconds, "faults": len(wins),
+               "faults_recovered": len(done)}
+    if done:
+        figures["recovery_s"] = round(max(done), 1)
+        figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
+    slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
+    pending = [(w, p) for w, r, p in recs if r is None]
+    if slow:
+        w, r = max(slow, key=lambda x: x[1])
+        return Verdict(name, FAIL, figures, f"{what} took {r:.1f}s to fall to <= {tol:,.0f} after {w.name}#{w.window} "
+                                            f"ended (limit {seconds:g}s)")
+    if pending:
+        w, p = pending[0]
+        waited = last_t - w.end
+        figures["final_lag"] = series[-1][1]
+        verdict = FAIL if waited >= seconds else UNKNOWN
+        return Verdict(name, verdict, figures,
+                       f"{what} still {series[-1][1]:,.0f} {waited:.0f}s after {w.name}#{w.window} ended "
+                       f"(limit {seconds:g}s{'' if verdict == FAIL else '; sampling ended before the limit'})")
+    return Verdict(name, PASS, figures,
+                   f"{what} (peak {peak_all:,.0f}) fell to <= {tol:,.0f} within {max(done):.1f}s after each of "
+                   f"{len(wins)} fault window(s) (mean {figures['recovery_s_mean']:.1f}s, limit {seconds:g}s)")
 
 
 def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: float, tol: float) -> dict | None:
@@ -254,6 +309,7 @@ def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Ve
 from .lag import consumer_not_stalled, lag_bounded  # noqa: E402
 from .memory import gc_time_fraction, no_memory_leak  # noqa: E402
 from .slo import error_budget  # noqa: E402
+from .faultchecks import faults_landed, latency_objective, throughput_drop  # noqa: E402
 
 CHECKS.update({
     "lag_bounded": lag_bounded,
@@ -261,4 +317,7 @@ CHECKS.update({
     "error_budget": error_budget,
     "no_memory_leak": no_memory_leak,
     "gc_time_fraction": gc_time_fraction,
+    "faults_landed": faults_landed,
+    "throughput_drop": throughput_drop,
+    "latency_objective": latency_objective,
 })

@@ -140,17 +140,9 @@ def windows_of(ev: Events) -> list[Window]:
             name = str(p.get("name", "phase"))
             out.append(Window(name, float(p["start"]), float(p["end"]) if _num(p.get("end")) else None,
                               "burst" if "burst" in name.lower() else "phase"))
-    open_faults: dict[str, float] = {}
-    for f in ev.of("fault"):
-        name = str(f.get("name") or f.get("kind") or "fault")
-        key = str(f.get("id") or f.get("handle") or name)
-        if _num(f.get("start")):  # one event per window: {"start":, "end":}
-            out.append(Window(name, float(f["start"]), float(f["end"]) if _num(f.get("end")) else None, "fault"))
-        elif f.get("event") in ("start", "inject", "injected") and _num(f.get("t")):  # or start/end pairs
-            open_faults[key] = float(f["t"])
-        elif f.get("event") in ("end", "heal", "healed") and _num(f.get("t")) and key in open_faults:
-            out.append(Window(name, open_faults.pop(key), float(f["t"]), "fault"))
-    out += [Window(k, t, None, "fault") for k, t in open_faults.items()]
+    from .faultchecks import fault_windows
+    for w in fault_windows(ev):
+        out.append(Window(f"{w.name}#{w.window}" if w.window else w.name, w.start, w.end, "fault"))
     return out
 
 

@@ -30,6 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--monsoon-runs-dir", default=None,
                 help="where run directories go (default: ini monsoon_runs_dir or <repo>/runs)")
     g.addoption("--monsoon-run-id", default=None, help="use this run id instead of a timestamped one")
+    g.addoption("--monsoon-dry-run", action="store_true", default=False,
+                help="validate every stack, experiment and fault, print what would be started and injected "
+                     "(Kubernetes manifests included), and skip the scenarios: nothing is started")
     parser.addini("monsoon_profile", "default --monsoon-profile", default="quick")
     parser.addini("monsoon_runs_dir", "default --monsoon-runs-dir", default="")
 
@@ -59,7 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
                 tr.write_line(msg)
 
     config.stash[SESSION_KEY] = MonsoonSession(profile=profile, runs_dir=runs,
-                                               run_id=config.getoption("--monsoon-run-id"), progress=progress)
+                                               run_id=config.getoption("--monsoon-run-id"), progress=progress,
+                                               dry_run=config.getoption("--monsoon-dry-run"))
     if threading.current_thread() is threading.main_thread():
         # SIGTERM unwinds like Ctrl-C, so every fault heals and every process stops
         def on_term(signum, frame):

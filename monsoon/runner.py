@@ -33,9 +33,12 @@ class ExperimentResult:
     dir: Path
     checks: list[Verdict] = field(default_factory=list)
     error: str | None = None
+    dry_run: str | None = None      # the plan that a dry run printed instead of running
 
     @property
     def verdict(self) -> str:
+        if self.dry_run is not None:
+            return "skipped"
         return combine([c.verdict for c in self.checks] + (["unknown"] if self.error else []))
 
     def to_dict(self) -> dict:
@@ -45,10 +48,19 @@ class ExperimentResult:
             d["error"] = self.error
         return d
 
+    def check(self, name: str) -> Verdict:
+        """The verdict of one check by name (KeyError naming the checks there are)."""
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check {name!r} in {self.stack}/{self.experiment} (has: {', '.join(c.name for c in self.checks)})")
+
     def assert_pass(self) -> None:
-        """Fail the calling test with the numbers unless every check passed."""
+        """Fail the calling test with the numbers unless every check passed (skip it after a dry run)."""
+        import pytest
+        if self.dry_run is not None:
+            pytest.skip(f"dry run of {self.stack}/{self.experiment}: nothing was started")
         if self.verdict != "pass":
-            import pytest
             pytest.fail(self.failure_message(), pytrace=False)
 
     def failure_message(self) -> str:
@@ -146,16 +158,25 @@ def _progress_line(label: str, t: float, phase: str, st, sampler: Sampler, resta
 
 def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *,
                    run_id: str, progress: Progress = lambda s: None, progress_every: float = 5.0,
-                   stop: threading.Event | None = None) -> ExperimentResult:
+                   stop: threading.Event | None = None, dry_run: bool = False) -> ExperimentResult:
     """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
-    KeyboardInterrupt/SystemExit propagate after everything is torn down."""
+    KeyboardInterrupt/SystemExit propagate after everything is torn down (faults healed first).
+
+    ``dry_run``: validate everything, print what would be done, start nothing."""
+    from .chaos import build_backends, describe, experiment_faults
+    from .faults import FaultContext, FaultPlan
     from .load import MqttFleet
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stop = stop or threading.Event()
     result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir)
     durations = exp.durations(profile)
     shape = build_shape(exp, profile)
+    faults = experiment_faults(exp, profile, stack_spec)   # a bad fault fails here, before anything starts
+    if dry_run:
+        result.dry_run = describe(stack_spec, exp, profile, faults, run_id)
+        progress(result.dry_run)
+        return result
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stop = stop or threading.Event()
     label = f"{stack_spec.name}/{exp.name}"
     restarts = [0]
 
@@ -164,7 +185,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                base_rate=exp.load.base_rate, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
                devices=exp.load.devices, qos=exp.load.qos, durations=durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
-               checks=[{"name": c.name, "params": c.resolved(profile)} for c in exp.checks])
+               checks=[{"name": c.name, "params": c.resolved(profile)} for c in exp.checks],
+               faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
 
         def on_event(type_: str, **fields) -> None:
             tl.add(type_, **fields)
@@ -206,7 +228,19 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                         ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
                         progress(_progress_line(label, st.t, ph, st, sampler, restarts[0]))
 
-                totals = fleet.run(stop, on_second)
+                if faults:
+                    ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
+                    plan = FaultPlan(faults, build_backends(faults, stack, out_dir), tl, ctx=ctx,
+                                     horizon=durations.total)
+                    progress(f"[{label}] faults: " + "; ".join(
+                        f"{f.name} ({f.kind}) on {f.target} at "
+                        + ", ".join(f"{a:g}s" for a, _ in f.schedule.windows(durations.total)[:6])
+                        for f in faults))
+                    with plan:           # heals every fault on every exit path, then takes the census
+                        totals = fleet.run(stop, on_second)
+                    _report_plan(plan, label, progress)
+                else:
+                    totals = fleet.run(stop, on_second)
                 tl.add("op", op="load-end", **_totals_dict(totals))
                 fleet.close()
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
@@ -227,9 +261,22 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
             if sampler is not None:
                 sampler.stop()
 
-    result.checks = evaluate(out_dir, [(c.name, c.resolved(profile)) for c in exp.checks])
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks]
+    if faults and "faults_landed" not in {n for n, _ in checks}:
+        checks.append(("faults_landed", {}))
+    result.checks = evaluate(out_dir, checks)
     (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
     return result
+
+
+def _report_plan(plan, label: str, progress: Progress) -> None:
+    injected = [e for e in plan.events if e["phase"] == "inject"]
+    landed = sum(1 for e in injected if e["landed"] is True)
+    heals = [e for e in plan.events if e["phase"] == "heal"]
+    healed = sum(1 for e in heals if e["landed"] is not False)
+    progress(f"[{label}] faults: {len(injected)} injected, {landed} landed, {healed} of {len(heals)} heals verified"
+             + ("" if not plan.leftovers else f"; LEFT IN PLACE: {plan.leftovers}")
+             + ("" if not plan.errors else f"; errors: {'; '.join(plan.errors)}"))
 
 
 def _totals_dict(totals) -> dict:

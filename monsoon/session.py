@@ -19,13 +19,14 @@ def new_run_id() -> str:
 
 class MonsoonSession:
     def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
-                 progress: Callable[[str], None] = print):
+                 progress: Callable[[str], None] = print, dry_run: bool = False):
         self.profile = profile
         self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
         self.run_id = run_id or new_run_id()
         self.progress = progress
         self.results: list[ExperimentResult] = []
         self.stop = threading.Event()
+        self.dry_run = dry_run
 
     @property
     def run_dir(self) -> Path:
@@ -36,6 +37,9 @@ class MonsoonSession:
         stack_spec = load_stack(stack)
         exp = load_experiment(experiment)
         exp.durations(self.profile)  # fail before starting anything
+        if self.dry_run:
+            return run_experiment(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+                                  run_id=self.run_id, progress=self.progress, dry_run=True)
         out = self.run_dir / f"{stack_spec.name}--{exp.name}"
         n = 2
         while out.exists():

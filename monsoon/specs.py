@@ -17,9 +17,9 @@ from .yamlio import LocatedDoc, SpecError, load_located, validate
 REPO = Path(__file__).resolve().parent.parent
 PROFILES = ("quick", "nightly", "full")
 
-# {repo} {cache} {run_dir} {stack_dir} {dir} {port:NAME}
+# {repo} {cache} {python} {run_dir} {stack_dir} {dir} {port:NAME}
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
-TEMPLATE_NAMES = {"repo", "cache", "run_dir", "stack_dir", "dir", "port"}
+TEMPLATE_NAMES = {"repo", "cache", "python", "run_dir", "stack_dir", "dir", "port"}
 
 
 class _Frozen(BaseModel):
@@ -137,6 +137,11 @@ class ObserveSpec(_Frozen):
     kafka: KafkaObserveSpec | None = None
 
 
+class ChaosSpec(_Frozen):
+    """Where the stack's fault tooling lives (templates allowed)."""
+    toxiproxy: str | None = Field(None, description="the stack's Toxiproxy API, e.g. http://127.0.0.1:{port:toxiproxy}")
+
+
 class StackSpec(_Frozen):
     name: str
     description: str = ""
@@ -146,6 +151,7 @@ class StackSpec(_Frozen):
     provisioning: ProvisioningSpec
     storage: StorageSpec
     observe: ObserveSpec = ObserveSpec()
+    chaos: ChaosSpec = ChaosSpec()
     source: str = ""
 
     def start_order(self) -> list[str]:
@@ -213,13 +219,44 @@ class CheckSpec(_Frozen):
     params: dict[str, Any] = {}
 
     def resolved(self, profile: str) -> dict[str, Any]:
-        out = {}
-        for k, v in self.params.items():
-            if isinstance(v, dict):
-                if profile not in v:
-                    raise SpecError("", None, f"checks.{self.name}.{k}", f"no value for profile {profile!r}")
-                v = v[profile]
-            out[k] = v
+        return {k: _per_profile(v, profile, f"checks.{self.name}.{k}") for k, v in self.params.items()}
+
+
+def _per_profile(value: Any, profile: str, key: str) -> Any:
+    """``{quick: 30, full: 3600}`` -> the profile's value; anything else as is."""
+    if isinstance(value, dict) and value and set(value) <= set(PROFILES) | {"default"}:
+        if profile in value:
+            return value[profile]
+        if "default" in value:
+            return value["default"]
+        raise SpecError("", None, key, f"no value for profile {profile!r}")
+    return value
+
+
+class FaultRef(_Frozen):
+    """One fault of an experiment: a profile from ``fault-profiles/`` plus overrides.
+
+    ``schedule`` and ``params`` are merged key by key onto the profile's; every
+    value may differ per profile (``at: {quick: 30, full: 3600}``).  Times are
+    seconds from the start of the load.
+    """
+    profile: str
+    name: str | None = None
+    target: str | dict[str, Any] | None = None
+    backend: str | None = None
+    params: dict[str, Any] = {}
+    schedule: dict[str, Any] = {}
+
+    def overrides(self, profile: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("name", "target", "backend"):
+            v = getattr(self, key)
+            if v is not None:
+                out[key] = v
+        for key in ("params", "schedule"):
+            d = getattr(self, key)
+            if d:
+                out[key] = {k: _per_profile(v, profile, f"faults.{key}.{k}") for k, v in d.items()}
         return out
 
 
@@ -230,7 +267,15 @@ class ExperimentSpec(_Frozen):
     load: LoadSpec
     profiles: dict[Literal["quick", "nightly", "full"], Durations]
     checks: tuple[CheckSpec, ...]
+    faults: tuple[FaultRef, ...] = ()
     source: str = ""
+
+    @field_validator("faults", mode="before")
+    @classmethod
+    def _faults(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"profile": x} if isinstance(x, str) else x for x in v]
+        return v
 
     @field_validator("checks", mode="before")
     @classmethod
@@ -282,7 +327,7 @@ def _check_templates(doc: LocatedDoc) -> None:
                     bad = True
                 if bad:
                     raise SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)),
-                                    f"unknown placeholder {m.group(0)} (use {{repo}}, {{cache}}, {{run_dir}}, "
+                                    f"unknown placeholder {m.group(0)} (use {{repo}}, {{cache}}, {{python}}, {{run_dir}}, "
                                     "{stack_dir}, {dir} inside a service, or {port:NAME})")
     walk(doc.data, ())
 
@@ -336,4 +381,9 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
                 raise _fail(doc, ("checks", i), f"{e.key}: no value for profile {profile!r}") from None
             except ValueError as e:
                 raise _fail(doc, ("checks", i), str(e)) from None
+    if spec.faults:
+        from .chaos import resolve_fault
+        for i, ref in enumerate(spec.faults):
+            for profile in spec.profiles:
+                resolve_fault(ref, profile, where=(doc.path, doc.line_of(("faults", i)), f"faults.{i}"))
     return spec

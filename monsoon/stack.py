@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ class Stack:
 
     # --- lifecycle
     def _base_ctx(self) -> dict[str, str]:
-        return {"repo": str(REPO), "cache": str(CACHE), "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir), "stack_dir": str(self.dir)}
 
     def preflight(self) -> None:
         """Check every declared requirement before touching anything."""

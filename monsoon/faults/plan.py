@@ -168,6 +168,10 @@ class FaultPlan:
 
     def start(self) -> "FaultPlan":
         self.t0 = self.clock()
+        # the plan's clock starts here: a fault's timeline time is this event's t + its "effective"
+        self.timeline.add("fault-plan", run_id=self.ctx.run_id, horizon=self.horizon,
+                          faults=[{"name": f.name, "kind": f.kind, "backend": f.backend, "target": str(f.target),
+                                   "windows": f.schedule.windows(self.horizon)} for f in self.faults])
         self._thread = threading.Thread(target=self._run_safe, name="fault-plan", daemon=True)
         self._thread.start()
         return self

@@ -159,6 +159,16 @@ def run_prefix(run_id: str) -> str:
     return f"m_{check_run_id(run_id)}__"
 
 
+def run_ids_on(backend: "ToxiproxyBackend") -> set[str]:
+    """Run ids that have proxies or toxics on a Toxiproxy server (names ``m_<run-id>__...``)."""
+    ids = set()
+    for name, proxy in backend.client.proxies().items():
+        for n in [name, *(t.name for t in proxy.toxics)]:
+            if n.startswith("m_") and "__" in n:
+                ids.add(n[2:].split("__", 1)[0])
+    return ids
+
+
 def proxy_name(run_id: str, hop: tuple[str, str]) -> str:
     return f"{run_prefix(run_id)}{hop[0]}__{hop[1]}"
 

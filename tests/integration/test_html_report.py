@@ -134,7 +134,11 @@ def build_kafka(run_dir: Path) -> Exp:
     """x10 on a Kafka queue: lag builds during the burst and drains; a fault window; nothing lost."""
     x = Exp(run_dir, "kafka", "burst-x10")
     _common(x)
-    x.ev("fault", T0 + 90, name="network-latency", start=T0 + 90, end=T0 + 120)
+    # the events a FaultPlan writes: its clock start, then inject/heal with plan-relative "effective" times
+    x.ev("fault-plan", T0, run_id="r", horizon=WARMUP + BURST + RECOVERY, faults=[])
+    for phase, eff in (("inject", 90.0), ("heal", 120.0)):
+        x.ev("fault", T0 + eff + 0.2, name="network-latency", kind="network-latency", backend="toxiproxy",
+             target="platform->kafka", window=0, phase=phase, intended=eff, effective=eff, landed=True, evidence={})
     end = T0 + WARMUP + BURST + RECOVERY
     ends, committed, stored, gc = [0, 0, 0], [0, 0, 0], 0, 0.0
     for i in range(int(end) + 60):  # sampling goes on while the backlog drains after the load

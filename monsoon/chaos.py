@@ -1,0 +1,233 @@
+"""The experiment side of faults: resolve an experiment's ``faults:`` against a stack,
+build the backends it needs, describe the plan (dry run), and heal every run.
+
+The backends and the plan live in :mod:`monsoon.faults`; this module only glues
+them to stacks, experiments and run directories.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from .faults.base import FaultBackend, FaultContext, FaultError
+from .faults.spec import PROFILES_DIR, FaultSpec, _resolve as _resolve_profile, check_target
+from .specs import ExperimentSpec, FaultRef, StackSpec
+from .yamlio import SpecError, load_located, validate
+
+KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"
+
+
+def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None = None,
+                  where: tuple[str | Path, int | None, str] | None = None) -> FaultSpec:
+    """The fault profile ``ref.profile`` with the experiment's overrides for ``profile``, validated.
+
+    ``where`` (file, line, key) of the experiment's entry: errors in an override
+    are reported there, errors of the profile itself at the profile's line.
+    """
+    try:
+        path = _resolve_profile(ref.profile, PROFILES_DIR)
+        doc = load_located(path)
+        if isinstance(doc.data, dict):
+            ov = ref.overrides(profile)
+            for key in ("params", "schedule"):
+                if key in ov:
+                    doc.data[key] = {**(doc.data.get(key) or {}), **ov.pop(key)}
+            doc.data.update(ov)
+            doc.data.setdefault("source", str(path))
+        spec = validate(doc, FaultSpec)
+        if services is not None:
+            check_target(spec, set(services), doc_path=path, line=doc.line_of(("target",)))
+        return spec
+    except SpecError as e:
+        if where is None:
+            raise
+        file, line, key = where
+        raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}") from None
+
+
+def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None) -> list[FaultSpec]:
+    """Every fault of an experiment for one profile, checked against the stack's services when given."""
+    services = set(stack.services) if stack is not None else None
+    doc = load_located(exp.source) if exp.source and Path(exp.source).exists() else None
+    out = []
+    for i, ref in enumerate(exp.faults):
+        line = doc.line_of(("faults", i)) if doc is not None else None
+        out.append(resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}")))
+    names = [f.name for f in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise SpecError(exp.source, None, "faults", f"two faults named {', '.join(dup)}: give each a distinct name")
+    return out
+
+
+def kube_namespaces() -> tuple[str, ...]:
+    """The namespace allow-list for Kubernetes faults (``MONSOON_KUBE_NAMESPACES=a,b``; empty allows none)."""
+    return tuple(x.strip() for x in os.environ.get(KUBE_NAMESPACES_ENV, "").split(",") if x.strip())
+
+
+def build_backends(faults: list[FaultSpec], stack: Any, run_dir: Path) -> dict[str, FaultBackend]:
+    """One backend per name the faults use, bound to the running stack."""
+    out: dict[str, FaultBackend] = {}
+    for name in sorted({f.backend for f in faults}):
+        if name == "toxiproxy":
+            from .faults.toxiproxy import ToxiproxyBackend
+            api = stack.spec.chaos.toxiproxy
+            if not api:
+                raise FaultError(f"stack {stack.spec.name!r} has no Toxiproxy (chaos.toxiproxy): its hops cannot "
+                                 "be slowed; use a stack that routes them through Toxiproxy, e.g. kafka-registry")
+            out[name] = ToxiproxyBackend(stack.endpoint(api))
+        elif name == "process":
+            from .faults.process import ProcessBackend
+            out[name] = ProcessBackend(stack)
+        elif name == "cgroup":
+            from .faults.cgroup import CgroupBackend
+            out[name] = CgroupBackend(stack=stack)
+        else:
+            from .faults.kube import KubeBackend
+            out[name] = KubeBackend(name, kube_namespaces(), out_dir=run_dir)
+    return out
+
+
+# ------------------------------------------------------------------ dry run
+
+def _what(f: FaultSpec) -> str:
+    p = f.params
+    d = p.model_dump() if p is not None else {}
+    if f.backend == "toxiproxy":
+        proxy = f"proxy m_<run>__{f.target.hop[0]}__{f.target.hop[1]}" if f.target.hop else "?"
+        if f.kind == "dependency-down":
+            return f"Toxiproxy: {d['mode']} {proxy}"
+        if f.kind == "bandwidth":
+            return f"Toxiproxy: bandwidth {d['rate_kbps']} KiB/s {d['stream']} on {proxy}"
+        return f"Toxiproxy: latency {d['latency_ms']} ms +/- {d['jitter_ms']} ms {d['stream']} on {proxy}"
+    if f.backend == "process":
+        if f.kind == "process-pause":
+            return f"SIGSTOP the process group of {f.target}, SIGCONT at the end"
+        return f"{d['signal']} the process group of {f.target}; expect a supervised restart within {d['restart_timeout']:g}s"
+    if f.backend == "cgroup":
+        return f"lower the memory limit of {f.target}'s cgroup to {d['limit_mb']} MiB ({d['mode']}), restore at the end"
+    return f"{f.backend}: apply the objects below in namespace {f.target.kube.namespace if f.target.kube else '?'}"
+
+
+def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[FaultSpec], run_id: str) -> str:
+    """What a run would do, without doing it."""
+    d = exp.durations(profile)
+    lines = [f"DRY RUN {stack.name} / {exp.name} ({profile}): nothing is started, nothing is injected",
+             f"  stack: start {', '.join(stack.start_order())}",
+             f"  load: {exp.load.devices} devices, QoS {exp.load.qos}, x1 = {exp.load.base_rate:g} msg/s, "
+             f"{exp.load.shape.kind}" + (f" x{exp.load.shape.multiplier:g}" if exp.load.shape.multiplier else "")
+             + f", {d.total:g}s (+ drain up to {d.drain_timeout:g}s)"]
+    for f in faults:
+        wins = f.schedule.windows(d.total)
+        when = ", ".join(f"{a:g}-{b:g}s" for a, b in wins[:4]) + (f" ... ({len(wins)} windows)" if len(wins) > 4 else "")
+        lines.append(f"  fault {f.name} [{f.kind}, {f.backend}] on {f.target} at {when or 'never (after the load)'}")
+        lines.append(f"    {_what(f)}")
+        if f.backend in ("chaos-mesh", "litmus"):
+            from .faults.kube import render, to_yaml
+            try:
+                text = to_yaml(render(f, run_id, kube_namespaces()))
+            except FaultError as e:
+                text = f"REFUSED: {e}"
+            lines.extend("    | " + x for x in text.rstrip().splitlines())
+    checks = [c.name for c in exp.checks] + (["faults_landed"] if faults else [])
+    lines.append(f"  checks: {', '.join(checks)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------- heal --all
+
+def _toxiproxy_apis_of_runs() -> list[str]:
+    """API addresses of the Toxiproxy servers that monsoon runs started (found by their MONSOON_RUN_ID label)."""
+    from .stack import find_leftovers
+    apis = []
+    for pid in find_leftovers():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if not args or not Path(args[0]).name.startswith("toxiproxy-server"):
+            continue
+        host, port = "127.0.0.1", "8474"
+        for i, a in enumerate(args[:-1]):
+            if a in ("-port", "--port"):
+                port = args[i + 1]
+            if a in ("-host", "--host"):
+                host = args[i + 1]
+        apis.append(f"http://{host}:{port}")
+    return apis
+
+
+def run_ids_in_place(state_root: Path | None = None) -> set[str]:
+    """Run ids that still have something in place: labelled processes or cgroup records."""
+    from .faults.cgroup import CgroupBackend
+    from .stack import find_leftovers
+    ids: set[str] = set()
+    for pid in find_leftovers():
+        try:
+            for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                if kv.startswith(b"MONSOON_RUN_ID="):
+                    ids.add(kv.split(b"=", 1)[1].decode())
+        except OSError:
+            continue
+    rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
+    if rec_root.exists():
+        ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
+    return ids
+
+
+def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] = (),
+                    reap_processes: bool = True) -> tuple[list[str], dict[str, list[str]]]:
+    """Heal every fault of one run (or of every run) without handles: after ``kill -9`` of monsoon.
+
+    Order: thaw stopped processes, restore cgroup limits, delete the run's
+    toxics and proxies on every known Toxiproxy, delete labelled Kubernetes
+    objects (when a cluster is configured), then (optionally) kill the run's
+    processes.  Returns (what was done, census of what is still in place).
+    """
+    from .faults.cgroup import CgroupBackend
+    from .faults.kube import KubeBackend, cluster_configured
+    from .faults.process import ProcessBackend
+    from .faults.toxiproxy import ToxiproxyBackend, run_ids_on
+    from .stack import reap
+
+    done: list[str] = []
+    apis = list(dict.fromkeys([*toxiproxy_apis, *_toxiproxy_apis_of_runs()]))
+    tox = [ToxiproxyBackend(a) for a in apis]
+    ids = {run_id} if run_id else run_ids_in_place()
+    if not run_id:
+        for b in tox:
+            try:
+                ids.update(run_ids_on(b))
+            except Exception as e:  # an unreachable Toxiproxy holds nothing any more
+                done.append(f"toxiproxy {b.client.api}: not reachable ({type(e).__name__})")
+    kube = [KubeBackend(f, ()) for f in ("chaos-mesh", "litmus")] if cluster_configured() else []
+    backends: list[Any] = [ProcessBackend(), CgroupBackend(), *tox, *kube]
+    for rid in sorted(ids):
+        for b in backends:
+            try:
+                done += [f"{rid} {b.name}: {x}" for x in b.heal_all(rid)]
+            except Exception as e:
+                done.append(f"{rid} {b.name}: FAILED {e}")
+        if reap_processes:
+            for b in tox:
+                try:
+                    done += [f"{rid} toxiproxy: proxy {x} deleted" for x in b.unroute(rid)]
+                except Exception:
+                    pass
+            pids = reap(rid)
+            if pids:
+                done.append(f"{rid}: killed {len(pids)} leftover process(es)")
+    census: dict[str, list[str]] = {}
+    for rid in sorted(ids):
+        for b in backends:
+            if reap_processes and b.name == "toxiproxy":
+                continue   # the run's own Toxiproxy is gone with its processes
+            try:
+                left = b.census(rid)
+            except Exception as e:
+                left = [f"census failed: {e}"]
+            if left:
+                census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)
+    return done, census

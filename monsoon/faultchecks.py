@@ -1,0 +1,208 @@
+"""Checks about injected faults: did they land and heal, what did they cost.
+
+Pure functions of a saved run directory, like every check.  A fault's times on
+the timeline come from the ``fault-plan`` event (the plan's clock start) plus
+each ``fault`` event's ``effective`` seconds.
+
+* ``faults_landed``      — every fault landed and healed, nothing left in place
+  (added to every experiment that injects faults).
+* ``throughput_drop``    — ingestion throughput during the fault windows versus
+  before the first fault: ``throughput_drop_pct``.
+* ``latency_objective``  — a publish->PUBACK percentile, measured from the
+  intended send time (no coordinated omission), during the faults, a phase, or
+  the whole load.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+from .checks import ACKED_FILE, FAIL, PASS, UNKNOWN, RunData, Verdict
+
+KILL_KINDS = ("pod-kill", "kafka-broker-restart")
+
+
+@dataclass(frozen=True)
+class Window:
+    name: str
+    kind: str
+    target: str
+    window: int
+    start: float                 # timeline seconds
+    end: float | None            # None: never healed
+    landed: bool | None
+    healed: bool | None
+    evidence: dict
+    heal_evidence: dict
+
+
+def fault_windows(events) -> list[Window]:
+    """Every injected fault window with timeline times, landing and heal verdicts."""
+    plan = events.first("fault-plan")
+    if plan is None:
+        return []
+    t0 = plan["t"]
+    injects: dict[tuple, dict] = {}
+    heals: dict[tuple, dict] = {}
+    for e in events.of("fault"):
+        key = (e["name"], e["window"])
+        if e.get("phase") == "inject":
+            injects[key] = e
+        elif e.get("phase") == "heal":
+            heals.setdefault(key, e)
+    out = []
+    for key, e in sorted(injects.items(), key=lambda kv: kv[1]["effective"]):
+        h = heals.get(key)
+        out.append(Window(e["name"], e["kind"], e["target"], e["window"], t0 + e["effective"],
+                          None if h is None else t0 + h["effective"], e.get("landed"),
+                          None if h is None else h.get("landed"), e.get("evidence") or {},
+                          {} if h is None else h.get("evidence") or {}))
+    return out
+
+
+def explained_by_kill(events, service: str, t: float, slack: float = 2.0) -> Window | None:
+    """The injected kill of ``service`` that an exit or restart at ``t`` follows from, if any."""
+    for w in fault_windows(events):
+        if w.kind in KILL_KINDS and w.target == service:
+            timeout = float((w.evidence or {}).get("restart_after_s") or 0) + 30.0
+            if w.start - slack <= t <= w.start + timeout:
+                return w
+    return None
+
+
+def faults_landed(run: RunData) -> Verdict:
+    """Every fault landed (measured), healed (measured), and the census after the run found nothing left."""
+    name = "faults_landed"
+    ev = run.events
+    if ev.first("fault-plan") is None:
+        planned = run.meta.get("faults") or []
+        return Verdict(name, UNKNOWN, {"faults_injected": 0, "faults_landed": 0, "faults_healed": 0},
+                       f"{len(planned)} fault(s) planned but the fault plan never started (the run ended early)")
+    wins = fault_windows(ev)
+    failed_injects = [e for e in ev.of("fault", phase="inject") if (e.get("evidence") or {}).get("error")]
+    census = ev.first("fault-census") or {}
+    leftovers = census.get("leftovers") or {}
+    n_left = sum(len(v) for v in leftovers.values())
+    landed = [w for w in wins if w.landed is True]
+    healed = [w for w in wins if w.end is not None and w.healed is not False]
+    figures = {"faults_injected": len(wins), "faults_landed": len(landed), "faults_healed": len(healed),
+               "faults_left_in_place": n_left}
+    if census == {}:
+        return Verdict(name, UNKNOWN, figures, "no census after the fault plan: cannot say every fault healed")
+    if n_left or len(healed) < len(wins):
+        bad = [f"{w.name}#{w.window} ({w.heal_evidence.get('error') or 'heal not verified'})"
+               for w in wins if w not in healed]
+        what = "; ".join(bad + [f"{b}: {', '.join(v)}" for b, v in leftovers.items()])
+        return Verdict(name, FAIL, figures, f"faults not healed: {what}")
+    if not wins:
+        return Verdict(name, UNKNOWN, figures, "no fault window was injected during the load"
+                       + (f" ({len(failed_injects)} inject(s) failed)" if failed_injects else ""))
+    not_landed = [w for w in wins if w.landed is not True]
+    if not_landed:
+        w = not_landed[0]
+        how = w.evidence.get("error") or w.evidence.get("method") or "no measurement"
+        return Verdict(name, UNKNOWN, figures,
+                       f"{len(not_landed)} of {len(wins)} fault(s) did not demonstrably land, e.g. {w.name}#{w.window} "
+                       f"on {w.target} ({'not measurable' if w.landed is None else 'did not land'}: {how}); "
+                       "the run cannot vouch for the stack under that fault")
+    kinds = sorted({w.kind for w in wins})
+    return Verdict(name, PASS, figures,
+                   f"{len(wins)} fault window(s) ({', '.join(kinds)}) landed and healed; census clean")
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def throughput_drop(run: RunData, max_pct: float | None = None, settle_s: float = 5.0) -> Verdict:
+    """Acked msg/s inside the fault windows versus before the first fault (after ``settle_s`` of load).
+
+    With ``max_pct`` the check fails when throughput fell by more; without it the
+    drop is reported (pass) as long as it can be measured.
+    """
+    name = "throughput_drop"
+    wins = fault_windows(run.events)
+    loads = [(e["t"], float(e.get("acked") or 0), float(e.get("target_rate") or 0)) for e in run.events.of("load")]
+    if not wins or not loads:
+        return Verdict(name, UNKNOWN, {}, "no fault window or no load seconds in the timeline")
+    first = min(w.start for w in wins)
+    t_load = loads[0][0]
+    base = [a for t, a, _ in loads if t_load + settle_s <= t < first]
+    base_target = [r for t, _, r in loads if t_load + settle_s <= t < first]
+    during = [a for t, a, _ in loads
+              if any(w.start <= t - 1.0 and (w.end is None or t <= w.end) for w in wins)]
+    b, d = _mean(base), _mean(during)
+    figures: dict[str, float] = {"baseline_msg_s": round(b, 1) if b is not None else 0,
+                                 "during_faults_msg_s": round(d, 1) if d is not None else 0,
+                                 "baseline_seconds": len(base), "fault_seconds": len(during)}
+    if b is None or d is None or b <= 0 or len(base) < 3:
+        return Verdict(name, UNKNOWN, figures, f"too little data: {len(base)} baseline second(s) before the first "
+                       f"fault at t={first:.0f}s, {len(during)} second(s) inside fault windows")
+    drop = max(0.0, 100.0 * (1.0 - d / b))
+    figures["throughput_drop_pct"] = round(drop, 1)
+    if base_target:
+        figures["target_msg_s"] = round(_mean(base_target) or 0, 1)
+    msg = (f"ingestion fell from {b:,.0f} to {d:,.0f} acked msg/s during the fault windows "
+           f"({drop:.1f}% drop, {len(during)} s of faults)")
+    if max_pct is None:
+        return Verdict(name, PASS, figures, msg + " (reported; no limit set)")
+    figures["limit_pct"] = max_pct
+    return Verdict(name, PASS if drop <= max_pct else FAIL, figures, msg + f"; limit {max_pct:g}%")
+
+
+def _wall_offset(events) -> float | None:
+    """wall - t of the timeline (to place wall-clock times of the acked log on it)."""
+    m = events.first("meta")
+    return None if m is None else m["wall"] - m["t"]
+
+
+def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> list[float]:
+    """publish->PUBACK latency (ms, from the intended send time) of the acked messages intended inside ``spans``."""
+    p = run.dir / ACKED_FILE
+    off = _wall_offset(run.events)
+    if not p.exists() or off is None:
+        return []
+    out = []
+    with open(p, newline="") as fh:
+        for row in csv.DictReader(fh):
+            try:
+                intended, acked = int(row["intended_ms"]), int(row["acked_ms"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            t = intended / 1000.0 - off
+            if spans is None or any(a <= t <= b for a, b in spans):
+                out.append(float(acked - intended))
+    return out
+
+
+def _pct(sorted_xs: list[float], q: float) -> float:
+    i = min(len(sorted_xs) - 1, max(0, int(round(q / 100.0 * len(sorted_xs) + 0.5)) - 1))
+    return sorted_xs[i]
+
+
+def latency_objective(run: RunData, max_ms: float, percentile: float = 99, during: str = "faults",
+                      min_samples: float = 100) -> Verdict:
+    """The ``percentile`` of ack latency stays under ``max_ms`` ``during`` the fault windows, a phase, or ``all``."""
+    name = "latency_objective"
+    if during == "faults":
+        spans = [(w.start, w.end if w.end is not None else float("inf")) for w in fault_windows(run.events)]
+        if not spans:
+            return Verdict(name, UNKNOWN, {}, "no fault window in the timeline")
+        where = "during the fault windows"
+    elif during == "all":
+        spans, where = None, "over the whole load"
+    else:
+        ph = run.events.phase(during)
+        if ph is None:
+            return Verdict(name, UNKNOWN, {}, f"no phase {during!r} in the timeline")
+        spans, where = [(ph["start"], ph["end"])], f"in the {during} phase"
+    lat = sorted(ack_latencies(run, spans))
+    key = f"p{percentile:g}_ms"
+    figures = {"samples": len(lat), "limit_ms": max_ms}
+    if len(lat) < min_samples:
+        return Verdict(name, UNKNOWN, figures, f"only {len(lat)} acked message(s) {where}: need {min_samples:g}")
+    figures.update({"p50_ms": _pct(lat, 50), key: _pct(lat, percentile), "max_ms": lat[-1]})
+    v = figures[key]
+    return Verdict(name, PASS if v <= max_ms else FAIL, figures,
+                   f"p{percentile:g} ack latency {where} {v:,.0f} ms (p50 {figures['p50_ms']:,.0f} ms, "
+                   f"max {lat[-1]:,.0f} ms, {len(lat):,} msgs); objective <= {max_ms:g} ms")
