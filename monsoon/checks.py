@@ -119,11 +119,12 @@ def no_oom(run: RunData) -> Verdict:
     if not starts:
         return Verdict(name, UNKNOWN, {"oom_events": 0, "restarts": 0},
                        "no service events in the timeline: monsoon did not supervise this stack")
+    explained = explained_by_kill(run.events)
     all_exits = list(run.events.of("service", event="exit"))
-    exits = [e for e in all_exits if e.get("oom") or not explained_by_kill(run.events, e["service"], e["t"])]
+    exits = [e for e in all_exits if e.get("oom") or ("exit", e["service"], e["t"]) not in explained]
     ooms = [e for e in exits if e.get("oom") or e.get("code") in (3, 137)]
     restarts = [e for e in run.events.of("service", event="restart")
-                if not explained_by_kill(run.events, e["service"], e["t"])]
+                if ("restart", e["service"], e["t"]) not in explained]
     figures = {"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)}
     injected = len(all_exits) - len(exits)
     if injected:

@@ -1,4 +1,4 @@
-"""The ``monsoon`` command: analyze saved runs, validate specs, reap leftovers."""
+"""The ``monsoon`` command: analyze saved runs, validate specs, heal faults and reap leftovers."""
 from __future__ import annotations
 
 import argparse
@@ -104,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("files", nargs="+", type=Path)
     r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
+    h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
+                       "stop its processes, and print the census",
+                       description="Thaws SIGSTOPped processes, restores cgroup memory limits, deletes the run's "
+                       "Toxiproxy toxics and proxies, deletes labelled Chaos Mesh / Litmus objects (when a cluster "
+                       "is configured), then kills the run's leftover processes. Exit 0 when the census is clean.")
+    which = h.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every monsoon run that left something behind")
+    which.add_argument("--run-id", help="only this run")
+    h.add_argument("--toxiproxy-api", action="append", default=[], metavar="URL",
+                   help="also sweep this Toxiproxy server (e.g. a shared one); the servers monsoon started are "
+                   "found by themselves")
+    h.add_argument("--keep-processes", action="store_true", help="heal faults but leave the run's processes running")
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     args = ap.parse_args(argv)
@@ -122,18 +134,32 @@ def main(argv: list[str] | None = None) -> int:
         print(p.read_text())
         return 0
     if args.cmd == "validate":
+        from .faults.spec import load_fault
         from .specs import load_experiment, load_stack
         from .yamlio import SpecError
         bad = 0
+        loaders = {"stacks": ("stack", load_stack), "fault-profiles": ("fault profile", load_fault)}
         for f in args.files:
-            kind = "stack" if f.resolve().parent.name == "stacks" else "experiment"
+            kind, load = loaders.get(f.resolve().parent.name, ("experiment", load_experiment))
             try:
-                (load_stack if kind == "stack" else load_experiment)(f)
+                load(f)
                 print(f"ok   {f} ({kind})")
             except SpecError as e:
                 print(f"FAIL {e}")
                 bad += 1
         return 1 if bad else 0
+    if args.cmd == "heal":
+        from .chaos import heal_everything
+        done, census = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
+                                       reap_processes=not args.keep_processes)
+        for line in done:
+            print("healed", line)
+        if not done:
+            print("nothing to heal")
+        for rid, left in census.items():
+            for x in left:
+                print(f"STILL IN PLACE {rid} {x}")
+        return 1 if census else 0
     if args.cmd == "reap":
         from .stack import reap
         pids = reap(args.run_id)

@@ -60,14 +60,35 @@ def fault_windows(events) -> list[Window]:
     return out
 
 
-def explained_by_kill(events, service: str, t: float, slack: float = 2.0) -> Window | None:
-    """The injected kill of ``service`` that an exit or restart at ``t`` follows from, if any."""
+def explained_by_kill(events, slack: float = 3.0) -> set[tuple[str, str, float]]:
+    """(event, service, t) of the exits and restarts that injected kills caused.
+
+    For each kill window of a service: its first exit within ``slack`` seconds of
+    the injection, and the first restart after that exit.  A crash loop that
+    follows is not the fault's doing and stays unexplained.
+    """
+    out: set[tuple[str, str, float]] = set()
     for w in fault_windows(events):
-        if w.kind in KILL_KINDS and w.target == service:
-            timeout = float((w.evidence or {}).get("restart_after_s") or 0) + 30.0
-            if w.start - slack <= t <= w.start + timeout:
-                return w
-    return None
+        if w.kind not in KILL_KINDS:
+            continue
+        exit_ = next((e for e in events.of("service", event="exit", service=w.target)
+                      if w.start - slack <= e["t"] <= w.start + slack), None)
+        if exit_ is None:
+            continue
+        out.add(("exit", w.target, exit_["t"]))
+        restart = next((e for e in events.of("service", event="restart", service=w.target) if e["t"] >= exit_["t"]),
+                       None)
+        if restart is not None:
+            out.add(("restart", w.target, restart["t"]))
+    return out
+
+
+def downtime(events, w: Window) -> float | None:
+    """Seconds from a kill's injection until its service was ready again (None: never, or no readiness events)."""
+    ready = next((e for e in events.of("service", event="ready", service=w.target) if e["t"] > w.start - 3.0
+                  and any(x["t"] <= e["t"] for x in events.of("service", event="start", service=w.target)
+                          if x["t"] >= w.start - 3.0)), None)
+    return None if ready is None else round(ready["t"] - w.start, 2)
 
 
 def faults_landed(run: RunData) -> Verdict:
@@ -87,6 +108,9 @@ def faults_landed(run: RunData) -> Verdict:
     healed = [w for w in wins if w.end is not None and w.healed is not False]
     figures = {"faults_injected": len(wins), "faults_landed": len(landed), "faults_healed": len(healed),
                "faults_left_in_place": n_left}
+    downs = [d for d in (downtime(ev, w) for w in wins if w.kind in KILL_KINDS) if d is not None]
+    if downs:
+        figures["max_downtime_s"] = max(downs)   # kill -> the service ready again
     if census == {}:
         return Verdict(name, UNKNOWN, figures, "no census after the fault plan: cannot say every fault healed")
     if n_left or len(healed) < len(wins):

@@ -177,6 +177,9 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
         return result
     out_dir.mkdir(parents=True, exist_ok=True)
     stop = stop or threading.Event()
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks]
+    if faults and "faults_landed" not in {n for n, _ in checks}:
+        checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
     label = f"{stack_spec.name}/{exp.name}"
     restarts = [0]
 
@@ -185,7 +188,7 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                base_rate=exp.load.base_rate, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
                devices=exp.load.devices, qos=exp.load.qos, durations=durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
-               checks=[{"name": c.name, "params": c.resolved(profile)} for c in exp.checks],
+               checks=[{"name": n, "params": p} for n, p in checks],
                faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
 
         def on_event(type_: str, **fields) -> None:
@@ -261,9 +264,6 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
             if sampler is not None:
                 sampler.stop()
 
-    checks = [(c.name, c.resolved(profile)) for c in exp.checks]
-    if faults and "faults_landed" not in {n for n, _ in checks}:
-        checks.append(("faults_landed", {}))
     result.checks = evaluate(out_dir, checks)
     (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
     return result

@@ -158,8 +158,10 @@ class ProcessBackend:
             ok, waited = wait_for(restarted, 0 if handle.healed else p.restart_timeout, 0.05)
             ev: dict[str, Any] = {"method": "pid", "service": svc, "old_pid": old, "new_pid": stack.pid(svc),
                                   "old_pid_state": proc_state(old), "signal": handle.data["signal"]}
-            if handle.healed:   # the heal of a kill is the restart: the service must be up
-                return Landing(stack.pid(svc) is not None, ev)
+            if handle.healed:   # the heal of a kill is the restart: the service must be up again
+                up, _ = wait_for(lambda: stack.pid(svc) is not None, p.restart_timeout, 0.1)
+                ev["new_pid"] = stack.pid(svc)
+                return Landing(up, ev)
             ev["restart_after_s"] = round(time.monotonic() - handle.data["t_kill"], 3) if ok else None
             return Landing(ok, ev)
         pids = handle.data.get("pids", [old])
