@@ -1,0 +1,115 @@
+"""A run interrupted by SIGTERM while faults are live heals every fault before its stack stops,
+and leaves nothing of the run behind: no toxic, no stopped process, no lowered cgroup limit,
+no process.
+
+The moment of the interrupt is random (seeded, printed): anywhere from just after the
+faults landed to the middle of their window.
+"""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from monsoon.chaos import run_ids_in_place
+from monsoon.cli import analyze
+from monsoon.faults.cgroup import CgroupBackend, CgroupFS
+from monsoon.faults.process import proc_state
+from monsoon.stack import find_leftovers
+from monsoon.timeline import read_events
+
+pytestmark = pytest.mark.integration
+
+EXPERIMENT = """
+name: census
+description: three backends live at once, then an interrupt
+load: {devices: 10, qos: 1, base_rate: 200, shape: {kind: steady}}
+profiles:
+  quick: {warmup: 20, recovery: 100, drain_timeout: 30}
+faults:
+  - profile: process-pause
+    target: postgres
+    schedule: {at: 5, duration: 60}
+  - profile: network-latency
+    target: platform->kafka
+    params: {latency_ms: 100, jitter_ms: 0, probe: kafka}
+    schedule: {at: 5, duration: 60}
+%(cgroup)s
+checks:
+  - no_acked_loss
+"""
+CGROUP = """  - profile: memory-pressure
+    target: platform
+    params: {limit_mb: 900}
+    schedule: {at: 5, duration: 60}
+"""
+SCENARIO = '''
+def test_census(monsoon):
+    monsoon.run("kafka-registry", "{exp}").assert_pass()
+'''
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_sigterm_mid_fault_heals_everything(tmp_path):
+    seed = int(os.environ.get("MONSOON_CENSUS_SEED", random.randrange(1 << 30)))
+    rnd = random.Random(seed)
+    cgroup_ok = CgroupFS().available() is None
+    exp = tmp_path / "census.yaml"
+    exp.write_text(EXPERIMENT % {"cgroup": CGROUP if cgroup_ok else ""})
+    (tmp_path / "test_it.py").write_text(SCENARIO.replace("{exp}", str(exp)))
+    runs = tmp_path / "runs"
+    run_id = f"census-{seed}"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
+                             f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timeline = runs / run_id / "kafka-registry--census" / "timeline.jsonl"
+    n_faults = 3 if cgroup_ok else 2
+    delay = rnd.uniform(0.0, 25.0)
+    try:
+        # every fault injected (and its landing judged), then a random moment inside the window
+        wait_for(lambda: timeline.exists() and sum(e["type"] == "fault" and e.get("phase") == "inject"
+                                                   for e in read_events(timeline)) >= n_faults,
+                 240, f"{n_faults} faults injected")
+        time.sleep(delay)
+        paused = [p for p in find_leftovers(run_id) if proc_state(p) in ("T", "t")]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    info = f"seed={seed} delay={delay:.1f}s (re-run with MONSOON_CENSUS_SEED={seed})\n{out[-4000:]}"
+    assert proc.returncode != 0, info
+    assert paused, "postgres should have been frozen when the interrupt came\n" + info
+    events = read_events(timeline)
+    injects = [e for e in events if e["type"] == "fault" and e.get("phase") == "inject"]
+    heals = [e for e in events if e["type"] == "fault" and e.get("phase") == "heal"]
+    assert len(injects) == n_faults and all(e["landed"] is True for e in injects), info
+    # each fault healed by the final heal (the interrupt came before its window ended), and the heal was verified
+    assert {(e["name"], e["window"]) for e in heals} == {(e["name"], e["window"]) for e in injects}, info
+    assert all(e.get("final") and e["landed"] is not False for e in heals), heals
+    census = next(e for e in events if e["type"] == "fault-census")
+    assert census["leftovers"] == {} and census["errors"] == [], census
+    # the census happened while the stack was still up: before any service stopped
+    stops = [e["t"] for e in events if e["type"] == "service" and e.get("event") == "stop"]
+    assert stops and census["t"] <= min(stops), info
+    # and after the run: nothing of it anywhere
+    assert find_leftovers(run_id) == [], info
+    assert CgroupBackend().census(run_id) == [], info
+    assert run_id not in run_ids_in_place(), info
+    # the run directory is still analysable, fault checks included
+    s = analyze(runs / run_id)
+    names = {c["name"] for c in s["results"][0]["checks"]}
+    assert {"no_acked_loss", "faults_landed"} <= names
