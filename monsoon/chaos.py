@@ -54,11 +54,7 @@ def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None
     for i, ref in enumerate(exp.faults):
         line = doc.line_of(("faults", i)) if doc is not None else None
         out.append(resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}")))
-    names = [f.name for f in out]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise SpecError(exp.source, None, "faults", f"two faults named {', '.join(dup)}: give each a distinct name")
-    return out
+    return out   # distinct names: checked by load_experiment
 
 
 def kube_namespaces() -> tuple[str, ...]:

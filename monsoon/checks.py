@@ -225,14 +225,26 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
 def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, float]], wins: list,
                            seconds: float, tol: float) -> Verdict:
     """Recovery measured from the end of every fault window: the slowest one is judged."""
+    from .faultchecks import explained_by_kill
     name = "lag_recovers_within"
+    explained = explained_by_kill(run.events)
     last_t = series[-1][0]
     recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
+    from .faultchecks import KILL_KINDS, downtime
+    crashed = []
     for w in wins:
         during = [v for t, v in series if w.start <= t]
         peak = max(during) if during else 0.0
-        rec = next((t for t, v in series if t >= w.end and v <= tol), None)
-        recs.append((w, None if rec is None else rec - w.end, peak))
+        end = w.end
+        if w.kind in KILL_KINDS:   # a killed service builds its backlog once it is back: measure from then
+            down = downtime(run.events, w)
+            end = max(end, w.start + down) if down is not None else end
+        rec = next((t for t, v in series if t >= end and v <= tol), None)
+        if rec is not None:
+            crash = _emptied_by_crash(run, [(t, v) for t, v in series if t >= w.start], rec, tol)
+            if crash is not None and ("exit", crash["service"], crash["t"]) not in explained:
+                crashed.append((w, crash))
+        recs.append((w, None if rec is None else rec - end, peak))
     peak_all = max((p for _, _, p in recs), default=0.0)
     done = [r for _, r, _ in recs if r is not None]
     figures = {"peak_lag": peak_all, "tolerance": tol, "limit_s": seconds, "faults": len(wins),
@@ -240,6 +252,12 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     if done:
         figures["recovery_s"] = round(max(done), 1)
         figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
+    if crashed:
+        w, crash = crashed[0]
+        figures["emptied_by_crash"] = 1
+        return Verdict(name, FAIL, figures,
+                       f"{what} did not drain after {w.name}#{w.window}: it vanished when {crash['service']} died "
+                       f"({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, not processed")
     slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
     pending = [(w, p) for w, r, p in recs if r is None]
     if slow:

@@ -383,7 +383,12 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
                 raise _fail(doc, ("checks", i), str(e)) from None
     if spec.faults:
         from .chaos import resolve_fault
-        for i, ref in enumerate(spec.faults):
-            for profile in spec.profiles:
-                resolve_fault(ref, profile, where=(doc.path, doc.line_of(("faults", i)), f"faults.{i}"))
+        for profile in spec.profiles:
+            seen: dict[str, int] = {}
+            for i, ref in enumerate(spec.faults):
+                f = resolve_fault(ref, profile, where=(doc.path, doc.line_of(("faults", i)), f"faults.{i}"))
+                if f.name in seen:
+                    raise _fail(doc, ("faults", i), f"fault name {f.name!r} is also the name of faults.{seen[f.name]}: "
+                                "give each fault a distinct name")
+                seen[f.name] = i
     return spec

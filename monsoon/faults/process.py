@@ -55,17 +55,8 @@ def group_members(pgid: int) -> list[int]:
 
 def run_processes(run_id: str) -> list[int]:
     """Live PIDs whose environment says MONSOON_RUN_ID=<run_id>."""
-    want = f"MONSOON_RUN_ID={run_id}".encode()
-    out = []
-    for d in PROC.iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if want in (d / "environ").read_bytes().split(b"\0"):
-                out.append(int(d.name))
-        except OSError:
-            continue
-    return out
+    from ..stack import find_leftovers
+    return find_leftovers(run_id)
 
 
 def _cont(pid: int) -> bool:

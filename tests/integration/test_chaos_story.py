@@ -1,0 +1,56 @@
+"""`pytest -m chaos --monsoon-profile=quick pytest/`, as a new user runs it: every chaos scenario
+(pod kill on both queues, Mongo and Infinispan slowdowns, the soak) on the embedded stacks.
+
+It asserts what monsoon must report, not whether the reference platform meets every objective:
+each fault landed and healed with a clean census, the Kafka queue lost nothing acked on a pod
+kill, the in-memory queue's loss was counted, the slowdowns report throughput_drop_pct, and the
+soak injected its four faults.
+"""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from monsoon.specs import REPO
+from monsoon.stack import find_leftovers
+
+pytestmark = pytest.mark.integration
+
+
+def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
+    runs, run_id = tmp_path / "runs", "chaos-story"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos", "pytest/", "--monsoon-profile=quick",
+                           f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}", "-p", "no:cacheprovider",
+                           "-q"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    print(out[-6000:])
+    print(f"pytest -m chaos (quick) took {took:.0f}s")
+    summary = json.loads((runs / run_id / "summary.json").read_text())
+    by = {(r["stack"], r["experiment"]): r for r in summary["results"]}
+    fig = {k: {c["name"]: c["figures"] for c in r["checks"]} for k, r in by.items()}
+    verdict = {k: {c["name"]: c["verdict"] for c in r["checks"]} for k, r in by.items()}
+    print(json.dumps({f"{s}/{e}": v for (s, e), v in fig.items()}, indent=1))
+
+    assert set(by) == {("kafka", "pod-kill"), ("inmemory", "pod-kill"), ("kafka-registry", "mongo-slowdown"),
+                       ("kafka-registry", "infinispan-slowdown"), ("kafka-registry", "soak")}, out[-3000:]
+    for key, f in fig.items():
+        fl = f["faults_landed"]
+        assert verdict[key]["faults_landed"] == "pass", (key, by[key])
+        assert fl["faults_injected"] == fl["faults_landed"] == fl["faults_healed"] >= 1, (key, fl)
+        assert fl["faults_left_in_place"] == 0
+        assert "acked_lost" in f["no_acked_loss"], key
+    # pod kill: Kafka loses nothing acked and its lag recovers; the in-memory queue's loss is counted
+    assert fig[("kafka", "pod-kill")]["no_acked_loss"]["acked_lost"] == 0
+    assert verdict[("kafka", "pod-kill")]["lag_recovers_within"] == "pass"
+    assert fig[("kafka", "pod-kill")]["no_oom"]["injected_kills"] == 1
+    assert fig[("inmemory", "pod-kill")]["no_acked_loss"]["acked_lost"] > 0
+    # slowdowns: how far ingestion fell is reported
+    for exp in ("mongo-slowdown", "infinispan-slowdown"):
+        assert isinstance(fig[("kafka-registry", exp)]["throughput_drop"].get("throughput_drop_pct"), (int, float))
+    # the soak ran its four faults, one of each kind
+    assert fig[("kafka-registry", "soak")]["faults_landed"]["faults_injected"] == 4
+    assert find_leftovers(run_id) == []
