@@ -10,14 +10,14 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: help setup prereqs venv kafka debs platform toxiproxy demo test test-unit clean reap
+.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan demo test test-unit clean reap
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
-	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, the reference platform)"
+	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
 prereqs:
@@ -49,7 +49,13 @@ $(PLATFORM_JAR): $(PLATFORM_SRC)
 toxiproxy:
 	@tools/install-toxiproxy
 
-setup: venv kafka debs platform toxiproxy
+ferretdb:
+	@tools/install-ferretdb
+
+infinispan:
+	@tools/install-infinispan
+
+setup: venv kafka debs platform toxiproxy ferretdb infinispan
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)

@@ -106,43 +106,6 @@ class RunData:
 
 # ---------------------------------------------------------------- the checks
 
-def no_oom(run: RunData) -> Verdict:
-    """No service died of out-of-memory (JVM exit 3 / exit 137 / OutOfMemoryError in its log) and none restarted.
-
-    Exits and restarts that an injected kill (pod-kill, kafka-broker-restart) of that
-    service explains are the fault working, not the stack failing: they are counted
-    apart (``injected_kills``), unless the exit itself shows an out-of-memory death.
-    """
-    from .faultchecks import explained_by_kill
-    name = "no_oom"
-    starts = list(run.events.of("service", event="start"))
-    if not starts:
-        return Verdict(name, UNKNOWN, {"oom_events": 0, "restarts": 0},
-                       "no service events in the timeline: monsoon did not supervise this stack")
-    explained = explained_by_kill(run.events)
-    all_exits = list(run.events.of("service", event="exit"))
-    exits = [e for e in all_exits if e.get("oom") or ("exit", e["service"], e["t"]) not in explained]
-    ooms = [e for e in exits if e.get("oom") or e.get("code") in (3, 137)]
-    restarts = [e for e in run.events.of("service", event="restart")
-                if ("restart", e["service"], e["t"]) not in explained]
-    figures = {"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)}
-    injected = len(all_exits) - len(exits)
-    if injected:
-        figures["injected_kills"] = injected
-    if not ooms and not restarts and not exits:
-        extra = f" ({injected} exit(s) caused by injected kills)" if injected else ""
-        return Verdict(name, PASS, figures, "no out-of-memory death, no unexpected exit or restart" + extra)
-    burst = run.events.phase("burst")
-    parts = []
-    for e in (ooms or exits)[:3]:
-        when = f"t={e['t']:.0f}s"
-        if burst and e["t"] >= burst["start"]:
-            when += f" ({e['t'] - burst['start']:.0f}s into the burst)"
-        parts.append(f"{e['service']} died: {e.get('cause', 'exit ' + str(e.get('code')))} at {when}")
-    msg = "; ".join(parts) + f"; {len(restarts)} restart(s)"
-    return Verdict(name, FAIL, figures, msg)
-
-
 def no_acked_loss(run: RunData) -> Verdict:
     """Every acknowledged (device, seq) is in storage; duplicates are counted separately."""
     name = "no_acked_loss"
@@ -287,7 +250,6 @@ def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: floa
 
 
 CHECKS: dict[str, Callable[..., Verdict]] = {
-    "no_oom": no_oom,
     "no_acked_loss": no_acked_loss,
     "lag_recovers_within": lag_recovers_within,
 }
@@ -324,13 +286,15 @@ def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Ve
 
 
 # ------------------------------------------------ checks from their own modules
-# Imported last: lag.py, slo.py and memory.py import Verdict & co. from this module.
+# Imported last: lag.py, slo.py, memory.py and oom.py import Verdict & co. from this module.
+from .oom import no_oom  # noqa: E402
 from .lag import consumer_not_stalled, lag_bounded  # noqa: E402
 from .memory import gc_time_fraction, no_memory_leak  # noqa: E402
 from .slo import error_budget  # noqa: E402
 from .faultchecks import faults_landed, latency_objective, throughput_drop  # noqa: E402
 
 CHECKS.update({
+    "no_oom": no_oom,
     "lag_bounded": lag_bounded,
     "consumer_not_stalled": consumer_not_stalled,
     "error_budget": error_budget,

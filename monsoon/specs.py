@@ -130,11 +130,23 @@ class KafkaObserveSpec(_Frozen):
     topic: str | None = None
 
 
+class KubeObserveSpec(_Frozen):
+    """Pods whose restarts and OOMKilled terminations no_oom reads (``matchLabels`` semantics)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    namespace: str
+    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1)
+
+    def selector_string(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
+
+
 class ObserveSpec(_Frozen):
     service: str | None = None                 # the service under test: RSS, exits, OOM
     metrics_url: str | None = None             # Prometheus text endpoint
     metrics: dict[str, str] = {}               # signal name -> series selector
     kafka: KafkaObserveSpec | None = None
+    kubernetes: KubeObserveSpec | None = None  # pods: OOMKilled, restartCount (when a cluster is configured)
+    docker: tuple[str, ...] = ()               # containers: State.OOMKilled, RestartCount (docker inspect)
 
 
 class ChaosSpec(_Frozen):

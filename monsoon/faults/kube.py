@@ -16,9 +16,14 @@ Rendered kinds:
   fault repeats.
 * Litmus (``litmuschaos.io/v1alpha1``): ChaosEngine with ``pod-delete``,
   ``pod-network-latency`` or ``pod-memory-hog``.
+
+``tests/integration/test_manifest_contract.py`` checks every rendered kind with
+the upstream Chaos Mesh API types and webhooks (``tests/contract``).
 """
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 import re
 from pathlib import Path
@@ -43,20 +48,36 @@ class NamespaceNotAllowed(FaultError):
     pass
 
 
+def _short(s: str, limit: int = 63) -> str:
+    """``s`` cut to ``limit`` characters; a cut one ends in a hash of the whole, so distinct inputs stay distinct."""
+    if len(s) <= limit:
+        return s
+    return s[:limit - 9].rstrip("-_.") + "-" + hashlib.sha256(s.encode()).hexdigest()[:8]
+
+
 def _dns_name(*parts: str) -> str:
-    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
-    return s[:63].rstrip("-")
+    # 63, not the 253 a name may have: Chaos Mesh and Litmus copy the name into label values of what they create
+    return _short(re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-"))
 
 
 def _dur(seconds: float) -> str:
-    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{int(seconds * 1000)}ms"
+    """A Go duration; sub-second parts in whole milliseconds (rounded, at least 1: 1.001 s is 1001ms, not 1000ms)."""
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{max(1, round(seconds * 1000))}ms"
+
+
+def _whole_seconds(seconds: float) -> int:
+    """Litmus reads its durations as whole seconds (strconv.Atoi); 0 would mean no chaos at all, so round up."""
+    return max(1, math.ceil(seconds))
 
 
 def _meta(fault: FaultSpec, run_id: str, kind_tag: str) -> dict:
     ns = fault.target.kube.namespace
-    return {"name": _dns_name("monsoon", fault.name, run_id, kind_tag), "namespace": ns,
-            "labels": {RUN_LABEL: check_run_id(run_id), FAULT_LABEL: fault.name,
+    meta = {"name": _dns_name("monsoon", fault.name, run_id, kind_tag), "namespace": ns,
+            "labels": {RUN_LABEL: check_run_id(run_id), FAULT_LABEL: _short(fault.name),
                        "app.kubernetes.io/managed-by": "monsoon"}}
+    if len(fault.name) > 63:  # a label value has at most 63 characters: keep the whole name beside it
+        meta["annotations"] = {FAULT_LABEL: fault.name}
+    return meta
 
 
 def check_namespace(fault: FaultSpec, allowed: Iterable[str]) -> str:
@@ -86,12 +107,15 @@ def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
                             "gracePeriod": p.grace_period}
     if fault.kind in LATENCY_KINDS:
         assert isinstance(p, LatencyParams)
+        # Without a `target` selector NetworkChaos can only delay what the selected pods send (direction "to");
+        # its webhook rejects "from"/"both" there.  Traffic *into* the selected pods is the clients' egress.
+        if p.stream != "downstream":
+            raise FaultError(f"{fault.name}: chaos-mesh delays only what the selected pods send (stream: downstream); "
+                             f"for stream {p.stream!r} select the client pods instead and use stream: downstream")
+        # no containerNames: NetworkChaos has none (a pod's containers share one network namespace)
         spec = {"action": "delay", "mode": "all", "selector": _cm_selector(fault),
                 "delay": {"latency": f"{p.latency_ms}ms", "jitter": f"{p.jitter_ms}ms", "correlation": "0"},
-                "direction": {"downstream": "to", "upstream": "from", "both": "both"}[p.stream],
-                "duration": dur}
-        if fault.target.kube.container:
-            spec["containerNames"] = [fault.target.kube.container]
+                "direction": "to", "duration": dur}
         return "NetworkChaos", spec
     if fault.kind == "memory-pressure":
         assert isinstance(p, MemoryPressureParams) and p.hog_mb
@@ -128,10 +152,11 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
                   service_account: str = "litmus-admin", app_kind: str = "deployment") -> list[dict]:
     check_namespace(fault, allowed_namespaces)
     p, k, sch = fault.params, fault.target.kube, fault.schedule
-    env: dict[str, Any] = {"TOTAL_CHAOS_DURATION": int(sch.duration)}
+    env: dict[str, Any] = {"TOTAL_CHAOS_DURATION": _whole_seconds(sch.duration)}
     if fault.kind in KILL_KINDS:
         exp = "pod-delete"
-        env.update(CHAOS_INTERVAL=int(sch.repeat_every or sch.duration), FORCE="true" if p.grace_period == 0 else "false")
+        env.update(CHAOS_INTERVAL=_whole_seconds(sch.repeat_every or sch.duration),
+                   FORCE="true" if p.grace_period == 0 else "false")
     elif fault.kind in LATENCY_KINDS:
         exp = "pod-network-latency"
         env.update(NETWORK_LATENCY=p.latency_ms, JITTER=p.jitter_ms)
@@ -144,10 +169,13 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
         env["TARGET_CONTAINER"] = k.container
     group, version = LITMUS
     return [{"apiVersion": f"{group}/{version}", "kind": "ChaosEngine", "metadata": _meta(fault, run_id, exp),
+             # components.runner and experiments[].spec.rank: required by the operator's generated CRD
+             # (config/crd/bases); the empty/zero values are what the operator assumes when they are absent
              "spec": {"engineState": "active",
                       "appinfo": {"appns": k.namespace, "applabel": k.selector_string(), "appkind": app_kind},
                       "chaosServiceAccount": service_account,
-                      "experiments": [{"name": exp, "spec": {"components": {"env": _env(env)}}}]}}]
+                      "components": {"runner": {}},
+                      "experiments": [{"name": exp, "spec": {"rank": 0, "components": {"env": _env(env)}}}]}}]
 
 
 def render(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str]) -> list[dict]:

@@ -2,7 +2,7 @@
 import yaml
 import pytest
 
-from monsoon.faults.base import FaultContext
+from monsoon.faults.base import FaultContext, FaultError
 from monsoon.faults.kube import RUN_LABEL, KubeBackend, NamespaceNotAllowed, render, to_yaml
 from monsoon.faults.spec import FaultSpec
 
@@ -90,3 +90,53 @@ def test_dry_run_backend_still_enforces_the_allow_list(tmp_path):
     with pytest.raises(NamespaceNotAllowed):
         be.inject(spec("pod-kill", "litmus", {}), FaultContext(run_id="r9"))
     assert not (tmp_path / "kube").exists()
+
+
+# ---- what the manifest contract test (tests/integration/test_manifest_contract.py) found
+
+def test_network_chaos_has_no_container_names_and_delays_egress():
+    """NetworkChaos has no containerNames field (a pod's containers share one network namespace)."""
+    target = dict(SEL, container="app")
+    (n,) = render(spec("network-latency", "chaos-mesh", {"latency_ms": 100}, target=target), "r", ["iot"])
+    assert "containerNames" not in n["spec"] and n["spec"]["direction"] == "to"
+    (s,) = render(spec("network-latency", "chaos-mesh", {"latency_ms": 100}, repeat=600, target=target), "r", ["iot"])
+    assert "containerNames" not in s["spec"]["networkChaos"]
+    (m,) = render(spec("memory-pressure", "chaos-mesh", {"hog_mb": 64}, target=target), "r", ["iot"])
+    assert m["spec"]["containerNames"] == ["app"]          # StressChaos does have it
+
+
+@pytest.mark.parametrize("stream", ["upstream", "both"])
+def test_chaos_mesh_refuses_latency_into_the_selected_pods(stream):
+    """Without a target selector Chaos Mesh's webhook rejects direction from/both: say so before applying."""
+    with pytest.raises(FaultError, match="select the client pods instead"):
+        render(spec("mongo-slowdown", "chaos-mesh", {"latency_ms": 100, "stream": stream}), "r", ["iot"])
+
+
+def test_long_fault_names_give_valid_distinct_labels_and_names():
+    a, b = ("x" * 60 + "-mongo-slowdown-of-the-registry", "x" * 60 + "-mongo-slowdown-of-the-adapter")
+    (oa,) = render(FaultSpec(name=a, kind="pod-kill", target=SEL, backend="chaos-mesh", schedule={"duration": 5}),
+                   "r", ["iot"])
+    (ob,) = render(FaultSpec(name=b, kind="pod-kill", target=SEL, backend="chaos-mesh", schedule={"duration": 5}),
+                   "r", ["iot"])
+    for o, full in ((oa, a), (ob, b)):
+        assert len(o["metadata"]["labels"]["monsoon.io/fault"]) <= 63 and len(o["metadata"]["name"]) <= 63
+        assert o["metadata"]["annotations"]["monsoon.io/fault"] == full
+    assert oa["metadata"]["name"] != ob["metadata"]["name"]
+    assert oa["metadata"]["labels"]["monsoon.io/fault"] != ob["metadata"]["labels"]["monsoon.io/fault"]
+    (short,) = render(spec("pod-kill", "chaos-mesh", {}), "r", ["iot"])
+    assert "annotations" not in short["metadata"]
+
+
+def test_litmus_engine_has_what_its_crd_requires_and_whole_seconds():
+    f = FaultSpec(name="k", kind="pod-kill", target=SEL, backend="litmus", schedule={"duration": 0.5})
+    (o,) = render(f, "r", ["iot"])
+    assert o["spec"]["components"] == {"runner": {}} and o["spec"]["experiments"][0]["spec"]["rank"] == 0
+    env = {x["name"]: x["value"] for x in o["spec"]["experiments"][0]["spec"]["components"]["env"]}
+    assert env["TOTAL_CHAOS_DURATION"] == "1" and env["CHAOS_INTERVAL"] == "1"   # not "0": no chaos at all
+
+
+@pytest.mark.parametrize("seconds,text", [(60, "60s"), (0.5, "500ms"), (1.001, "1001ms"), (0.0001, "1ms")])
+def test_go_durations_round_not_truncate(seconds, text):
+    (o,) = render(FaultSpec(name="n", kind="network-latency", target=SEL, backend="chaos-mesh",
+                            params={"latency_ms": 10}, schedule={"duration": seconds}), "r", ["iot"])
+    assert o["spec"]["duration"] == text
