@@ -120,9 +120,9 @@ def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[F
         lines.append(f"  fault {f.name} [{f.kind}, {f.backend}] on {f.target} at {when or 'never (after the load)'}")
         lines.append(f"    {_what(f)}")
         if f.backend in ("chaos-mesh", "litmus"):
-            from .faults.kube import render, to_yaml
-            try:
-                text = to_yaml(render(f, run_id, kube_namespaces()))
+            from .faults.kube import one_window, render, to_yaml
+            try:   # what each window applies (monsoon injects and heals every window itself)
+                text = to_yaml(render(one_window(f), run_id, kube_namespaces()))
             except FaultError as e:
                 text = f"REFUSED: {e}"
             lines.extend("    | " + x for x in text.rstrip().splitlines())

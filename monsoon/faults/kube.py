@@ -178,6 +178,13 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
                       "experiments": [{"name": exp, "spec": {"rank": 0, "components": {"env": _env(env)}}}]}}]
 
 
+def one_window(fault: FaultSpec) -> FaultSpec:
+    """The fault without its repetition: what one window of a FaultPlan applies."""
+    if fault.schedule.repeat_every is None:
+        return fault
+    return fault.model_copy(update={"schedule": fault.schedule.model_copy(update={"repeat_every": None, "times": None})})
+
+
 def render(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str]) -> list[dict]:
     if fault.backend == "chaos-mesh":
         return render_chaos_mesh(fault, run_id, allowed_namespaces)
@@ -235,7 +242,9 @@ class KubeBackend:
         return LITMUS if self.name == "litmus" else CHAOS_MESH
 
     def inject(self, fault: FaultSpec, ctx: FaultContext) -> Handle:
-        objs = render(fault, ctx.run_id, self.allowed)
+        # the FaultPlan injects and heals every window itself: apply one window, not a Schedule whose
+        # first run would only come one repeat interval after creation (i.e. after the heal deleted it)
+        objs = render(one_window(fault), ctx.run_id, self.allowed)
         handle = Handle(fault, self.name, ctx.run_id, {"objects": objs, "dry_run": not self.apply})
         out = ctx.out_dir or self.out_dir
         if out is not None:

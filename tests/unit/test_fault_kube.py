@@ -140,3 +140,11 @@ def test_go_durations_round_not_truncate(seconds, text):
     (o,) = render(FaultSpec(name="n", kind="network-latency", target=SEL, backend="chaos-mesh",
                             params={"latency_ms": 10}, schedule={"duration": seconds}), "r", ["iot"])
     assert o["spec"]["duration"] == text
+
+
+def test_a_plan_window_applies_one_shot_objects_not_a_schedule(tmp_path):
+    """FaultPlan heals each window by deleting its objects: a Schedule would never fire before that."""
+    f = spec("pod-kill", "chaos-mesh", {}, repeat=600)
+    h = KubeBackend("chaos-mesh", ["iot"], out_dir=tmp_path, apply=False).inject(f, FaultContext(run_id="r1"))
+    assert [o["kind"] for o in h.data["objects"]] == ["PodChaos"]
+    assert render(f, "r1", ["iot"])[0]["kind"] == "Schedule"   # the standalone rendering still repeats
