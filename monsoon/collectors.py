@@ -97,41 +97,48 @@ class MetricsCollector(Collector):
 
 
 class KafkaLagCollector(Collector):
-    """Consumer-group lag: log-end offset minus committed offset, per partition (confluent-kafka admin API)."""
+    """Consumer-group lag: log-end offset minus committed offset, per partition.
+
+    Reads through a confluent-kafka *Consumer* that carries the group id but never
+    subscribes (so it never joins the group): ``committed()`` for the group's offsets,
+    ``get_watermark_offsets()`` for the log ends.  Not the AdminClient: its
+    ListConsumerGroupOffsets aborts the whole process when the coordinator's
+    connection drops mid-request (librdkafka issue #4605 / PR #5397, unfixed in
+    2.16) -- exactly what a broker-restart fault does.
+    """
 
     name = "kafka"
 
     def __init__(self, bootstrap: str, group: str, topic: str | None, timeout: float = 0.9):
-        from confluent_kafka.admin import AdminClient
+        from confluent_kafka import Consumer
         self.group, self.topic, self.timeout = group, topic, timeout
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000,
-                                  "log_level": 0, "logger": logging.getLogger("monsoon.kafka-admin")})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "socket.timeout.ms": 2000, "log_level": 0,
+                                  "logger": logging.getLogger("monsoon.kafka-lag")})
 
     def sample(self) -> dict[str, Any]:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(self.group)],
-                                                     request_timeout=self.timeout)
-        committed = {(tp.topic, tp.partition): tp.offset
-                     for tp in fut[self.group].result().topic_partitions or []}
-        topics = {self.topic} if self.topic else {t for t, _ in committed}
-        md = self.admin.list_topics(timeout=self.timeout)
-        req = {}
-        for t in topics:
-            if t in md.topics:
-                for p in md.topics[t].partitions:
-                    req[TopicPartition(t, p)] = OffsetSpec.latest()
-        if not req:
+        from confluent_kafka import TopicPartition
+        md = self.consumer.list_topics(topic=self.topic, timeout=self.timeout) if self.topic \
+            else self.consumer.list_topics(timeout=self.timeout)
+        topics = [self.topic] if self.topic else [t for t in md.topics if not t.startswith("__")]
+        tps = [TopicPartition(t, p) for t in topics if t in md.topics and not md.topics[t].error
+               for p in md.topics[t].partitions]
+        if not tps:
             return {"lag": 0, "partitions": {}, "topic_missing": 1}
-        ends = {(tp.topic, tp.partition): f.result().offset
-                for tp, f in self.admin.list_offsets(req, request_timeout=self.timeout).items()}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(tps, timeout=self.timeout)}
+        if not self.topic:   # without a topic: the topics the group has committed on
+            tps = [tp for tp in tps if committed.get((tp.topic, tp.partition), -1) >= 0]
         parts, total = {}, 0
-        for key, end in ends.items():
-            c = committed.get(key, -1)
+        for tp in tps:
+            _, end = self.consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            c = committed.get((tp.topic, tp.partition), -1)
             lag = end - c if c >= 0 else end  # nothing committed yet: everything is lag
             total += max(lag, 0)
-            parts[f"{key[0]}-{key[1]}"] = {"end": end, "committed": c, "lag": max(lag, 0)}
+            parts[f"{tp.topic}-{tp.partition}"] = {"end": end, "committed": c, "lag": max(lag, 0)}
         return {"lag": total, "partitions": parts}
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 class SqlCountCollector(Collector):

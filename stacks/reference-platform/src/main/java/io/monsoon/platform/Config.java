@@ -26,6 +26,21 @@ final class Config {
     final long jwtRefreshExpirationSec;
     final int startupTimeoutSec;
     final int storageCommitDelayMs;
+    /** Device registry: {@code sql} (Postgres tables, the default) or {@code mongo} (MongoDB / FerretDB). */
+    final String registryType;
+    /** Device cache behind the near cache: {@code local} (none) or {@code infinispan} (Hot Rod). */
+    final String cacheType;
+    final String mongoUrl;
+    final String infinispanHost;
+    final int infinispanPort;
+    /** TTL of the in-process near cache (ms); 0 = entries never expire (evicted only on update/delete). */
+    final long deviceCacheTtlMs;
+    /** Lifespan of the entries this process puts into Infinispan (ms). */
+    final long infinispanLifespanMs;
+    /** A device lookup not answered within this many ms fails: the connection/message/request is refused. */
+    final long registryTimeoutMs;
+    /** Threads running blocking registry/cache lookups (one lookup per device channel at a time). */
+    final int registryLookupThreads;
 
     Config(Map<String, String> env) {
         queueType = get(env, "TB_QUEUE_TYPE", "in-memory").trim().toLowerCase();
@@ -54,6 +69,36 @@ final class Config {
         jwtRefreshExpirationSec = getInt(env, "JWT_REFRESH_TOKEN_EXPIRATION_TIME", 604800);
         startupTimeoutSec = getInt(env, "TB_STARTUP_TIMEOUT", 30);
         storageCommitDelayMs = getInt(env, "TB_STORAGE_COMMIT_DELAY_MS", 50);
+        registryType = get(env, "REGISTRY_TYPE", "sql").trim().toLowerCase();
+        if (!registryType.equals("sql") && !registryType.equals("mongo")) {
+            throw new IllegalArgumentException("REGISTRY_TYPE must be 'sql' or 'mongo', got '" + registryType + "'");
+        }
+        cacheType = get(env, "CACHE_TYPE", "local").trim().toLowerCase();
+        if (!cacheType.equals("local") && !cacheType.equals("infinispan")) {
+            throw new IllegalArgumentException("CACHE_TYPE must be 'local' or 'infinispan', got '" + cacheType + "'");
+        }
+        mongoUrl = get(env, "MONGO_URL", "mongodb://127.0.0.1:27017/monsoon");
+        if (!mongoUrl.startsWith("mongodb://") && !mongoUrl.startsWith("mongodb+srv://")) {
+            throw new IllegalArgumentException("MONGO_URL must be a mongodb:// connection string, got '" + mongoUrl + "'");
+        }
+        String ispn = get(env, "INFINISPAN_SERVER", "127.0.0.1:11222").trim();
+        int colon = ispn.lastIndexOf(':');
+        try {
+            infinispanHost = colon < 0 ? ispn : ispn.substring(0, colon);
+            infinispanPort = colon < 0 ? 11222 : Integer.parseInt(ispn.substring(colon + 1));
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("INFINISPAN_SERVER must be host:port, got '" + ispn + "'");
+        }
+        // Without a remote registry/cache the near cache keeps today's behaviour: no expiry.
+        boolean remote = mongo() || infinispan();
+        deviceCacheTtlMs = getLong(env, "DEVICE_CACHE_TTL_MS", remote ? 1000 : 0);
+        infinispanLifespanMs = getLong(env, "INFINISPAN_LIFESPAN_MS", 10000);
+        registryTimeoutMs = getLong(env, "REGISTRY_TIMEOUT_MS", 3000);
+        registryLookupThreads = getInt(env, "REGISTRY_LOOKUP_THREADS", 64);
+        if (deviceCacheTtlMs < 0) throw new IllegalArgumentException("DEVICE_CACHE_TTL_MS must be >= 0");
+        if (infinispanLifespanMs < 1) throw new IllegalArgumentException("INFINISPAN_LIFESPAN_MS must be >= 1");
+        if (registryTimeoutMs < 1) throw new IllegalArgumentException("REGISTRY_TIMEOUT_MS must be >= 1");
+        if (registryLookupThreads < 1) throw new IllegalArgumentException("REGISTRY_LOOKUP_THREADS must be >= 1");
         if (consumerThreads < 1) throw new IllegalArgumentException("TB_CONSUMER_THREADS must be >= 1");
         if (consumerBatchSize < 1) throw new IllegalArgumentException("TB_CONSUMER_BATCH_SIZE must be >= 1");
         if (kafkaPartitions < 1) throw new IllegalArgumentException("TB_KAFKA_PARTITIONS must be >= 1");
@@ -63,9 +108,27 @@ final class Config {
         return queueType.equals("kafka");
     }
 
+    boolean mongo() {
+        return registryType.equals("mongo");
+    }
+
+    boolean infinispan() {
+        return cacheType.equals("infinispan");
+    }
+
     private static String get(Map<String, String> env, String name, String def) {
         String v = env.get(name);
         return v == null || v.isBlank() ? def : v;
+    }
+
+    private static long getLong(Map<String, String> env, String name, long def) {
+        String v = env.get(name);
+        if (v == null || v.isBlank()) return def;
+        try {
+            return Long.parseLong(v.trim());
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException(name + " must be an integer, got '" + v + "'");
+        }
     }
 
     private static int getInt(Map<String, String> env, String name, int def) {

@@ -43,33 +43,28 @@ final class DeviceService {
 
     private final DataSource ds;
     final UUID tenantId;
-    private final Map<String, DeviceInfo> tokenCache = new ConcurrentHashMap<>();
+    private final DeviceStore store;
+    private final DeviceLookup lookup;
     private final Map<UUID, Set<Channel>> sessions = new ConcurrentHashMap<>();
 
-    DeviceService(DataSource ds, UUID tenantId) {
+    /** {@code ds} holds device profiles (and, with the SQL registry, devices); {@code store} is the device registry. */
+    DeviceService(DataSource ds, UUID tenantId, DeviceStore store, DeviceLookup lookup) {
         this.ds = ds;
         this.tenantId = tenantId;
+        this.store = store;
+        this.lookup = lookup;
     }
 
     // ---------------------------------------------------------------- device auth (transports)
 
-    /** Token -> device, from the in-memory cache or device_credentials; null when unknown. */
-    DeviceInfo findByToken(String token) throws SQLException {
+    DeviceLookup lookup() {
+        return lookup;
+    }
+
+    /** Token -> device through the lookup chain (HTTP device API); null when unknown. */
+    DeviceInfo findByToken(String token) throws DeviceLookup.LookupFailed {
         if (token == null || token.isEmpty()) return null;
-        DeviceInfo cached = tokenCache.get(token);
-        if (cached != null) return cached;
-        try (Connection c = ds.getConnection();
-             PreparedStatement ps = c.prepareStatement(
-                 "SELECT d.id, d.name, d.type FROM device_credentials dc JOIN device d ON d.id = dc.device_id"
-                     + " WHERE dc.credentials_type = 'ACCESS_TOKEN' AND dc.credentials_id = ?")) {
-            ps.setString(1, token);
-            try (ResultSet rs = ps.executeQuery()) {
-                if (!rs.next()) return null;
-                DeviceInfo info = new DeviceInfo((UUID) rs.getObject(1), rs.getString(2), rs.getString(3));
-                tokenCache.put(token, info);
-                return info;
-            }
-        }
+        return lookup.byTokenBlocking(token);
     }
 
     void registerSession(UUID deviceId, Channel ch) {
@@ -80,8 +75,8 @@ final class DeviceService {
         });
     }
 
-    private void evictDevice(UUID deviceId) {
-        tokenCache.values().removeIf(d -> d.id.equals(deviceId));
+    private void evictDevice(UUID deviceId, String token) {
+        lookup.evict(deviceId, token);
         Set<Channel> s = sessions.remove(deviceId);
         if (s != null) s.forEach(Channel::close);
     }
@@ -227,40 +222,26 @@ final class DeviceService {
         }
     }
 
-    // ---------------------------------------------------------------- devices
+    // ---------------------------------------------------------------- devices (in the registry: SQL or Mongo)
 
-    private static final String DEVICE_COLS = "id, created_time, name, type, label, device_profile_id";
-
-    ObjectNode findDeviceByName(String name) throws SQLException {
-        try (Connection c = ds.getConnection();
-             PreparedStatement ps = c.prepareStatement("SELECT " + DEVICE_COLS + " FROM device WHERE name = ?")) {
-            ps.setString(1, name);
-            try (ResultSet rs = ps.executeQuery()) {
-                if (!rs.next()) throw ApiException.notFound();
-                return deviceJson(rs);
-            }
-        }
+    ObjectNode findDeviceByName(String name) throws Exception {
+        return deviceJson(store.findByName(name));
     }
 
-    ObjectNode getDevice(UUID id) throws SQLException {
-        try (Connection c = ds.getConnection();
-             PreparedStatement ps = c.prepareStatement("SELECT " + DEVICE_COLS + " FROM device WHERE id = ?")) {
-            ps.setObject(1, id);
-            try (ResultSet rs = ps.executeQuery()) {
-                if (!rs.next()) throw ApiException.notFound();
-                return deviceJson(rs);
-            }
-        }
+    ObjectNode getDevice(UUID id) throws Exception {
+        return deviceJson(store.get(id));
     }
 
-    ObjectNode listDevices(int pageSize, int page, String textSearch) throws SQLException {
-        String where = textSearch == null || textSearch.isEmpty() ? "" : " WHERE name ILIKE ?";
-        return page("SELECT " + DEVICE_COLS + " FROM device" + where + " ORDER BY created_time, name",
-            "SELECT count(*) FROM device" + where, textSearch, pageSize, page, this::deviceJson);
+    ObjectNode listDevices(int pageSize, int page, String textSearch) throws Exception {
+        checkPage(pageSize, page);
+        DeviceStore.Page p = store.list(pageSize, page, textSearch);
+        List<ObjectNode> rows = new ArrayList<>();
+        for (DeviceStore.DeviceRow r : p.rows()) rows.add(deviceJson(r));
+        return pageJson(rows, p.total(), pageSize, page);
     }
 
     /** POST /api/device: create (with credentials) or, when the body carries an id, update. */
-    ObjectNode saveDevice(JsonNode body, String accessToken) throws SQLException {
+    ObjectNode saveDevice(JsonNode body, String accessToken) throws Exception {
         String name = text(body, "name");
         if (name == null || name.isBlank()) throw ApiException.badRequest("Device name should be specified!");
         String type = text(body, "type");
@@ -271,131 +252,57 @@ final class DeviceService {
         if (create) id = UUID.randomUUID();
         String token = accessToken;
         if (create && (token == null || token.isEmpty())) token = randomToken();
+        String[] profile;
         try (Connection c = ds.getConnection()) {
-            c.setAutoCommit(false);
-            try {
-                String[] profile;
-                if (profileId == null && type != null && !type.isBlank()) {
-                    profile = profileById(c, profileForType(c, type));
-                } else {
-                    profile = profileById(c, profileId);
-                }
-                if (type == null || type.isBlank()) type = profile[1];
-                if (create) {
-                    try (PreparedStatement ps = c.prepareStatement(
-                        "INSERT INTO device (id, created_time, name, type, label, device_profile_id) VALUES (?, ?, ?, ?, ?, ?)")) {
-                        ps.setObject(1, id);
-                        ps.setLong(2, System.currentTimeMillis());
-                        ps.setString(3, name);
-                        ps.setString(4, type);
-                        ps.setString(5, label);
-                        ps.setObject(6, UUID.fromString(profile[0]));
-                        ps.executeUpdate();
-                    }
-                    try (PreparedStatement ps = c.prepareStatement(
-                        "INSERT INTO device_credentials (id, created_time, device_id, credentials_type, credentials_id)"
-                            + " VALUES (?, ?, ?, 'ACCESS_TOKEN', ?)")) {
-                        ps.setObject(1, UUID.randomUUID());
-                        ps.setLong(2, System.currentTimeMillis());
-                        ps.setObject(3, id);
-                        ps.setString(4, token);
-                        ps.executeUpdate();
-                    }
-                } else {
-                    try (PreparedStatement ps = c.prepareStatement(
-                        "UPDATE device SET name = ?, type = ?, label = ?, device_profile_id = ? WHERE id = ?")) {
-                        ps.setString(1, name);
-                        ps.setString(2, type);
-                        ps.setString(3, label);
-                        ps.setObject(4, UUID.fromString(profile[0]));
-                        ps.setObject(5, id);
-                        if (ps.executeUpdate() == 0) throw ApiException.notFound();
-                    }
-                    if (token != null && !token.isEmpty()) {
-                        try (PreparedStatement ps = c.prepareStatement(
-                            "UPDATE device_credentials SET credentials_id = ? WHERE device_id = ?")) {
-                            ps.setString(1, token);
-                            ps.setObject(2, id);
-                            ps.executeUpdate();
-                        }
-                    }
-                }
-                c.commit();
-            } catch (PSQLException e) {
-                c.rollback();
-                if ("23505".equals(e.getSQLState())) {
-                    String constraint = e.getServerErrorMessage() == null ? null : e.getServerErrorMessage().getConstraint();
-                    if (constraint != null && constraint.startsWith("device_credentials")) {
-                        throw ApiException.badRequest("Specified credentials are already registered!");
-                    }
-                    throw ApiException.badRequest("Device with such name already exists!");
-                }
-                throw e;
-            } catch (SQLException | RuntimeException e) {
-                c.rollback();
-                throw e;
+            if (profileId == null && type != null && !type.isBlank()) {
+                profile = profileById(c, profileForType(c, type));
+            } else {
+                profile = profileById(c, profileId);
             }
         }
-        if (!create) evictDevice(id);
+        if (type == null || type.isBlank()) type = profile[1];
+        DeviceStore.DeviceRow row = new DeviceStore.DeviceRow(id, System.currentTimeMillis(), name, type, label,
+            UUID.fromString(profile[0]));
+        if (create) {
+            store.create(row, token);
+        } else {
+            String oldToken = store.credentials(id).token();
+            store.update(row, token);
+            evictDevice(id, oldToken);
+        }
         return getDevice(id);
     }
 
-    void deleteDevice(UUID id) throws SQLException {
-        try (Connection c = ds.getConnection()) {
-            c.setAutoCommit(false);
-            try {
-                int n;
-                try (PreparedStatement ps = c.prepareStatement("DELETE FROM device WHERE id = ?")) {
-                    ps.setObject(1, id);
-                    n = ps.executeUpdate();
-                }
-                try (PreparedStatement ps = c.prepareStatement("DELETE FROM device_credentials WHERE device_id = ?")) {
-                    ps.setObject(1, id);
-                    ps.executeUpdate();
-                }
-                c.commit();
-                if (n == 0) throw ApiException.notFound();
-            } catch (SQLException | RuntimeException e) {
-                c.rollback();
-                throw e;
-            }
-        }
-        evictDevice(id);
+    void deleteDevice(UUID id) throws Exception {
+        String token = store.delete(id);
+        evictDevice(id, token);
     }
 
-    ObjectNode credentials(UUID deviceId) throws SQLException {
-        try (Connection c = ds.getConnection();
-             PreparedStatement ps = c.prepareStatement(
-                 "SELECT id, created_time, device_id, credentials_type, credentials_id FROM device_credentials WHERE device_id = ?")) {
-            ps.setObject(1, deviceId);
-            try (ResultSet rs = ps.executeQuery()) {
-                if (!rs.next()) throw ApiException.notFound();
-                ObjectNode n = TelemetryParser.MAPPER.createObjectNode();
-                n.putObject("id").put("id", rs.getObject(1).toString());
-                n.put("createdTime", rs.getLong(2));
-                n.set("deviceId", entityIdJson("DEVICE", rs.getObject(3).toString()));
-                n.put("credentialsType", rs.getString(4));
-                n.put("credentialsId", rs.getString(5));
-                n.putNull("credentialsValue");
-                return n;
-            }
-        }
+    ObjectNode credentials(UUID deviceId) throws Exception {
+        DeviceStore.CredentialsRow r = store.credentials(deviceId);
+        ObjectNode n = TelemetryParser.MAPPER.createObjectNode();
+        n.putObject("id").put("id", r.id().toString());
+        n.put("createdTime", r.createdTime());
+        n.set("deviceId", entityIdJson("DEVICE", r.deviceId().toString()));
+        n.put("credentialsType", "ACCESS_TOKEN");
+        n.put("credentialsId", r.token());
+        n.putNull("credentialsValue");
+        return n;
     }
 
     // ---------------------------------------------------------------- JSON helpers
 
-    private ObjectNode deviceJson(ResultSet rs) throws SQLException {
+    private ObjectNode deviceJson(DeviceStore.DeviceRow d) {
         ObjectNode n = TelemetryParser.MAPPER.createObjectNode();
-        n.set("id", entityIdJson("DEVICE", rs.getObject("id").toString()));
-        n.put("createdTime", rs.getLong("created_time"));
+        n.set("id", entityIdJson("DEVICE", d.id().toString()));
+        n.put("createdTime", d.createdTime());
         n.set("tenantId", entityIdJson("TENANT", tenantId.toString()));
         n.set("customerId", entityIdJson("CUSTOMER", NULL_UUID.toString()));
-        n.put("name", rs.getString("name"));
-        n.put("type", rs.getString("type"));
-        n.put("label", rs.getString("label"));
-        Object profile = rs.getObject("device_profile_id");
-        if (profile == null) n.putNull("deviceProfileId");
-        else n.set("deviceProfileId", entityIdJson("DEVICE_PROFILE", profile.toString()));
+        n.put("name", d.name());
+        n.put("type", d.type());
+        n.put("label", d.label());
+        if (d.profileId() == null) n.putNull("deviceProfileId");
+        else n.set("deviceProfileId", entityIdJson("DEVICE_PROFILE", d.profileId().toString()));
         n.putNull("firmwareId");
         n.putNull("softwareId");
         n.putNull("externalId");
@@ -435,10 +342,25 @@ final class DeviceService {
         ObjectNode map(ResultSet rs) throws SQLException;
     }
 
-    private ObjectNode page(String sql, String countSql, String textSearch, int pageSize, int page, RowMapper mapper)
-        throws SQLException {
+    private static void checkPage(int pageSize, int page) {
         if (pageSize < 1) throw ApiException.badRequest("Page size should be greater than 0!");
         if (page < 0) throw ApiException.badRequest("Page should be greater than or equal to 0!");
+    }
+
+    private static ObjectNode pageJson(List<ObjectNode> rows, long total, int pageSize, int page) {
+        ObjectNode out = TelemetryParser.MAPPER.createObjectNode();
+        ArrayNode data = out.putArray("data");
+        rows.forEach(data::add);
+        out.put("totalPages", (total + pageSize - 1) / pageSize);
+        out.put("totalElements", total);
+        out.put("hasNext", (long) (page + 1) * pageSize < total);
+        return out;
+    }
+
+    /** Profiles page (Postgres). */
+    private ObjectNode page(String sql, String countSql, String textSearch, int pageSize, int page, RowMapper mapper)
+        throws SQLException {
+        checkPage(pageSize, page);
         boolean filter = textSearch != null && !textSearch.isEmpty();
         try (Connection c = ds.getConnection()) {
             long total;
@@ -459,13 +381,7 @@ final class DeviceService {
                     while (rs.next()) rows.add(mapper.map(rs));
                 }
             }
-            ObjectNode out = TelemetryParser.MAPPER.createObjectNode();
-            ArrayNode data = out.putArray("data");
-            rows.forEach(data::add);
-            out.put("totalPages", (total + pageSize - 1) / pageSize);
-            out.put("totalElements", total);
-            out.put("hasNext", (long) (page + 1) * pageSize < total);
-            return out;
+            return pageJson(rows, total, pageSize, page);
         }
     }
 

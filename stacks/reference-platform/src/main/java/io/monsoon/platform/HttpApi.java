@@ -197,7 +197,17 @@ final class HttpApi {
     }
 
     private void deviceApi(HttpExchange ex, DeviceService devices, TbQueue queue, String token, String kind) throws Exception {
-        DeviceService.DeviceInfo device = devices.findByToken(token);
+        DeviceService.DeviceInfo device;
+        try {
+            device = devices.findByToken(token);
+        } catch (DeviceLookup.LookupFailed e) {
+            Metrics.REGISTRY_REFUSED.labelValues("http").inc();
+            if (kind.equals("telemetry")) { // received and refused: counted like an MQTT message refused for the same reason
+                Metrics.RECEIVED.inc();
+                Metrics.ERRORS.inc();
+            }
+            throw new ApiException(503, ApiException.GENERAL, e.getMessage());
+        }
         if (device == null) {
             send(ex, 401, null, new byte[0]);
             return;

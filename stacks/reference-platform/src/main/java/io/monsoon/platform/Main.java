@@ -3,6 +3,8 @@ package io.monsoon.platform;
 import com.zaxxer.hikari.HikariDataSource;
 import org.slf4j.Logger;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 
 /**
@@ -24,6 +26,11 @@ public final class Main {
         setIfAbsent("org.slf4j.simpleLogger.log.org.apache.kafka", "warn");
         setIfAbsent("org.slf4j.simpleLogger.log.com.zaxxer.hikari", "warn");
         setIfAbsent("org.slf4j.simpleLogger.log.io.netty", "warn");
+        setIfAbsent("org.slf4j.simpleLogger.log.org.mongodb.driver", "warn");
+        // The Hot Rod client logs every failed operation at ERROR with a stack trace (one per lookup during an
+        // outage): off; DeviceLookup reports cache failures itself, rate-limited.
+        setIfAbsent("org.slf4j.simpleLogger.log.org.infinispan", "off");
+        setIfAbsent("org.jboss.logging.provider", "slf4j"); // Infinispan's client logs through jboss-logging
         log = org.slf4j.LoggerFactory.getLogger(Main.class);
 
         // Without -XX:+ExitOnOutOfMemoryError an OOM would only kill one thread: die like the launcher would.
@@ -44,23 +51,41 @@ public final class Main {
             return;
         }
         Runtime rt = Runtime.getRuntime();
-        log.info("reference-platform starting: queue={} consumers={} batch={} commitDelay={}ms maxHeap={}MB",
+        log.info("reference-platform starting: queue={} consumers={} batch={} commitDelay={}ms maxHeap={}MB"
+                + " registry={} cache={} nearTtl={}ms lookupTimeout={}ms",
             cfg.queueType, cfg.consumerThreads, cfg.consumerBatchSize, cfg.storageCommitDelayMs,
-            rt.maxMemory() / (1024 * 1024));
+            rt.maxMemory() / (1024 * 1024), cfg.registryType, cfg.cacheType, cfg.deviceCacheTtlMs, cfg.registryTimeoutMs);
 
         JwtService jwt = new JwtService(cfg);
         HttpApi http = new HttpApi(cfg, jwt, () -> ready);
         HikariDataSource ds = null;
         TbQueue queue = null;
         MqttTransport mqtt = null;
+        List<AutoCloseable> registry = new ArrayList<>(); // closed last: lookups, Hot Rod client, Mongo client
         try {
             http.start(); // /health answers 503 until everything below is up
             Db.awaitServer(cfg);
             ds = Db.pool(cfg, cfg.consumerThreads + 8);
             Db.createSchema(ds);
-            DeviceService devices = new DeviceService(ds, jwt.tenantId);
-            devices.ensureDefaultProfile();
             log.info("database schema ready at {}", cfg.dbUrl);
+            SqlDeviceStore sql = new SqlDeviceStore(ds);
+            DeviceStore store = sql;
+            if (cfg.mongo()) {
+                MongoDeviceStore mongo = new MongoDeviceStore(cfg, sql, jwt.tenantId);
+                registry.add(0, mongo);
+                mongo.start(cfg.startupTimeoutSec);
+                store = mongo;
+            }
+            InfinispanCache ispn = null;
+            if (cfg.infinispan()) {
+                ispn = new InfinispanCache(cfg);
+                registry.add(0, ispn);
+                ispn.start(cfg.startupTimeoutSec);
+            }
+            DeviceLookup lookup = new DeviceLookup(cfg, store, ispn);
+            registry.add(0, lookup);
+            DeviceService devices = new DeviceService(ds, jwt.tenantId, store, lookup);
+            devices.ensureDefaultProfile();
 
             TsWriter writer = new TsWriter(ds, cfg.storageCommitDelayMs);
             if (cfg.kafka()) {
@@ -92,12 +117,13 @@ public final class Main {
             String msg = e.getMessage() == null ? e.toString() : e.getMessage();
             log.error("reference-platform failed to start: {}", msg);
             System.err.println("reference-platform: startup failed: " + msg);
-            stopQuietly(mqtt, queue, http, ds);
+            stopQuietly(mqtt, queue, http, ds, registry);
             System.exit(1);
             return;
         }
-        log.info("reference-platform started: mqtt={}:{} http={}:{} queue={} pid={}",
-            cfg.mqttHost, cfg.mqttPort, cfg.httpHost, cfg.httpPort, cfg.queueType, ProcessHandle.current().pid());
+        log.info("reference-platform started: mqtt={}:{} http={}:{} queue={} registry={} cache={} pid={}",
+            cfg.mqttHost, cfg.mqttPort, cfg.httpHost, cfg.httpPort, cfg.queueType, cfg.registryType, cfg.cacheType,
+            ProcessHandle.current().pid());
 
         CountDownLatch stopped = new CountDownLatch(1);
         final MqttTransport fm = mqtt;
@@ -106,7 +132,7 @@ public final class Main {
         rt.addShutdownHook(new Thread(() -> {
             log.info("reference-platform stopping");
             ready = false;
-            stopQuietly(fm, fq, http, fds);
+            stopQuietly(fm, fq, http, fds, registry);
             stopped.countDown();
         }, "tb-shutdown"));
         try {
@@ -116,7 +142,8 @@ public final class Main {
         }
     }
 
-    private static void stopQuietly(MqttTransport mqtt, TbQueue queue, HttpApi http, HikariDataSource ds) {
+    private static void stopQuietly(MqttTransport mqtt, TbQueue queue, HttpApi http, HikariDataSource ds,
+                                    List<AutoCloseable> registry) {
         try {
             if (mqtt != null) mqtt.stop();
         } catch (Throwable ignored) {
@@ -131,6 +158,13 @@ public final class Main {
             http.stop();
         } catch (Throwable ignored) {
             // best effort
+        }
+        for (AutoCloseable c : registry) {
+            try {
+                c.close();
+            } catch (Throwable ignored) {
+                // best effort
+            }
         }
         try {
             if (ds != null) ds.close();

@@ -41,10 +41,10 @@ import org.slf4j.LoggerFactory;
 
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 
 /** The MQTT device API (MQTT 3.1 / 3.1.1, username = access token), on Netty's MQTT codec. */
@@ -57,11 +57,6 @@ final class MqttTransport {
     private final Config cfg;
     private final DeviceService devices;
     private final TbQueue queue;
-    private final ExecutorService authPool = Executors.newFixedThreadPool(4, r -> {
-        Thread t = new Thread(r, "tb-mqtt-auth");
-        t.setDaemon(true);
-        return t;
-    });
     private EventLoopGroup boss;
     private EventLoopGroup workers;
     private Channel serverChannel;
@@ -107,53 +102,95 @@ final class MqttTransport {
         if (serverChannel != null) serverChannel.close().awaitUninterruptibly(2000);
         if (workers != null) workers.shutdownGracefully(0, 2, TimeUnit.SECONDS);
         if (boss != null) boss.shutdownGracefully(0, 2, TimeUnit.SECONDS);
-        authPool.shutdownNow();
     }
 
     private static final RateLimitedLog BAD_PAYLOAD_LOG = new RateLimitedLog(log, 1000);
+    private static final RateLimitedLog LOOKUP_LOG = new RateLimitedLog(log, 5000);
+    /** Messages read while a lookup is in flight, beyond which the connection is closed. */
+    private static final int MAX_PENDING = 1000;
 
-    /** One device connection. */
+    /**
+     * One device connection. Device lookups (CONNECT: token -> device; every PUBLISH: the device, through
+     * the near cache) block this connection, not the event loop: on a near-cache miss, reading stops
+     * (autoRead off), the lookup runs on the registry pool, and everything decoded meanwhile waits in
+     * {@code pending}, replayed in order once the lookup returns; so per-device order is kept and a slow
+     * registry/cache delays this device's messages and PUBACKs as a synchronous adapter would. All state is
+     * touched on the channel's event loop only.
+     */
     private final class Session extends ChannelInboundHandlerAdapter {
         private volatile DeviceService.DeviceInfo device;
         private boolean connectSeen;
-        /** Messages that arrived behind CONNECT while the token was being checked. */
-        private final List<MqttMessage> pending = new ArrayList<>();
+        /** A lookup is in flight: reading is paused and messages wait in {@link #pending}. */
+        private boolean busy;
+        private final ArrayDeque<MqttMessage> pending = new ArrayDeque<>();
 
         @Override
         public void channelRead(ChannelHandlerContext ctx, Object msg) {
-            try {
-                if (!(msg instanceof MqttMessage m)) return;
-                if (m.decoderResult().isFailure()) {
-                    onDecodeFailure(ctx, m);
-                    return;
-                }
-                MqttMessageType type = m.fixedHeader().messageType();
-                if (type != MqttMessageType.CONNECT && device == null) {
-                    if (connectSeen && pending.size() < 1000) {
-                        pending.add((MqttMessage) ReferenceCountUtil.retain(m)); // replayed once authenticated
-                    } else {
-                        ctx.close(); // nothing but CONNECT before the session is authenticated
-                    }
-                    return;
-                }
-                switch (type) {
-                    case CONNECT -> onConnect(ctx, (MqttConnectMessage) m);
-                    case PUBLISH -> onPublish(ctx, (MqttPublishMessage) m);
-                    case PINGREQ -> ctx.writeAndFlush(new MqttMessage(
-                        new MqttFixedHeader(MqttMessageType.PINGRESP, false, MqttQoS.AT_MOST_ONCE, false, 0)));
-                    case DISCONNECT -> ctx.close();
-                    case SUBSCRIBE -> onSubscribe(ctx, (MqttSubscribeMessage) m);
-                    case UNSUBSCRIBE -> ctx.writeAndFlush(MqttMessageBuilders.unsubAck()
-                        .packetId(((MqttUnsubscribeMessage) m).variableHeader().messageId()).build());
-                    case PUBREL -> ctx.writeAndFlush(new MqttMessage(
-                        new MqttFixedHeader(MqttMessageType.PUBCOMP, false, MqttQoS.AT_MOST_ONCE, false, 0),
-                        m.variableHeader()));
-                    default -> {
-                        // PUBACK/PUBREC/PUBCOMP from the device: nothing is ever sent to it with QoS > 0
-                    }
-                }
-            } finally {
+            if (!(msg instanceof MqttMessage m)) {
                 ReferenceCountUtil.release(msg);
+                return;
+            }
+            if (busy) {
+                if (pending.size() < MAX_PENDING) {
+                    pending.add(m); // keeps the reference; released once processed
+                } else {
+                    ReferenceCountUtil.release(m);
+                    ctx.close();
+                }
+                return;
+            }
+            try {
+                process(ctx, m);
+            } finally {
+                ReferenceCountUtil.release(m);
+            }
+        }
+
+        /** Stops reading until {@link #resume} (a lookup is in flight). */
+        private void pause(ChannelHandlerContext ctx) {
+            busy = true;
+            ctx.channel().config().setAutoRead(false);
+        }
+
+        /** Replays what arrived during the lookup, in order, then reads again (unless another lookup started). */
+        private void resume(ChannelHandlerContext ctx) {
+            busy = false;
+            while (!busy && !pending.isEmpty() && ctx.channel().isOpen()) {
+                MqttMessage p = pending.poll();
+                try {
+                    process(ctx, p);
+                } finally {
+                    ReferenceCountUtil.release(p);
+                }
+            }
+            if (!busy && ctx.channel().isOpen()) ctx.channel().config().setAutoRead(true);
+        }
+
+        private void process(ChannelHandlerContext ctx, MqttMessage m) {
+            if (m.decoderResult().isFailure()) {
+                onDecodeFailure(ctx, m);
+                return;
+            }
+            MqttMessageType type = m.fixedHeader().messageType();
+            if (type != MqttMessageType.CONNECT && device == null) {
+                ctx.close(); // nothing but CONNECT before the session is authenticated
+                return;
+            }
+            switch (type) {
+                case CONNECT -> onConnect(ctx, (MqttConnectMessage) m);
+                case PUBLISH -> onPublish(ctx, (MqttPublishMessage) m);
+                case PINGREQ -> ctx.writeAndFlush(new MqttMessage(
+                    new MqttFixedHeader(MqttMessageType.PINGRESP, false, MqttQoS.AT_MOST_ONCE, false, 0)));
+                case DISCONNECT -> ctx.close();
+                case SUBSCRIBE -> onSubscribe(ctx, (MqttSubscribeMessage) m);
+                case UNSUBSCRIBE -> ctx.writeAndFlush(MqttMessageBuilders.unsubAck()
+                    .packetId(((MqttUnsubscribeMessage) m).variableHeader().messageId()).build());
+                case PUBREL -> ctx.writeAndFlush(new MqttMessage(
+                    new MqttFixedHeader(MqttMessageType.PUBCOMP, false, MqttQoS.AT_MOST_ONCE, false, 0),
+                    m.variableHeader()));
+                default -> {
+                    // PUBACK/PUBREC/PUBCOMP from the device: nothing is ever sent to it with QoS > 0
+                }
             }
         }
 
@@ -194,50 +231,88 @@ final class MqttTransport {
             String token = m.payload().userName();
             int keepAlive = m.variableHeader().keepAliveTimeSeconds();
             Channel ch = ctx.channel();
-            ch.config().setAutoRead(false); // nothing else is read until the token is checked
-            authPool.execute(() -> {
-                DeviceService.DeviceInfo info;
-                try {
-                    info = devices.findByToken(token);
-                } catch (Exception e) {
-                    log.warn("device lookup failed: {}", e.toString());
-                    ch.eventLoop().execute(() -> connAck(ctx, MqttConnectReturnCode.CONNECTION_REFUSED_SERVER_UNAVAILABLE)
-                        .addListener(ChannelFutureListener.CLOSE));
+            pause(ctx); // nothing else is processed until the token is checked
+            devices.lookup().byToken(token).whenComplete((info, err) -> ch.eventLoop().execute(() -> {
+                if (!ch.isOpen()) return;
+                if (err != null) {
+                    Metrics.REGISTRY_REFUSED.labelValues("connect").inc();
+                    LOOKUP_LOG.warn("refusing MQTT connection from " + ch.remoteAddress() + ": "
+                        + DeviceLookup.failure(err).getMessage());
+                    connAck(ctx, MqttConnectReturnCode.CONNECTION_REFUSED_SERVER_UNAVAILABLE)
+                        .addListener(ChannelFutureListener.CLOSE);
                     return;
                 }
-                ch.eventLoop().execute(() -> {
+                if (info == null) {
+                    log.debug("refusing MQTT connection from {}: unknown access token", ch.remoteAddress());
+                    connAck(ctx, MqttConnectReturnCode.CONNECTION_REFUSED_NOT_AUTHORIZED)
+                        .addListener(ChannelFutureListener.CLOSE);
+                    return;
+                }
+                device = info;
+                ctx.pipeline().remove("idle");
+                if (keepAlive > 0) {
+                    ctx.pipeline().addBefore("handler", "idle",
+                        new IdleStateHandler(keepAlive * 1500L, 0, 0, TimeUnit.MILLISECONDS));
+                }
+                devices.registerSession(info.id, ch);
+                connAck(ctx, MqttConnectReturnCode.CONNECTION_ACCEPTED);
+                resume(ctx);
+            }));
+        }
+
+        /**
+         * Every PUBLISH looks its device up (as a Hono adapter asserts the device's registration per message):
+         * a near-cache hit goes on at once; a miss pauses this connection until the lookup returns. A failed
+         * or timed-out lookup refuses the message (no PUBACK, counted in tb_messages_errors_total) and closes
+         * the connection, as does a device deleted meanwhile.
+         */
+        private void onPublish(ChannelHandlerContext ctx, MqttPublishMessage m) {
+            boolean telemetry = TELEMETRY_TOPIC.equals(m.variableHeader().topicName());
+            if (telemetry) Metrics.RECEIVED.inc();
+            DeviceService.DeviceInfo d = devices.lookup().nearDevice(device.id);
+            if (d != null) {
+                device = d;
+                handlePublish(ctx, m, telemetry);
+                return;
+            }
+            Channel ch = ctx.channel();
+            UUID id = device.id;
+            pause(ctx);
+            m.retain();
+            devices.lookup().loadDevice(id).whenComplete((info, err) -> ch.eventLoop().execute(() -> {
+                try {
+                    if (!ch.isOpen()) return;
+                    if (err != null) {
+                        if (telemetry) Metrics.ERRORS.inc();
+                        Metrics.REGISTRY_REFUSED.labelValues("message").inc();
+                        LOOKUP_LOG.warn("refusing a message from " + device.name + " and closing its connection: "
+                            + DeviceLookup.failure(err).getMessage());
+                        ctx.close();
+                        return;
+                    }
                     if (info == null) {
-                        log.debug("refusing MQTT connection from {}: unknown access token", ch.remoteAddress());
-                        connAck(ctx, MqttConnectReturnCode.CONNECTION_REFUSED_NOT_AUTHORIZED)
-                            .addListener(ChannelFutureListener.CLOSE);
+                        log.debug("closing the MQTT connection of device {}: it no longer exists", id);
+                        ctx.close();
                         return;
                     }
                     device = info;
-                    ctx.pipeline().remove("idle");
-                    if (keepAlive > 0) {
-                        ctx.pipeline().addBefore("handler", "idle",
-                            new IdleStateHandler(keepAlive * 1500L, 0, 0, TimeUnit.MILLISECONDS));
-                    }
-                    devices.registerSession(info.id, ch);
-                    connAck(ctx, MqttConnectReturnCode.CONNECTION_ACCEPTED);
-                    List<MqttMessage> replay = new ArrayList<>(pending);
-                    pending.clear();
-                    for (MqttMessage p : replay) channelRead(ctx, p);
-                    ch.config().setAutoRead(true);
-                });
-            });
+                    handlePublish(ctx, m, telemetry);
+                } finally {
+                    m.release();
+                }
+                resume(ctx);
+            }));
         }
 
-        private void onPublish(ChannelHandlerContext ctx, MqttPublishMessage m) {
-            String topic = m.variableHeader().topicName();
+        private void handlePublish(ChannelHandlerContext ctx, MqttPublishMessage m, boolean telemetry) {
             MqttQoS qos = m.fixedHeader().qosLevel();
             int packetId = m.variableHeader().packetId();
             Channel ch = ctx.channel();
-            if (!TELEMETRY_TOPIC.equals(topic)) {
+            if (!telemetry) {
                 ack(ch, qos, packetId); // other topics (attributes, rpc, claim...) are accepted and ignored
                 return;
             }
-            Metrics.RECEIVED.inc();
+            DeviceService.DeviceInfo device = this.device;
             ByteBuf buf = m.payload();
             String json = buf.toString(StandardCharsets.UTF_8);
             TbMsg msg;
@@ -286,6 +361,7 @@ final class MqttTransport {
 
         @Override
         public void channelInactive(ChannelHandlerContext ctx) throws Exception {
+            busy = true; // nothing more is processed
             pending.forEach(ReferenceCountUtil::release);
             pending.clear();
             super.channelInactive(ctx);
