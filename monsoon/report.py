@@ -4,6 +4,7 @@
 
     {"run_id": str, "profile": str,
      "results": [{"stack": str, "experiment": str, "verdict": "pass"|"fail"|"unknown",
+                  "figures": {str: number},      # headline figures lifted from the checks (runner.HEADLINE)
                   "checks": [{"name": str, "verdict": str, "figures": {str: number}}]}]}
 
 (``message`` and ``dir`` ride along on results/checks as extra keys.)
@@ -21,6 +22,9 @@ KEY_FIGURES = {
     "no_oom": ("oom_events", "restarts"),
     "no_acked_loss": ("acked", "acked_lost", "duplicates"),
     "lag_recovers_within": ("peak_lag", "recovery_s"),
+    "faults_landed": ("faults_injected", "faults_landed", "faults_healed", "max_downtime_s"),
+    "throughput_drop": ("throughput_drop_pct", "baseline_msg_s", "during_faults_msg_s"),
+    "latency_objective": ("p99_ms", "p50_ms", "samples"),
 }
 ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
 

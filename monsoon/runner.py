@@ -23,6 +23,9 @@ from .stack import Stack
 from .timeline import Timeline
 
 Progress = Callable[[str], None]
+# summary.json: per experiment, these figures of its checks side by side
+HEADLINE = ("acked", "acked_lost", "oom_events", "peak_lag", "recovery_s", "faults_injected", "faults_landed",
+            "faults_healed", "faults_left_in_place", "max_downtime_s", "throughput_drop_pct")
 
 
 @dataclass
@@ -41,9 +44,18 @@ class ExperimentResult:
             return "skipped"
         return combine([c.verdict for c in self.checks] + (["unknown"] if self.error else []))
 
+    def headline(self) -> dict[str, float]:
+        """The experiment's key figures, lifted from its checks (first check that has each wins)."""
+        out: dict[str, float] = {}
+        for key in HEADLINE:
+            v = next((c.figures[key] for c in self.checks if key in c.figures), None)
+            if v is not None:
+                out[key] = v
+        return out
+
     def to_dict(self) -> dict:
         d = {"stack": self.stack, "experiment": self.experiment, "verdict": self.verdict,
-             "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
+             "figures": self.headline(), "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
         if self.error:
             d["error"] = self.error
         return d
