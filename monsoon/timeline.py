@@ -13,10 +13,15 @@ Event types written by monsoon:
 * ``sample``  — one per collector per second: ``collector`` plus its values, or ``error``:
   ``process`` (up, pid, rss_mb, threads), ``metrics`` (the stack's observe.metrics signals, e.g. heap_used,
   heap_max, queue_depth, received, acked, stored, gc_seconds), ``kafka`` (lag, partitions:
-  {"topic-p": {end, committed, lag}}), ``storage`` (stored)
+  {"topic-p": {end, committed, lag}}), ``storage`` (stored), ``cgroup`` (the observed service's memory
+  cgroup: oom_kill count, limit hits), ``kube`` / ``docker`` (OOMKilled, restart counts; when configured)
 * ``service`` — start / ready / exit (code, cause, oom) / restart / stop of a stack service
 * ``drain``   — whether the system under test drained its backlog after the load
 * ``stored``  — the stored-messages export (path, rows)
+* ``fault-plan`` — the fault plan's clock start (its ``t``) and its faults with their windows
+* ``fault``   — one per inject / heal of a fault window: name, kind, backend, target, window, phase,
+  intended and effective seconds from the plan start, landed (true/false/null), evidence (how it was measured)
+* ``fault-census`` — after the final heal: what each backend swept, and what is still in place (leftovers)
 * ``op``      — anything else worth journaling (provisioning, connects)
 """
 from __future__ import annotations
