@@ -183,6 +183,11 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
     durations = exp.durations(profile)
     shape = build_shape(exp, profile)
     faults = experiment_faults(exp, profile, stack_spec)   # a bad fault fails here, before anything starts
+    unknown = sorted(set(exp.env) - set(stack_spec.services))
+    if unknown:
+        from .yamlio import SpecError
+        raise SpecError(exp.source, None, "env", f"no service {', '.join(unknown)} in stack {stack_spec.name!r} "
+                        f"(it has: {', '.join(stack_spec.services)})")
     if dry_run:
         result.dry_run = describe(stack_spec, exp, profile, faults, run_id)
         progress(result.dry_run)
@@ -197,7 +202,7 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
-               base_rate=exp.load.base_rate, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
+               base_rate=exp.load.base_rate, env=exp.env, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
                devices=exp.load.devices, qos=exp.load.qos, durations=durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
                checks=[{"name": n, "params": p} for n, p in checks],
@@ -214,7 +219,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
         fleet = sampler = None
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
+            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
+                       env_overrides=exp.env) as stack:
                 t = time.monotonic()
                 devices = provision(stack, exp)
                 tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))

@@ -280,7 +280,16 @@ class ExperimentSpec(_Frozen):
     profiles: dict[Literal["quick", "nightly", "full"], Durations]
     checks: tuple[CheckSpec, ...]
     faults: tuple[FaultRef, ...] = ()
+    # extra environment per stack service, e.g. {platform: {DEFECT_DROP_ACKED_PCT: "0.1"}}; wins over the stack's
+    env: dict[str, dict[str, str]] = {}
     source: str = ""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {svc: ({k: str(x) for k, x in e.items()} if isinstance(e, dict) else e) for svc, e in v.items()}
+        return v
 
     @field_validator("faults", mode="before")
     @classmethod

@@ -153,9 +153,15 @@ def _tail(path: Path, nbytes: int = 65536) -> str:
 
 class Stack:
     def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
-                 ready_timeout_scale: float = 1.0, profile: str = "quick"):
+                 ready_timeout_scale: float = 1.0, profile: str = "quick",
+                 env_overrides: dict[str, dict[str, str]] | None = None):
         self.spec = spec
         self.profile = profile
+        unknown = sorted(set(env_overrides or {}) - set(spec.services))
+        if unknown:
+            raise StackError(f"env for unknown service(s) {', '.join(unknown)} of stack {spec.name!r} "
+                             f"(it has: {', '.join(spec.services)})")
+        self.env_overrides = env_overrides or {}
         self.dir = Path(stack_dir)
         self.run_id = run_id
         self.on_event = on_event
@@ -222,6 +228,7 @@ class Stack:
         env = dict(os.environ)
         try:
             env.update({k: self.render(v, sdir) for k, v in spec.env_for(self.profile).items()})
+            env.update({k: self.render(v, sdir) for k, v in self.env_overrides.get(name, {}).items()})
         except ValueError as e:
             raise StackError(f"service {name!r}: {e} (in {self.spec.source})") from None
         env["MONSOON_RUN_ID"] = self.run_id

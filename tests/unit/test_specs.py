@@ -133,3 +133,15 @@ def test_env_profile_keys_are_checked(tmp_path):
     with pytest.raises(SpecError) as ei:
         load_stack(write(tmp_path, "p.yaml", text))
     assert ei.value.line == 10 and ei.value.key.startswith("services.app.env.HEAP")
+
+
+def test_experiment_env_overrides_reach_the_service_and_unknown_services_are_refused(tmp_path):
+    from monsoon.stack import Stack, StackError
+    stack = load_stack("kafka")
+    st = Stack(stack, tmp_path, run_id="env-1", env_overrides={"platform": {"DEFECT_X": "1"}})
+    st.ports = {n: 1 for n in stack.port_names()}
+    st.ctx = st._base_ctx()
+    svc = st._build("platform")
+    assert svc.env["DEFECT_X"] == "1" and svc.env["TB_QUEUE_TYPE"] == "kafka"
+    with pytest.raises(StackError, match="env for unknown service.*nope"):
+        Stack(stack, tmp_path, run_id="env-2", env_overrides={"nope": {"A": "1"}})
