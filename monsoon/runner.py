@@ -194,7 +194,7 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
         return result
     out_dir.mkdir(parents=True, exist_ok=True)
     stop = stop or threading.Event()
-    checks = [(c.name, c.resolved(profile)) for c in exp.checks]
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)]
     if faults and "faults_landed" not in {n for n, _ in checks}:
         checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
     label = f"{stack_spec.name}/{exp.name}"

@@ -226,9 +226,25 @@ class Durations(_Frozen):
 
 
 class CheckSpec(_Frozen):
-    """A check reference; a parameter may differ per profile: ``seconds: {quick: 120, full: 1800}``."""
+    """A check reference; a parameter may differ per profile: ``seconds: {quick: 120, full: 1800}``.
+
+    ``profiles: [nightly, full]`` among the params judges the check only in those
+    profiles (e.g. a leak slope that minutes of data cannot decide).
+    """
     name: str
     params: dict[str, Any] = {}
+    profiles: tuple[Literal["quick", "nightly", "full"], ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_profiles(cls, v: Any) -> Any:
+        if isinstance(v, dict) and isinstance(v.get("params"), dict) and "profiles" in v["params"]:
+            params = dict(v["params"])
+            v = {**v, "params": params, "profiles": params.pop("profiles")}
+        return v
+
+    def applies(self, profile: str) -> bool:
+        return self.profiles is None or profile in self.profiles
 
     def resolved(self, profile: str) -> dict[str, Any]:
         return {k: _per_profile(v, profile, f"checks.{self.name}.{k}") for k, v in self.params.items()}
@@ -396,6 +412,8 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     spec = validate(doc, ExperimentSpec)
     for i, c in enumerate(spec.checks):
         for profile in spec.profiles:
+            if not c.applies(profile):
+                continue
             try:
                 validate_check(c.name, c.resolved(profile))
             except SpecError as e:

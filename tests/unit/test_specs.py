@@ -145,3 +145,15 @@ def test_experiment_env_overrides_reach_the_service_and_unknown_services_are_ref
     assert svc.env["DEFECT_X"] == "1" and svc.env["TB_QUEUE_TYPE"] == "kafka"
     with pytest.raises(StackError, match="env for unknown service.*nope"):
         Stack(stack, tmp_path, run_id="env-2", env_overrides={"nope": {"A": "1"}})
+
+
+def test_a_check_may_apply_to_some_profiles_only(tmp_path):
+    p = tmp_path / "e.yaml"
+    p.write_text("name: e\nload: {devices: 1, base_rate: 1, shape: {kind: steady}}\n"
+                 "profiles: {quick: {warmup: 1}, full: {warmup: 1}}\n"
+                 "checks:\n  - no_memory_leak: {min_minutes: {full: 60}, profiles: [full]}\n")
+    (c,) = load_experiment(p).checks
+    assert not c.applies("quick") and c.applies("full") and c.resolved("full") == {"min_minutes": 60}
+    p.write_text(p.read_text().replace("[full]", "[fast]"))
+    with pytest.raises(SpecError, match="checks"):
+        load_experiment(p)
