@@ -324,15 +324,8 @@ class KubePodsCollector(Collector):
 
     def _core(self):
         if self.api is None:
-            try:
-                from kubernetes import client, config  # type: ignore[import-not-found]
-            except ImportError:
-                raise RuntimeError("observe.kubernetes needs the kubernetes client: pip install kubernetes") from None
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self.api = client.CoreV1Api()
+            from .faults.kube import kube_client
+            self.api = kube_client().CoreV1Api()
         return self.api
 
     def sample(self) -> dict[str, Any]:

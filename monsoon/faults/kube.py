@@ -207,6 +207,20 @@ def cluster_configured() -> bool:
     return any(Path(p).is_file() for p in paths if p)
 
 
+def kube_client(error: type[Exception] = RuntimeError):
+    """The ``kubernetes.client`` module, configured in-cluster or from the kubeconfig."""
+    try:
+        from kubernetes import client, config  # type: ignore[import-not-found]
+    except ImportError:
+        raise error("a Kubernetes cluster is configured but the Python client is missing: "
+                    "pip install kubernetes") from None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client
+
+
 class KubeBackend:
     """chaos-mesh / litmus: one class, ``flavor`` picks the renderer."""
 
@@ -223,16 +237,7 @@ class KubeBackend:
 
     def _custom(self):
         if self._api is None:
-            try:
-                from kubernetes import client, config  # type: ignore[import-not-found]
-            except ImportError:
-                raise FaultError("a Kubernetes cluster is configured but the Python client is missing: "
-                                 "pip install kubernetes") from None
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            self._api = client.CustomObjectsApi()
+            self._api = kube_client(FaultError).CustomObjectsApi()
         return self._api
 
     def _kinds(self) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 from monsoon.cli import analyze
 from monsoon.stack import find_leftovers, port_open
 from monsoon.timeline import read_events
+from integration_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,15 +22,6 @@ def test_flood(monsoon):
     monsoon.run("{stack}", "burst-x10").assert_pass()
 '''
 
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.mark.parametrize("stack,sig", [("kafka", signal.SIGINT), ("inmemory", signal.SIGTERM)])

@@ -20,6 +20,7 @@ from monsoon.faults.cgroup import CgroupBackend, CgroupFS
 from monsoon.faults.process import proc_state
 from monsoon.stack import find_leftovers
 from monsoon.timeline import read_events
+from integration_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +52,6 @@ def test_census(monsoon):
     monsoon.run("kafka-registry", "{exp}").assert_pass()
 '''
 
-
-def wait_for(pred, timeout, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_sigterm_mid_fault_heals_everything(tmp_path):

@@ -22,6 +22,7 @@ from monsoon.faults.process import proc_state
 from monsoon.faults.toxiproxy import proxy_name, toxic_name
 from monsoon.specs import REPO
 from monsoon.stack import find_leftovers
+from integration_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -40,16 +41,6 @@ def heal(*args: str, state: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "monsoon.cli", "heal", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
