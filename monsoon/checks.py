@@ -7,9 +7,7 @@ can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
 """
 from __future__ import annotations
 
-import csv
 import inspect
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +19,7 @@ PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 ACKED_FILE = "acked.csv"
-STORED_FILE = "stored.csv"
+STORED_FILE = "stored.csv"         # written by a monsoon.accounting.StoredSource
 TIMELINE_FILE = "timeline.jsonl"
 
 
@@ -61,32 +59,19 @@ class RunData:
         return self.events.meta()
 
     @cached_property
-    def acked(self) -> set[tuple[str, int]] | None:
-        p = self.dir / ACKED_FILE
-        if not p.exists():
-            return None
-        out = set()
-        with open(p, newline="") as fh:
-            for row in csv.DictReader(fh):
-                try:
-                    out.add((row["device"], int(row["seq"])))
-                except (KeyError, TypeError, ValueError):
-                    continue  # torn last line of an interrupted run
-        return out
+    def accounting(self):
+        """Every (device, seq) accounted for across sent.csv, acked.csv and stored.csv
+        (:func:`monsoon.accounting.account`; computed once, shared by the checks that need it)."""
+        from .accounting import account
+        return account(self.dir)
 
     @cached_property
-    def stored(self) -> Counter | None:
-        p = self.dir / STORED_FILE
-        if not p.exists():
-            return None
-        out: Counter = Counter()
-        with open(p, newline="") as fh:
-            for row in csv.DictReader(fh):
-                try:
-                    out[(row["device"], int(row["seq"]))] += 1
-                except (KeyError, TypeError, ValueError):
-                    continue
-        return out
+    def latency_histograms(self):
+        """Ack-latency HdrHistograms summed per phase (and ``all``) from the fleet's per-second interval log
+        (:func:`monsoon.hdrlog.phase_histograms`); None when the run has no such log."""
+        from .hdrlog import LATENCY_FILE, phase_histograms
+        p = self.dir / LATENCY_FILE
+        return phase_histograms(p, self.events.phases()) if p.exists() else None
 
     def load_end(self) -> float | None:
         e = self.events.first("op", op="load-end")
@@ -105,35 +90,6 @@ class RunData:
 
 
 # ---------------------------------------------------------------- the checks
-
-def no_acked_loss(run: RunData) -> Verdict:
-    """Every acknowledged (device, seq) is in storage; duplicates are counted separately."""
-    name = "no_acked_loss"
-    acked, stored = run.acked, run.stored
-    if acked is None or stored is None:
-        missing = ACKED_FILE if acked is None else STORED_FILE
-        return Verdict(name, UNKNOWN, {}, f"{missing} is missing from {run.dir}: cannot account for messages")
-    lost = acked - stored.keys()
-    dup = sum(n - 1 for n in stored.values() if n > 1)
-    recovered = len(stored.keys() - acked)
-    figures = {"acked": len(acked), "acked_lost": len(lost), "duplicates": dup,
-               "stored": sum(stored.values()), "stored_unacked": recovered}
-    drain = run.events.first("drain")
-    if not acked:
-        return Verdict(name, UNKNOWN, figures, "no message was acknowledged: nothing to account for")
-    if not lost:
-        return Verdict(name, PASS, figures,
-                       f"all {len(acked):,} acked messages stored ({dup:,} duplicates, {recovered:,} stored unacked)")
-    pct = 100.0 * len(lost) / len(acked)
-    figures["acked_lost_pct"] = round(pct, 4)
-    sample = ", ".join(f"{d}#{s}" for d, s in sorted(lost)[:5])
-    if drain is not None and not drain.get("drained"):
-        return Verdict(name, UNKNOWN, figures,
-                       f"{len(lost):,} acked messages not in storage, but the stack had not drained its backlog "
-                       f"({drain.get('backlog')}) after {drain.get('waited_s')}s: cannot tell lost from late")
-    return Verdict(name, FAIL, figures,
-                   f"{len(lost):,} of {len(acked):,} acked messages lost ({pct:.2f}%), e.g. {sample}")
-
 
 def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None) -> Verdict:
     """After the burst ends (or each fault window ends, or the load ends), the backlog returns to near zero
@@ -250,7 +206,6 @@ def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: floa
 
 
 CHECKS: dict[str, Callable[..., Verdict]] = {
-    "no_acked_loss": no_acked_loss,
     "lag_recovers_within": lag_recovers_within,
 }
 
@@ -286,14 +241,18 @@ def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Ve
 
 
 # ------------------------------------------------ checks from their own modules
-# Imported last: lag.py, slo.py, memory.py and oom.py import Verdict & co. from this module.
+# Imported last: accounting.py, lag.py, slo.py, memory.py and oom.py import Verdict & co. from this module.
 from .oom import no_oom  # noqa: E402
 from .lag import consumer_not_stalled, lag_bounded  # noqa: E402
 from .memory import gc_time_fraction, no_memory_leak  # noqa: E402
 from .slo import error_budget  # noqa: E402
 from .faultchecks import faults_landed, latency_objective, throughput_drop  # noqa: E402
+from .accounting import SENT_FILE, no_acked_loss, no_duplicates, no_unexpected  # noqa: E402
 
 CHECKS.update({
+    "no_acked_loss": no_acked_loss,
+    "no_duplicates": no_duplicates,
+    "no_unexpected": no_unexpected,
     "no_oom": no_oom,
     "lag_bounded": lag_bounded,
     "consumer_not_stalled": consumer_not_stalled,
@@ -304,3 +263,4 @@ CHECKS.update({
     "throughput_drop": throughput_drop,
     "latency_objective": latency_objective,
 })
+from .memory import no_thread_leak; CHECKS.update(no_thread_leak=no_thread_leak)  # noqa: E402,E702 (seeded defect f)

@@ -508,6 +508,7 @@ class MqttFleet:
         wall: Callable[[], float] = time.time,
         keepalive: int = 15,
         drain_timeout_s: float = 5.0,
+        latency_log_path: Path | None = None,
     ) -> None:
         if not devices:
             raise ValueError("devices must not be empty")
@@ -526,6 +527,9 @@ class MqttFleet:
         self.late_tolerance_s = late_tolerance_s
         self.keepalive = keepalive
         self.drain_timeout_s = drain_timeout_s
+        # per-second HdrHistograms of ack latency (monsoon.hdrlog): checks add them up per phase
+        self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
+        self._hlog: Any = None
         self._clock = clock
         self._wall = wall
         self._conns = [_Conn(i, d) for i, d in enumerate(self.devices)]
@@ -838,6 +842,10 @@ class MqttFleet:
         schedule = Schedule(self.shape)
         self._t0 = t0 = clock()
         self._wall0_ms = self._wall() * 1000.0
+        if self.latency_log_path is not None:
+            from monsoon.hdrlog import IntervalLogWriter
+
+            self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
         pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
         sec = 0
         next_sec_at = t0 + 1.0
@@ -850,6 +858,8 @@ class MqttFleet:
             prev[:] = cur
             p50, p99, mx = _pct_ms(self._hist_sec)
             if self._hist_sec.get_total_count():
+                if self._hlog is not None:
+                    self._hlog.write(s, self._hist_sec)   # once per second: one encode(), ~0.1 ms
                 self._hist_total.add(self._hist_sec)
                 self._hist_sec.reset()
             rate = self.shape.rate_at(float(s))
@@ -912,6 +922,9 @@ class MqttFleet:
             if self._csv_file is not None:
                 self._csv_file.close()
                 self._csv_file = None
+            if self._hlog is not None:
+                self._hlog.close()
+                self._hlog = None
 
         if self._hist_sec.get_total_count():
             self._hist_total.add(self._hist_sec)

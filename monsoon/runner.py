@@ -7,7 +7,6 @@ directory (timeline, logs, acked log).
 """
 from __future__ import annotations
 
-import csv
 import json
 import threading
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, combine, evaluate
+from .accounting import SENT_FILE, stored_source, write_sent
+from .hdrlog import LATENCY_FILE
 from .collectors import Sampler, collectors_for
 from .specs import ExperimentSpec, StackSpec
 from .stack import Stack
@@ -104,24 +105,6 @@ def provision(stack: Stack, exp: ExperimentSpec):
         TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
     client.login()
     return client.ensure_devices(wanted)
-
-
-def export_stored(dsn: str, query: str, path: Path) -> int:
-    """Write (device, seq) of every stored message to a CSV; returns the row count."""
-    import psycopg
-    rows = 0
-    tmp = path.with_suffix(".tmp")
-    with psycopg.connect(dsn, connect_timeout=5) as conn, open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["device", "seq"])
-        with conn.cursor(name="monsoon_export") as cur:
-            cur.itersize = 20000
-            cur.execute(query)
-            for device, seq in cur:
-                w.writerow([device, seq])
-                rows += 1
-    tmp.rename(path)
-    return rows
 
 
 class _Drain:
@@ -226,7 +209,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
                 dev = stack_spec.devices
                 fleet = MqttFleet(devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                                  topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE)
+                                  topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
+                                  latency_log_path=out_dir / LATENCY_FILE)
                 fleet.connect()
                 tl.add("op", op="connected", devices=len(devices))
                 sampler = Sampler(tl, collectors_for(stack)).start()
@@ -263,14 +247,14 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 else:
                     totals = fleet.run(stop, on_second)
                 tl.add("op", op="load-end", **_totals_dict(totals))
+                write_sent(out_dir / SENT_FILE, totals.last_seq)   # what "never sent" means for the accounting
                 fleet.close()
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
                          f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
                 drain = _Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
                 tl.add("drain", **drain)
                 sampler.stop()
-                rows = export_stored(stack.endpoint(stack_spec.storage.dsn), stack_spec.storage.loss_query,
-                                     out_dir / STORED_FILE)
+                rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
                 tl.add("stored", path=STORED_FILE, rows=rows)
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
