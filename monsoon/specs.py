@@ -120,7 +120,7 @@ class ProvisioningSpec(_Frozen):
 class StorageSpec(_Frozen):
     kind: Literal["postgres"] = "postgres"
     dsn: str
-    loss_query: str = Field(description="SQL returning (device, seq) for every stored message")
+    loss_query: str = Field(description="SQL returning (device, seq[, stored_ms]) for every stored message")
     count_query: str | None = Field(None, description="SQL returning one number: stored messages so far")
 
 
