@@ -39,6 +39,7 @@ from typing import IO, Any
 
 from hdrh.histogram import HdrHistogram
 
+from monsoon.payloads import Payload
 from monsoon.shapes import LoadShape
 
 __all__ = [
@@ -452,7 +453,7 @@ class _Conn:
     __slots__ = (
         "idx", "device", "name_json", "client", "sock", "connected", "want_w",
         "next_seq", "last_ts", "pending", "retry_at", "backoff", "refused",
-        "connect_error",
+        "connect_error", "render",
     )
 
     def __init__(self, idx: int, device: Device) -> None:
@@ -472,6 +473,8 @@ class _Conn:
         self.backoff = MqttFleet.BACKOFF_MIN
         self.refused: str | None = None
         self.connect_error: str | None = None
+        # render(seq, ts_ms, sent_ms) -> payload bytes (monsoon.payloads), set by the fleet
+        self.render: Callable[[int, int, int], bytes] | None = None
 
 
 class MqttFleet:
@@ -509,6 +512,7 @@ class MqttFleet:
         keepalive: int = 15,
         drain_timeout_s: float = 5.0,
         latency_log_path: Path | None = None,
+        payload: Payload | None = None,
     ) -> None:
         if not devices:
             raise ValueError("devices must not be empty")
@@ -533,6 +537,11 @@ class MqttFleet:
         self._clock = clock
         self._wall = wall
         self._conns = [_Conn(i, d) for i, d in enumerate(self.devices)]
+        # what each device publishes (default: the minimal payload); every payload carries the
+        # device, its per-device ``seq`` and the intended send time ``ts``
+        self.payload = payload if payload is not None else Payload()
+        for conn in self._conns:
+            conn.render = self.payload.renderer(conn.idx, conn.device.name)
         self._client_cls = _fleet_client_class()
         tb = topic.encode()
         if not tb or "+" in topic or "#" in topic or len(tb) > 65535:
@@ -774,11 +783,7 @@ class MqttFleet:
             ts = conn.last_ts + 1
         conn.last_ts = ts
         sent_ms = int(self._wall() * 1000)
-        payload = (
-            f'{{"ts":{ts},"values":{{"device":{conn.name_json},"seq":{seq},'
-            f'"sent_ms":{sent_ms},"temperature":{20.0 + (seq % 150) / 10:.1f},'
-            f'"humidity":{30 + seq % 50}}}}}'
-        ).encode()
+        payload = conn.render(seq, ts, sent_ms)
         rc, mid = client.fleet_publish(self._topic16, payload, self.qos)
         if rc != 0:
             return False

@@ -89,12 +89,9 @@ class ExperimentResult:
 
 
 def build_shape(exp: ExperimentSpec, profile: str):
-    from .shapes import Burst, Steady
-    d = exp.durations(profile)
-    load = exp.load
-    if load.shape.kind == "steady":
-        return Steady(load.base_rate, d.total)
-    return Burst(load.base_rate, load.shape.multiplier, d.warmup, d.burst, d.total)
+    """The experiment's load shape for ``profile`` (see ``ShapeSpec``: how each kind uses the profile's
+    warmup / burst / recovery windows)."""
+    return exp.load.shape.build(exp.load.base_rate, exp.durations(profile), profile)
 
 
 def provision(stack: Stack, exp: ExperimentSpec):
@@ -210,7 +207,7 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 dev = stack_spec.devices
                 fleet = MqttFleet(devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
                                   topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
-                                  latency_log_path=out_dir / LATENCY_FILE)
+                                  latency_log_path=out_dir / LATENCY_FILE, payload=exp.load.payload.build())
                 fleet.connect()
                 tl.add("op", op="connected", devices=len(devices))
                 sampler = Sampler(tl, collectors_for(stack)).start()

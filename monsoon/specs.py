@@ -10,7 +10,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .yamlio import LocatedDoc, SpecError, load_located, validate
 
@@ -194,23 +195,332 @@ class StackSpec(_Frozen):
 
 # ---------------------------------------------------------------- experiments
 
-class ShapeSpec(_Frozen):
-    kind: Literal["steady", "burst"]
-    multiplier: float | None = Field(None, gt=0)
+def _invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is shown as is (no "Value error, " prefix; braces are literal)."""
+    return PydanticCustomError("value_error", message)
+
+
+# what each shape kind takes (YAML names) and needs
+_SHAPE_KEYS: dict[str, tuple[str, ...]] = {
+    "steady": (), "burst": ("multiplier",), "ramp": ("from", "to"), "stages": ("stages",),
+    "ladder": ("steps",), "spike": ("multiplier", "every", "width"), "python": ("function", "file"),
+}
+_SHAPE_NEEDS: dict[str, dict[str, str]] = {
+    "burst": {"multiplier": "a multiplier (e.g. 10 for x10)"},
+    "ramp": {"to": "to (the final multiplier of base_rate; from defaults to 1)"},
+    "stages": {"stages": "stages (a list of {duration, rate or multiplier})"},
+    "ladder": {"steps": "steps (a list of {multiplier, duration[, start]})"},
+    "spike": {"multiplier": "a multiplier", "every": "every (seconds between spike starts)",
+              "width": "width (seconds each spike lasts)"},
+    "python": {"function": "function ('module:function', or the function's name with file:)"},
+}
+# shapes laid over the profile's burst window: warmup before it, recovery after it
+BURST_WINDOW_KINDS = ("burst", "ramp", "ladder", "spike")
+_FIELD_OF = {"from": "from_"}
+
+
+class StageSpec(_Frozen):
+    """One stage: ``rate`` msg/s or ``multiplier`` x base_rate (0 = a pause) for a share of the load.
+
+    ``duration`` is relative: a stage lasts duration / (sum of all durations) of the profile's
+    total load time (warmup + burst + recovery). Write the seconds of one profile and the others
+    keep the same ratios.
+    """
+    duration: float = Field(gt=0, allow_inf_nan=False)
+    rate: float | None = Field(None, ge=0, allow_inf_nan=False)
+    multiplier: float | None = Field(None, ge=0, allow_inf_nan=False)
+    name: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
-    def _mult(self) -> "ShapeSpec":
-        if self.kind == "burst" and self.multiplier is None:
-            raise ValueError("a burst shape needs a multiplier (e.g. 10 for x10)")
+    def _one(self) -> "StageSpec":
+        if (self.rate is None) == (self.multiplier is None):
+            raise _invalid("give exactly one of rate (msg/s) or multiplier (x base_rate); 0 is a pause")
         return self
+
+
+class StepSpec(_Frozen):
+    """One ladder step: ``multiplier`` x base_rate from ``start`` for ``duration``, both fractions (0..1]
+    of the profile's burst window; ``start`` defaults to the end of the previous step (0 for the first)."""
+    multiplier: float = Field(gt=0, allow_inf_nan=False)
+    duration: float = Field(gt=0, le=1, allow_inf_nan=False)
+    start: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
+    name: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _inside(self) -> "StepSpec":
+        if self.start is not None and self.start + self.duration > 1 + 1e-9:
+            raise _invalid(f"start ({self.start:g}) + duration ({self.duration:g}) > 1: a step must end "
+                           "within the burst window (start and duration are fractions of it)")
+        return self
+
+
+class ShapeSpec(_Frozen):
+    """The load shape (``load.shape``). How each kind uses the profile's windows (warmup, burst, recovery):
+
+    * ``steady``: base_rate for the whole load (one phase, ``steady``).
+    * ``burst``: base_rate, x``multiplier`` during the burst window (phases warmup, burst, recovery).
+    * ``ramp``: x``from`` (default 1) during warmup, linear to x``to`` over the burst window, x``to``
+      during the recovery window (phases warmup, ramp, hold).
+    * ``stages``: the stages fill the whole load; each ``duration`` is a share (see :class:`StageSpec`).
+    * ``ladder``: x1 with steps in the burst window (``start``/``duration`` fractions of it); phases
+      warmup, one per step (``x3``, ...; the last step is ``burst`` so lag recovery is measured after
+      it, unless a step is named ``burst``), ``after-<step>`` for x1 gaps, recovery.
+    * ``spike``: x1 with spikes of x``multiplier``, ``width`` seconds every ``every`` seconds (absolute,
+      multiples of 0.1 s) over the burst window (phases warmup, burst, recovery).
+    * ``python``: ``function: "module:function"``, or ``file: path.py`` (relative to the experiment
+      file) with ``function: name``; ``rate_at(t)`` or ``rate_at(t, ctx)`` returns msg/s or None to
+      stop; imported when the experiment is validated and sampled over each profile (phases: the
+      profile's warmup, burst, recovery windows).
+    """
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    kind: Literal["ramp", "stages", "ladder", "spike", "python", "steady", "burst"]  # "... 'steady' or 'burst'"
+    multiplier: float | None = Field(None, gt=0, allow_inf_nan=False)
+    from_: float | None = Field(None, alias="from", ge=0, allow_inf_nan=False)
+    to: float | None = Field(None, ge=0, allow_inf_nan=False)
+    stages: tuple[StageSpec, ...] | None = Field(None, min_length=1)
+    steps: tuple[StepSpec, ...] | None = Field(None, min_length=1)
+    every: float | None = Field(None, gt=0, allow_inf_nan=False)
+    width: float | None = Field(None, gt=0, allow_inf_nan=False)
+    function: str | None = Field(None, min_length=1)
+    file: str | None = Field(None, min_length=1)
+    _fn: Any = PrivateAttr(None)
+
+    @field_validator("file")
+    @classmethod
+    def _abs_file(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        p = Path(v).expanduser()
+        if not p.is_absolute():
+            src = (info.context or {}).get("path")
+            p = (Path(src).resolve().parent if src else Path.cwd()) / p
+        return str(p)
+
+    @field_validator("every", "width")
+    @classmethod
+    def _on_grid(cls, v: float | None) -> float | None:
+        from .shapes import SCHEDULE_STEP
+        if v is not None and abs(v / SCHEDULE_STEP - round(v / SCHEDULE_STEP)) > 1e-6:
+            raise _invalid(f"must be a multiple of {SCHEDULE_STEP:g} s (the load schedule's resolution), got {v:g}")
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: tuple[StageSpec, ...] | None) -> tuple[StageSpec, ...] | None:
+        if v is None:
+            return v
+        names = [s.name for s in v if s.name]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise _invalid(f"two stages are named {dup[0]!r}: give each a distinct name")
+        if all((s.rate if s.rate is not None else s.multiplier) == 0 for s in v):
+            raise _invalid("every stage has rate 0: the load would send nothing")
+        last = v[-1]
+        if (last.rate if last.rate is not None else last.multiplier) == 0:
+            raise _invalid(f"stages.{len(v) - 1}: the last stage has rate 0, which would end the load early "
+                           "(it ends with its last message); drop it, the drain after the load watches the stack")
+        return v
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, v: tuple[StepSpec, ...] | None) -> tuple[StepSpec, ...] | None:
+        if v is None:
+            return v
+        end = 0.0
+        for i, st in enumerate(v):
+            start = end if st.start is None else st.start
+            if start < end - 1e-9:
+                raise _invalid(f"steps.{i} starts at {start:g}, before steps.{i - 1} ends ({end:g}): steps must "
+                               "be in order and must not overlap (start and duration are fractions of the burst window)")
+            end = start + st.duration
+            if end > 1 + 1e-9:
+                raise _invalid(f"steps.{i} ends at {end:g} of the burst window (> 1): shorten the steps")
+        names = [s.name for s in v if s.name]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise _invalid(f"two steps are named {dup[0]!r}: give each a distinct name")
+        return v
+
+    @model_validator(mode="after")
+    def _kind(self) -> "ShapeSpec":
+        allowed = _SHAPE_KEYS[self.kind]
+        given = sorted(("from" if f == "from_" else f) for f in self.model_fields_set if f != "kind")
+        extra = [g for g in given if g not in allowed]
+        if extra:
+            takes = f"takes {', '.join(allowed)}" if allowed else "takes nothing but kind"
+            raise _invalid(f"a {self.kind} shape {takes} (got {', '.join(extra)})")
+        for key, what in _SHAPE_NEEDS.get(self.kind, {}).items():
+            if getattr(self, _FIELD_OF.get(key, key)) is None:
+                raise _invalid(f"a {self.kind} shape needs {what}")
+        if self.kind == "ramp" and (self.from_ if self.from_ is not None else 1.0) == 0 and self.to == 0:
+            raise _invalid("a ramp from 0 to 0 sends nothing: from or to must be > 0")
+        if self.kind == "spike":
+            if not self.width < self.every:
+                raise _invalid(f"spike width ({self.width:g} s) must be shorter than every ({self.every:g} s)")
+        if self.kind == "python":
+            try:
+                self._fn = _load_function(self.function, self.file)
+            except ValueError as e:
+                raise _invalid(str(e)) from None
+        return self
+
+    @property
+    def label(self) -> str:
+        """How the shape is named in messages (the python shape's function)."""
+        if self.kind != "python":
+            return self.kind
+        return f"{self.file}:{self.function}" if self.file else str(self.function)
+
+    def python_function(self) -> Any:
+        if self._fn is None:
+            self._fn = _load_function(self.function, self.file)
+        return self._fn
+
+    def build(self, base_rate: float, d: "Durations", profile: str = ""):
+        """The :class:`monsoon.shapes.LoadShape` of this spec for one profile's durations."""
+        from . import shapes as sh
+        total = d.total
+        w0, w1 = d.warmup, d.warmup + d.burst
+        k = self.kind
+        if k == "steady":
+            return sh.Steady(base_rate, total)
+        if k == "burst":
+            return sh.Burst(base_rate, self.multiplier, d.warmup, d.burst, total)
+        if k == "ramp":
+            x0 = 1.0 if self.from_ is None else self.from_
+            return sh.Ramp(base_rate * x0, base_rate * self.to, d.warmup, d.burst, total)
+        if k == "spike":
+            return sh.Spike(base_rate, self.multiplier, self.every, self.width, w0, w1, total)
+        if k == "stages":
+            weight = sum(s.duration for s in self.stages)
+            return sh.Stages(tuple(
+                sh.Stage(s.name or f"stage-{i + 1}", s.duration * total / weight,
+                         s.rate if s.rate is not None else base_rate * s.multiplier)
+                for i, s in enumerate(self.stages)))
+        if k == "ladder":
+            named_burst = any(s.name == "burst" for s in self.steps)
+            out, end, seen = [], 0.0, set()
+            for i, st in enumerate(self.steps):
+                start = end if st.start is None else st.start
+                end = start + st.duration
+                name = st.name
+                if name is None:
+                    name = "burst" if (i == len(self.steps) - 1 and not named_burst) else f"x{st.multiplier:g}"
+                    base, n = name, 2
+                    while name in seen or any(s.name == name for s in self.steps):
+                        name, n = f"{base}#{n}", n + 1
+                seen.add(name)
+                a = w0 + start * d.burst
+                b = min(w0 + end * d.burst, w1)
+                out.append(sh.LadderStep(name, a, b, st.multiplier))
+            return sh.Ladder(base_rate, tuple(out), total)
+        windows = [sh.Phase("warmup", 0.0, w0), sh.Phase("burst", w0, w1), sh.Phase("recovery", w1, total)]
+        ctx = sh.ShapeContext(base_rate, total, d.warmup, d.burst, d.recovery, profile)
+        return sh.PythonShape(self.python_function(), self.label, total,
+                              tuple(p for p in windows if p.end > p.start), ctx)
+
+    def check(self, base_rate: float, d: "Durations", profile: str = "") -> None:
+        """Build the shape for a profile and sample its rate over the whole load: raises ValueError
+        (a negative rate names the shape and t)."""
+        from .shapes import check_rates
+        check_rates(self.build(base_rate, d, profile))
+
+
+def _load_function(function: str | None, file: str | None) -> Any:
+    """Import a user shape function: ``module:attr`` or ``attr`` in ``file``; ValueError if it cannot."""
+    import importlib
+    import importlib.util
+    if not function:
+        raise ValueError("a python shape needs function")
+    if file is not None:
+        path = Path(file)
+        if not path.is_file():
+            raise ValueError(f"python shape file not found: {path}")
+        mod_name = "monsoon_user_shape_" + re.sub(r"\W", "_", str(path))
+        try:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError("not a Python source file")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - user code
+            raise ValueError(f"cannot load python shape file {path}: {type(e).__name__}: {e}") from None
+        attr, where = function, str(path)
+    else:
+        if ":" not in function:
+            raise ValueError(f"function must be 'module:function' (or give file: and the function's name), "
+                             f"got {function!r}")
+        mod, attr = function.split(":", 1)
+        try:
+            module = importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001 - user code
+            raise ValueError(f"cannot import module {mod!r} of the python shape: {type(e).__name__}: {e}") from None
+        where = f"module {mod!r}"
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{where} has no function {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{where}: {attr!r} is not callable (want rate_at(t) -> msg/s or None)")
+    return obj
+
+
+PAYLOAD_PROFILES = ("minimal", "smart-meter", "smart-tracker", "industrial-plc", "template")
+
+
+class PayloadSpec(_Frozen):
+    """What each device publishes (``load.payload``): see :mod:`monsoon.payloads`.
+
+    ``{profile: smart-meter}``, ``{profile: industrial-plc, datapoints: 100}``,
+    ``{profile: template, template: '{"ts": {ts}, "values": {"device": "{device}", "seq": {seq}}}'}``;
+    a bare string is the profile. Default: ``minimal`` (temperature, humidity).
+    """
+    profile: Literal["minimal", "smart-meter", "smart-tracker", "industrial-plc", "template"] = "minimal"
+    datapoints: int | None = Field(None, ge=1, le=999, description="industrial-plc only: values per message")
+    template: str | None = Field(None, description="template only: JSON text with placeholders")
+
+    @field_validator("template")
+    @classmethod
+    def _template_ok(cls, v: str | None) -> str | None:
+        from .payloads import compile_template
+        if v is not None:
+            try:
+                compile_template(v)
+            except ValueError as e:   # TemplateError: says what is wrong and where in the template
+                raise _invalid(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> "PayloadSpec":
+        if self.datapoints is not None and self.profile != "industrial-plc":
+            raise _invalid(f"datapoints is for the industrial-plc profile, not {self.profile!r}")
+        if self.profile == "template":
+            if self.template is None:
+                raise _invalid("the template profile needs a template: JSON text with {device}, {seq}, {ts} "
+                               "(and {sent_ms}, {rand_int:A:B}, {rand_float:A:B}) placeholders")
+        elif self.template is not None:
+            raise _invalid(f"template is for the template profile, not {self.profile!r}")
+        return self
+
+    def build(self):
+        """The :class:`monsoon.payloads.Payload` the fleet renders."""
+        from .payloads import DEFAULT_DATAPOINTS, Payload
+        return Payload(self.profile, self.datapoints or DEFAULT_DATAPOINTS, self.template)
 
 
 class LoadSpec(_Frozen):
     devices: int = Field(gt=0)
     qos: Literal[0, 1] = 1
-    base_rate: float = Field(gt=0, description="x1 in messages per second, all devices together")
+    base_rate: float = Field(gt=0, allow_inf_nan=False, description="x1 in messages per second, all devices together")
     shape: ShapeSpec
+    payload: PayloadSpec = PayloadSpec()
     device_prefix: str = "monsoon"
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_str(cls, v: Any) -> Any:
+        return {"profile": v} if isinstance(v, str) else v
 
 
 class Durations(_Frozen):
@@ -333,8 +643,8 @@ class ExperimentSpec(_Frozen):
     @model_validator(mode="after")
     def _valid(self) -> "ExperimentSpec":
         for prof, d in self.profiles.items():
-            if self.load.shape.kind == "burst" and d.burst <= 0:
-                raise ValueError(f"profile {prof!r}: a burst experiment needs burst > 0 seconds")
+            if self.load.shape.kind in BURST_WINDOW_KINDS and d.burst <= 0:
+                raise ValueError(f"profile {prof!r}: a {self.load.shape.kind} experiment needs burst > 0 seconds")
         if not self.profiles:
             raise ValueError("profiles: give at least one of quick, nightly, full")
         return self
@@ -410,6 +720,11 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))
     spec = validate(doc, ExperimentSpec)
+    for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
+        try:
+            spec.load.shape.check(spec.load.base_rate, d, profile)
+        except ValueError as e:
+            raise _fail(doc, ("load", "shape"), f"profile {profile!r}: {e}") from None
     for i, c in enumerate(spec.checks):
         for profile in spec.profiles:
             if not c.applies(profile):

@@ -91,3 +91,222 @@ def test_shapes_are_frozen() -> None:
     s = Steady(10, 1)
     with pytest.raises(AttributeError):
         s.rate = 20  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- new shapes
+
+import math  # noqa: E402
+
+from monsoon.load import Schedule  # noqa: E402
+from monsoon.shapes import (  # noqa: E402
+    Ladder,
+    LadderStep,
+    PythonShape,
+    Ramp,
+    ShapeContext,
+    Spike,
+    Stage,
+    Stages,
+    check_rates,
+)
+
+
+def _contiguous(shape) -> None:
+    ph = shape.phases()
+    assert ph[0].start == 0.0 and ph[-1].end == pytest.approx(shape.duration)
+    for left, right in zip(ph, ph[1:]):
+        assert left.end == right.start
+    assert len({p.name for p in ph}) == len(ph)
+
+
+def test_ramp_is_a_midpoint_staircase_between_hold_levels() -> None:
+    r = Ramp(start_rate=100, end_rate=300, start=1, ramp_duration=2, duration=4)
+    assert isinstance(r, LoadShape)
+    assert r.rate_at(0) == 100 and r.rate_at(0.999) == 100
+    assert r.rate_at(1.0) == pytest.approx(105)      # middle of the first 0.1 s cell: 1.05 s
+    assert r.rate_at(1.09) == pytest.approx(105)
+    assert r.rate_at(2.95) == pytest.approx(295)
+    assert r.rate_at(3.0) == 300 and r.rate_at(3.99) == 300 and r.rate_at(4) is None
+    assert [p.name for p in r.phases()] == ["warmup", "ramp", "hold"]
+    _contiguous(r)
+
+
+def test_ramp_may_start_from_zero_or_go_down() -> None:
+    up = Ramp(0, 50, 0, 10, 10)
+    assert [p.name for p in up.phases()] == ["ramp"]
+    assert up.rate_at(0) == pytest.approx(0.25)
+    down = Ramp(50, 0, 0, 10, 12)
+    assert down.rate_at(11) == 0
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(start_rate=0, end_rate=0, start=0, ramp_duration=1, duration=1), "ramp from 0 to 0 sends nothing"),
+    (dict(start_rate=-1, end_rate=5, start=0, ramp_duration=1, duration=1), "start_rate must be >= 0, got -1"),
+    (dict(start_rate=1, end_rate=5, start=0, ramp_duration=0, duration=1), "ramp_duration must be > 0, got 0"),
+    (dict(start_rate=1, end_rate=5, start=1, ramp_duration=2, duration=2), "ramp must lie within duration"),
+])
+def test_ramp_rejects_bad_parameters(kwargs, needle) -> None:
+    with pytest.raises(ValueError) as ei:
+        Ramp(**kwargs)
+    assert needle in str(ei.value)
+
+
+def test_stages_are_phases_with_constant_rates_and_pauses() -> None:
+    s = Stages((Stage("warmup", 2, 10), Stage("pause", 1, 0), Stage("burst", 3, 40)))
+    assert isinstance(s, LoadShape) and s.duration == 6
+    assert [s.rate_at(t) for t in (0, 1.99, 2, 2.99, 3, 5.99)] == [10, 10, 0, 0, 40, 40]
+    assert s.rate_at(6) is None
+    assert s.phases() == [Phase("warmup", 0, 2), Phase("pause", 2, 3), Phase("burst", 3, 6)]
+
+
+@pytest.mark.parametrize("stages,needle", [
+    ((), "stages must not be empty"),
+    ((Stage("a", 1, 0), Stage("b", 1, 0)), "every stage has rate 0"),
+    ((Stage("a", 1, 5), Stage("b", 1, 0)), "the last stage ('b') has rate 0"),
+    ((Stage("a", 1, -5),), "stage 'a' rate must be >= 0, got -5"),
+    ((Stage("a", 0, 5),), "stage 'a' duration must be > 0, got 0"),
+    ((Stage("a", 1, 5), Stage("a", 1, 5)), "two phases are named 'a'"),
+])
+def test_stages_reject_bad_parameters(stages, needle) -> None:
+    with pytest.raises(ValueError) as ei:
+        Stages(stages)
+    assert needle in str(ei.value)
+
+
+def test_ladder_steps_gaps_and_phase_names() -> None:
+    lad = Ladder(100, (LadderStep("x3", 10, 40, 3), LadderStep("burst", 50, 80, 10)), 120)
+    assert isinstance(lad, LoadShape)
+    assert [(p.name, p.start, p.end) for p in lad.phases()] == [
+        ("warmup", 0, 10), ("x3", 10, 40), ("after-x3", 40, 50), ("burst", 50, 80), ("recovery", 80, 120)]
+    assert [lad.rate_at(t) for t in (0, 10, 39.9, 40, 50, 79.9, 80, 119.9)] == [100, 300, 300, 100, 1000, 1000,
+                                                                                   100, 100]
+    assert lad.rate_at(120) is None
+    contiguous = Ladder(10, (LadderStep("x3", 0, 5, 3), LadderStep("x10", 5, 10, 10)), 10)
+    assert [p.name for p in contiguous.phases()] == ["x3", "x10"]
+
+
+@pytest.mark.parametrize("steps,needle", [
+    ((), "at least one step"),
+    ((LadderStep("a", 0, 5, 3), LadderStep("b", 4, 8, 10)), "step 'b' starts at 4, before the previous step ends (5)"),
+    ((LadderStep("a", 0, 5, 0),), "step 'a' multiplier must be > 0, got 0"),
+    ((LadderStep("a", 5, 5, 2),), "step 'a' must end after it starts"),
+    ((LadderStep("a", 5, 25, 2),), "the last step ends at 25, after the load (20)"),
+    ((LadderStep("warmup", 5, 10, 2),), "two phases are named 'warmup'"),
+])
+def test_ladder_rejects_bad_parameters(steps, needle) -> None:
+    with pytest.raises(ValueError) as ei:
+        Ladder(10, steps, 20)
+    assert needle in str(ei.value)
+
+
+def test_spike_rates_windows_and_phases() -> None:
+    sp = Spike(base_rate=100, multiplier=10, every=10, width=2, start=5, end=30, duration=40)
+    assert isinstance(sp, LoadShape)
+    assert list(sp.spikes()) == [(5, 7), (15, 17), (25, 27)]
+    assert [sp.rate_at(t) for t in (0, 4.9, 5, 6.9, 7, 14.9, 15, 27, 30, 39.9)] == [
+        100, 100, 1000, 1000, 100, 100, 1000, 100, 100, 100]
+    assert [p.name for p in sp.phases()] == ["warmup", "burst", "recovery"]
+    _contiguous(sp)
+    cut = Spike(1, 2, every=10, width=5, start=0, end=12, duration=12)
+    assert list(cut.spikes()) == [(0, 5), (10, 12)]
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(width=0.25), "width must be a multiple of 0.1 s (the load schedule's resolution), got 0.25"),
+    (dict(every=2.55), "every must be a multiple of 0.1 s"),
+    (dict(width=10, every=10), "spike width (10 s) must be shorter than the period every (10 s)"),
+    (dict(multiplier=0), "multiplier must be > 0, got 0"),
+    (dict(start=30, end=20), "spikes must lie within the load"),
+])
+def test_spike_rejects_bad_parameters(kwargs, needle) -> None:
+    args = dict(base_rate=10, multiplier=3, every=10, width=2, start=0, end=30, duration=30) | kwargs
+    with pytest.raises(ValueError) as ei:
+        Spike(**args)
+    assert needle in str(ei.value)
+
+
+def _wave(t, ctx):
+    return ctx.base_rate * (2 if ctx.warmup <= t < ctx.warmup + ctx.burst else 1)
+
+
+def test_python_shape_calls_the_function_with_or_without_context() -> None:
+    ctx = ShapeContext(base_rate=50, duration=10, warmup=2, burst=3, recovery=5)
+    win = (Phase("warmup", 0, 2), Phase("burst", 2, 5), Phase("recovery", 5, 10))
+    p = PythonShape(_wave, "tests:_wave", 10, win, ctx)
+    assert isinstance(p, LoadShape)
+    assert [p.rate_at(t) for t in (0, 2, 4.9, 5, 10)] == [50, 100, 100, 50, None]
+    assert p.phases() == list(win)
+    one = PythonShape(lambda t: 7 if t < 3 else None, "lam", 10, win)
+    assert one.rate_at(1) == 7.0 and one.rate_at(3) is None
+
+
+@pytest.mark.parametrize("fn,needle", [
+    (lambda t: 10 - t, "python shape my.mod:f returned a negative rate -0.1 at t=10.1s"),
+    (lambda t: "fast", "python shape my.mod:f returned 'fast' at t="),
+    (lambda t: math.inf, "python shape my.mod:f returned a non-finite rate inf at t="),
+    (lambda t: 1 / (t - t), "python shape my.mod:f raised at t=0s: ZeroDivisionError"),
+])
+def test_python_shape_bad_values_name_the_shape_and_t(fn, needle) -> None:
+    p = PythonShape(fn, "my.mod:f", 20, (Phase("steady", 0, 20),))
+    with pytest.raises(ValueError) as ei:
+        check_rates(p)
+    assert needle in str(ei.value)
+    with pytest.raises(ValueError, match="python shape my.mod:f"):   # the same at run time, in the schedule
+        list(Schedule(p))
+
+
+# -------------------------------------------------- schedule integrates them
+
+
+def _integral(shape, n: int = 200_000) -> float:
+    """Midpoint-rule integral of rate_at over [0, duration), stopping at None."""
+    dt = shape.duration / n
+    total = 0.0
+    for i in range(n):
+        r = shape.rate_at((i + 0.5) * dt)
+        if r is None:
+            break
+        total += r * dt
+    return total
+
+
+SHAPES = {
+    "steady": Steady(97, 10),
+    "burst": Burst(50, 10, 2, 3, 10),
+    "ramp": Ramp(40, 400, 2, 5.05, 10),
+    "ramp-down": Ramp(300, 0, 0, 7.3, 9),
+    "stages": Stages((Stage("a", 2.5, 30), Stage("pause", 1.25, 0), Stage("b", 3.3, 210))),
+    "ladder": Ladder(40, (LadderStep("x3", 1.5, 4.25, 3), LadderStep("burst", 5, 8.8, 10)), 10),
+    "spike": Spike(60, 10, every=2.5, width=0.7, start=1.3, end=9.1, duration=11),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_schedule_message_count_is_the_integral_of_the_rate(name) -> None:
+    shape = SHAPES[name]
+    times = list(Schedule(shape))
+    exact = {
+        "steady": 970,
+        "burst": 50 * 7 + 500 * 3,
+        "ramp": 40 * 2 + (40 + 400) / 2 * 5.05 + 400 * (10 - 7.05),
+        "ramp-down": 300 / 2 * 7.3,
+        "stages": 30 * 2.5 + 210 * 3.3,
+        "ladder": 40 * (10 - 2.75 - 3.8) + 120 * 2.75 + 400 * 3.8,
+        "spike": 60 * 11 + 540 * (0.7 * 3 + 0.3),  # spikes at 1.3, 3.8, 6.3, 8.8 (the last cut at 9.1)
+    }[name]
+    # message k sits where the integral reaches k: ceil(integral) messages, give or take the float
+    # rounding of the boundaries (8.8 - 5 = 3.8000000000000007)
+    assert abs(len(times) - exact) <= 1
+    assert _integral(shape) == pytest.approx(exact, rel=2e-3)
+    assert all(b >= a for a, b in zip(times, times[1:])) and times[-1] < shape.duration
+    check_rates(shape)
+
+
+def test_schedule_puts_each_phase_s_messages_inside_it() -> None:
+    lad = SHAPES["ladder"]
+    times = list(Schedule(lad))
+    per = {p.name: sum(p.start <= t < p.end for t in times) for p in lad.phases()}
+    assert per["x3"] == pytest.approx(120 * 2.75, abs=1) and per["burst"] == pytest.approx(400 * 3.8, abs=1)
+    sp = SHAPES["spike"]
+    in_spikes = sum(any(a <= t < b for a, b in sp.spikes()) for t in Schedule(sp))
+    assert in_spikes == pytest.approx(600 * (0.7 * 3 + 0.3), abs=2)

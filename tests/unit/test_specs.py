@@ -157,3 +157,189 @@ def test_a_check_may_apply_to_some_profiles_only(tmp_path):
     p.write_text(p.read_text().replace("[full]", "[fast]"))
     with pytest.raises(SpecError, match="checks"):
         load_experiment(p)
+
+
+# ------------------------------------------------------- load shapes and payloads
+
+SHAPED = """\
+name: s
+load:
+  devices: 5
+  base_rate: 100
+  shape: SHAPE
+profiles:
+  quick: {warmup: 10, burst: 60, recovery: 30}
+  full: {warmup: 100, burst: 600, recovery: 300}
+checks: [no_oom]
+"""
+
+
+def shaped(tmp_path, shape: str, name: str = "s.yaml", extra: str = ""):
+    return write(tmp_path, name, SHAPED.replace("SHAPE", shape).replace("checks:", extra + "checks:"))
+
+
+def phase_table(exp, profile):
+    from monsoon.runner import build_shape
+    shape = build_shape(exp, profile)
+    return shape, [(p.name, p.start, p.end, shape.rate_at(p.start)) for p in shape.phases()]
+
+
+def test_every_shape_kind_validates_and_keeps_its_ratios_across_profiles(tmp_path):
+    (tmp_path / "wave.py").write_text("def rate_at(t, ctx):\n    return ctx.base_rate * (1 + t / ctx.duration)\n")
+    kinds = {
+        "steady": "{kind: steady}",
+        "burst": "{kind: burst, multiplier: 10}",
+        "ramp": "{kind: ramp, from: 1, to: 10}",
+        "stages": "{kind: stages, stages: [{duration: 1, multiplier: 1, name: warmup}, {duration: 2, rate: 0}, "
+                  "{duration: 3, multiplier: 3}, {duration: 4, rate: 250, name: burst}]}",
+        "ladder": "{kind: ladder, steps: [{multiplier: 3, duration: 0.4}, {multiplier: 10, start: 0.5, duration: 0.5}]}",
+        "spike": "{kind: spike, multiplier: 10, every: 10, width: 2}",
+        "python": "{kind: python, file: wave.py, function: rate_at}",
+    }
+    for kind, text in kinds.items():
+        exp = load_experiment(shaped(tmp_path, text, f"{kind}.yaml"))
+        assert exp.load.shape.kind == kind
+        q_shape, quick = phase_table(exp, "quick")
+        f_shape, full = phase_table(exp, "full")
+        assert q_shape.duration == 100 and f_shape.duration == 1000
+        assert [p[0] for p in quick] == [p[0] for p in full], kind
+        if kind != "spike":   # spikes keep their absolute width; everything else scales with the profile
+            for (n, a, b, r), (_, fa, fb, fr) in zip(quick, full):
+                assert (fa, fb) == pytest.approx((10 * a, 10 * b)) and fr == pytest.approx(r, rel=0.01), (kind, n)
+    assert [p[0] for p in quick] == ["warmup", "burst", "recovery"]   # the python shape: the profile's windows
+
+
+def test_shape_phases_per_kind(tmp_path):
+    def table(text):
+        return phase_table(load_experiment(shaped(tmp_path, text)), "quick")[1]
+    assert table("{kind: ramp, to: 5}") == [("warmup", 0, 10, 100), ("ramp", 10, 70, pytest.approx(100.0 + 400 / 1200)),
+                                            ("hold", 70, 100, 500)]
+    assert table("{kind: stages, stages: [{duration: 1, multiplier: 1}, {duration: 2, rate: 0}, "
+                 "{duration: 2, multiplier: 3}]}") == [("stage-1", 0, 20, 100), ("stage-2", 20, 60, 0),
+                                                       ("stage-3", 60, 100, 300)]
+    assert table("{kind: ladder, steps: [{multiplier: 3, duration: 0.4}, {multiplier: 10, start: 0.5, duration: 0.5}]}"
+                 ) == [("warmup", 0, 10, 100), ("x3", 10, 34, 300), ("after-x3", 34, 40, 100), ("burst", 40, 70, 1000),
+                       ("recovery", 70, 100, 100)]
+    assert [p[0] for p in table("{kind: ladder, steps: [{multiplier: 3, duration: 0.5, name: burst}, "
+                                "{multiplier: 10, duration: 0.5}]}")] == ["warmup", "burst", "x10", "recovery"]
+    assert table("{kind: spike, multiplier: 10, every: 10, width: 2}") == [
+        ("warmup", 0, 10, 100), ("burst", 10, 70, 1000), ("recovery", 70, 100, 100)]
+
+
+def test_python_shape_by_module_and_function(tmp_path, monkeypatch):
+    (tmp_path / "myshapes.py").write_text("def flat(t):\n    return 42.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exp = load_experiment(shaped(tmp_path, '{kind: python, function: "myshapes:flat"}'))
+    shape, _ = phase_table(exp, "quick")
+    assert shape.rate_at(50) == 42.0 and exp.load.shape.label == "myshapes:flat"
+
+
+@pytest.mark.parametrize("shape,key,msg", [
+    # rates <= 0
+    ("{kind: burst, multiplier: 0}", "load.shape.multiplier", "Input should be greater than 0"),
+    ("{kind: spike, multiplier: -3, every: 10, width: 2}", "load.shape.multiplier", "greater than 0"),
+    ("{kind: ramp, from: -1, to: 3}", "load.shape.from", "greater than or equal to 0"),
+    ("{kind: ramp, from: 0, to: 0}", "load.shape", "a ramp from 0 to 0 sends nothing"),
+    ("{kind: stages, stages: [{duration: 1, rate: 5}, {duration: 1, rate: -5}]}", "load.shape.stages.1.rate",
+     "greater than or equal to 0"),
+    ("{kind: stages, stages: [{duration: 1, rate: 0}]}", "load.shape.stages", "every stage has rate 0"),
+    ("{kind: stages, stages: [{duration: 1, rate: 5}, {duration: 1, multiplier: 0}]}", "load.shape.stages",
+     "stages.1: the last stage has rate 0"),
+    ("{kind: ladder, steps: [{multiplier: 0, duration: 0.5}]}", "load.shape.steps.0.multiplier", "greater than 0"),
+    # structure
+    ("{kind: steady, multiplier: 3}", "load.shape", "a steady shape takes nothing but kind (got multiplier)"),
+    ("{kind: burst, every: 3}", "load.shape", "a burst shape takes multiplier (got every)"),
+    ("{kind: ramp}", "load.shape", "a ramp shape needs to (the final multiplier"),
+    ("{kind: spike, multiplier: 3, every: 10}", "load.shape", "a spike shape needs width"),
+    ("{kind: spike, multiplier: 3, every: 10, width: 0.25}", "load.shape.width", "must be a multiple of 0.1 s"),
+    ("{kind: spike, multiplier: 3, every: 2, width: 2}", "load.shape", "must be shorter than every"),
+    ("{kind: stages, stages: [{duration: 1}]}", "load.shape.stages.0", "give exactly one of rate (msg/s) or multiplier"),
+    ("{kind: stages, stages: [{duration: 1, rate: 1, name: a}, {duration: 1, rate: 1, name: a}]}", "load.shape.stages",
+     "two stages are named 'a'"),
+    ("{kind: ladder, steps: [{multiplier: 3, start: 0.6, duration: 0.6}]}", "load.shape.steps.0",
+     "start (0.6) + duration (0.6) > 1"),
+    ("{kind: ladder, steps: [{multiplier: 3, duration: 0.6}, {multiplier: 9, start: 0.5, duration: 0.2}]}",
+     "load.shape.steps", "steps.1 starts at 0.5, before steps.0 ends (0.6)"),
+    ("{kind: ladder, steps: [{multiplier: 3, duration: 0.6}, {multiplier: 9, duration: 0.6}]}",
+     "load.shape.steps", "steps.1 ends at 1.2 of the burst window"),
+    ("{kind: python}", "load.shape", "a python shape needs function"),
+    ("{kind: python, function: nosuchmodule_xyz:f}", "load.shape", "cannot import module 'nosuchmodule_xyz'"),
+    ("{kind: python, function: rate_at}", "load.shape", "function must be 'module:function'"),
+    ("{kind: python, file: nope.py, function: f}", "load.shape", "python shape file not found"),
+    ("{kind: python, function: 'math:nosuch'}", "load.shape", "module 'math' has no function 'nosuch'"),
+    ("{kind: python, function: 'math:pi'}", "load.shape", "'pi' is not callable"),
+])
+def test_bad_shapes_name_file_line_and_key(tmp_path, shape, key, msg):
+    p = shaped(tmp_path, shape, "bad.yaml")
+    with pytest.raises(SpecError) as ei:
+        load_experiment(p)
+    e = ei.value
+    assert e.path == str(p) and e.key == key and e.line == 5, str(e)
+    assert msg in str(e) and f"{p}:5: {key}: " in str(e), str(e)
+
+
+def test_a_shape_returning_a_negative_rate_is_refused_at_validation(tmp_path):
+    (tmp_path / "neg.py").write_text("def rate_at(t):\n    return 50 - t\n")
+    p = shaped(tmp_path, "{kind: python, file: neg.py, function: rate_at}", "neg.yaml")
+    with pytest.raises(SpecError) as ei:
+        load_experiment(p)
+    e = ei.value
+    assert (e.line, e.key) == (5, "load.shape")
+    assert f"profile 'quick': python shape {tmp_path / 'neg.py'}:rate_at returned a negative rate -0.1 at t=50.1s" \
+        in str(e)
+    assert f"neg.yaml:5: load.shape: profile 'quick'" in str(e)
+
+
+def test_burst_window_shapes_need_a_burst_window(tmp_path):
+    p = write(tmp_path, "nb.yaml", SHAPED.replace("SHAPE", "{kind: ladder, steps: [{multiplier: 3, duration: 1}]}")
+              .replace("burst: 60", "burst: 0"))
+    with pytest.raises(SpecError, match="profile 'quick': a ladder experiment needs burst > 0 seconds"):
+        load_experiment(p)
+
+
+def test_payload_profiles_validate(tmp_path):
+    for text, profile in [("smart-meter", "smart-meter"), ("{profile: smart-tracker}", "smart-tracker"),
+                          ("{profile: industrial-plc, datapoints: 120}", "industrial-plc")]:
+        assert load_experiment(shaped(tmp_path, "{kind: steady}", name="p.yaml")).load.payload.profile == "minimal"
+        p = write(tmp_path, "p.yaml", SHAPED.replace("SHAPE", "{kind: steady}")
+                  .replace("  base_rate: 100\n", f"  base_rate: 100\n  payload: {text}\n"))
+        exp = load_experiment(p)
+        assert exp.load.payload.profile == profile
+    assert exp.load.payload.build().datapoints == 120
+    p = write(tmp_path, "t.yaml", SHAPED.replace("SHAPE", "{kind: steady}").replace(
+        "  base_rate: 100\n",
+        "  base_rate: 100\n  payload:\n    profile: template\n"
+        "    template: '{\"ts\": {ts}, \"values\": {\"device\": \"{device}\", \"seq\": {seq}, \"t\": {rand_float:18:30}}}'\n"))
+    tpl = load_experiment(p).load.payload.build()
+    assert b'"device": "d-1", "seq": 4' in tpl.render(1, "d-1", 4, 1, 2)
+
+
+@pytest.mark.parametrize("payload,key,line,msg", [
+    ("SMART_METER", "load.payload.profile", 4,
+     "Input should be 'minimal', 'smart-meter', 'smart-tracker', 'industrial-plc' or 'template'"),
+    ("{profile: xml}", "load.payload.profile", 4, "Input should be 'minimal', 'smart-meter'"),
+    ("{profile: industrial-plc, datapoints: 0}", "load.payload.datapoints", 4, "greater than or equal to 1"),
+    ("{profile: smart-meter, datapoints: 10}", "load.payload", 4, "datapoints is for the industrial-plc profile"),
+    ("{profile: template}", "load.payload", 4, "the template profile needs a template"),
+    ("{profile: template, template: '{\"seq\": {seq}}'}", "load.payload.template", 4, "template must carry {device}, {seq}, {ts}"),
+    ("{profile: template, template: '{\"d\": \"{device}\", \"seq\": {seq}, \"ts\": {ts}, \"x\": {rnd:1:2}}'}",
+     "load.payload.template", 4, "unknown placeholder {rnd:1:2}"),
+    ("{profile: minimal, colour: red}", "load.payload.colour", 4, "unknown key"),
+])
+def test_bad_payloads_name_file_line_and_key(tmp_path, payload, key, line, msg):
+    p = write(tmp_path, "badp.yaml", SHAPED.replace("SHAPE", "{kind: steady}")
+              .replace("  base_rate: 100\n", f"  base_rate: 100\n  payload: {payload}\n"))
+    with pytest.raises(SpecError) as ei:
+        load_experiment(p)
+    e = ei.value
+    assert (e.key, e.line) == (key, line + 1), str(e)
+    assert msg in str(e) and "badp.yaml" in str(e)
+
+
+def test_rates_must_be_finite_and_positive(tmp_path):
+    for bad, msg in [("0", "greater than 0"), ("-400", "greater than 0"), (".inf", "finite number")]:
+        p = write(tmp_path, "r.yaml", SHAPED.replace("SHAPE", "{kind: steady}").replace("base_rate: 100",
+                                                                                         f"base_rate: {bad}"))
+        with pytest.raises(SpecError) as ei:
+            load_experiment(p)
+        assert (ei.value.key, ei.value.line) == ("load.base_rate", 4) and msg in str(ei.value)

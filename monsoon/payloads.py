@@ -1,0 +1,234 @@
+"""Telemetry payloads: what every device publishes, built cheaply per message.
+
+Profiles (the shapes of ThingsBoard's performance-test payloads, plus monsoon's own):
+
+``minimal`` (the default)
+    ``temperature``, ``humidity``.
+``smart-meter`` (ThingsBoard's SMART_METER)
+    ``pulseCounter`` (int < 1,000,000), ``leakage`` (bool, true in ~1 %), ``batteryLevel`` (0-100).
+``smart-tracker`` (SMART_TRACKER)
+    ``latitude``, ``longitude`` (6 decimals), ``speed`` (km/h, 1 decimal), ``fuel`` (0-100), ``batteryLevel``.
+``industrial-plc`` (INDUSTRIAL_PLC)
+    ``datapoints`` numeric values ``line000`` .. ``lineNNN`` (doubles in [0, 100)); 1 to 999, default 60.
+``template``
+    the user's JSON text with placeholders ``{device}``, ``{seq}``, ``{ts}``, ``{sent_ms}``,
+    ``{rand_int:A:B}`` (an integer in [A, B]) and ``{rand_float:A:B}`` (a float in [A, B], printed
+    with as many decimals as the more precise bound, at least 2). ``{device}`` is the bare name
+    (JSON-escaped, without quotes: write ``"{device}"``). Any other ``{lowercase_name...}`` is an
+    error; other braces are JSON's own.
+
+Every built-in profile publishes ThingsBoard's timestamped form
+``{"ts": TS, "values": {"device": NAME, "seq": SEQ, "sent_ms": MS, ...profile keys}}``:
+``ts`` is the message's *intended* send time (ms since the epoch, strictly increasing per
+device), ``seq`` the per-device sequence number (the stacks' loss query reads the telemetry
+key ``seq``), ``sent_ms`` the wall clock when it was handed to the socket. A template must carry
+``{device}``, ``{seq}`` and ``{ts}``; name the sequence key ``seq`` for the stock stacks.
+
+Hot path: :meth:`Payload.renderer` returns, per device, a closure
+``render(seq, ts, sent_ms) -> bytes`` that does one string formatting. Profile values are not
+drawn per message: a pool of pre-rendered value strings (fixed seed, so runs are reproducible)
+is indexed by ``seq`` and the device index, so the cost does not grow with ``datapoints``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+__all__ = ["PROFILES", "Payload", "Renderer", "TemplateError", "compile_template"]
+
+PROFILES = ("minimal", "smart-meter", "smart-tracker", "industrial-plc", "template")
+MAX_DATAPOINTS = 999
+DEFAULT_DATAPOINTS = 60
+
+Renderer = Callable[[int, int, int], bytes]  # (seq, ts_ms, sent_ms) -> payload bytes
+
+_POOL = 1024            # pre-rendered variants per profile (a power of two)
+_MASK = _POOL - 1
+_SEED = 0x6D6F6E73      # "mons"
+
+PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)((?::[^{}:]*)*)\}")
+_FIXED = ("device", "seq", "ts", "sent_ms")
+_REQUIRED = ("device", "seq", "ts")
+_HELP = "use {device}, {seq}, {ts}, {sent_ms}, {rand_int:A:B} or {rand_float:A:B}"
+
+
+class TemplateError(ValueError):
+    """A payload template that cannot be used (the message says why and where)."""
+
+
+def _decimals(text: str) -> int:
+    t = text.strip().lower()
+    if "e" in t:
+        return 6
+    return len(t.split(".", 1)[1]) if "." in t else 0
+
+
+@dataclass(frozen=True)
+class _Template:
+    fmt: str                               # %-format, one positional %s per placeholder
+    slots: tuple[str | int, ...]           # per %s: "device" | "seq" | "ts" | "sent_ms" | pool index
+    pools: tuple[tuple[str, ...], ...]     # one pool of rendered values per random placeholder
+
+    def renderer(self, idx: int, device: str) -> Renderer:
+        """A closure ``render(seq, ts, sent_ms)``: one ``%`` formatting of a tuple per message.
+
+        The closure is compiled from a source built only from fixed names and integers (never
+        from the template's text, which reaches it as the constant ``F``)."""
+        args = []
+        for s in self.slots:
+            if s == "device":
+                args.append("D")
+            elif isinstance(s, str):
+                args.append(s)                       # seq, ts, sent_ms: the closure's parameters
+            else:
+                args.append(f"P{s}[(seq * 40503 + {idx * 9973 + s * 131}) & {_MASK}]")
+        src = f"lambda seq, ts, sent_ms: (F % ({', '.join(args)},)).encode()"
+        ns: dict[str, object] = {"F": self.fmt, "D": json.dumps(device)[1:-1]}
+        ns.update({f"P{j}": pool for j, pool in enumerate(self.pools)})
+        return eval(src, ns)  # noqa: S307 - see the docstring
+
+
+def compile_template(text: str, *, seed: int = _SEED) -> _Template:
+    """Parse and check a template; raise :class:`TemplateError` saying what is wrong."""
+    if not isinstance(text, str) or not text.strip():
+        raise TemplateError("template must be a non-empty JSON text")
+    rng = random.Random(seed)
+    parts: list[str] = []
+    slots: list[str | int] = []
+    pools: list[tuple[str, ...]] = []
+    pos = 0
+    for m in PLACEHOLDER_RE.finditer(text):
+        name, args = m.group(1), m.group(2).split(":")[1:]
+        where = f"{m.group(0)} at character {m.start() + 1}"
+        parts.append(text[pos:m.start()].replace("%", "%%"))
+        pos = m.end()
+        if name in _FIXED:
+            if args:
+                raise TemplateError(f"placeholder {where} takes no arguments ({_HELP})")
+            parts.append("%s")
+            slots.append(name)
+            continue
+        if name not in ("rand_int", "rand_float"):
+            raise TemplateError(f"unknown placeholder {where} ({_HELP})")
+        if len(args) != 2:
+            raise TemplateError(f"placeholder {where} needs two bounds, e.g. {{{name}:0:100}}")
+        try:
+            if name == "rand_int":
+                lo, hi = int(args[0]), int(args[1])
+            else:
+                lo, hi = float(args[0]), float(args[1])
+        except ValueError:
+            kind = "integers" if name == "rand_int" else "numbers"
+            raise TemplateError(f"placeholder {where}: the bounds must be {kind}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+            raise TemplateError(f"placeholder {where}: need finite bounds with A <= B")
+        if name == "rand_int":
+            pool = tuple(str(rng.randint(int(lo), int(hi))) for _ in range(_POOL))
+        else:
+            d = max(2, _decimals(args[0]), _decimals(args[1]))
+            pool = tuple(f"{min(hi, lo + (hi - lo) * rng.random()):.{d}f}" for _ in range(_POOL))
+        parts.append("%s")
+        slots.append(len(pools))
+        pools.append(pool)
+    parts.append(text[pos:].replace("%", "%%"))
+    missing = [n for n in _REQUIRED if n not in slots]
+    if missing:
+        raise TemplateError(
+            "template must carry " + ", ".join("{" + n + "}" for n in _REQUIRED)
+            + " (every payload carries the device, its sequence number and the send time); missing: "
+            + ", ".join("{" + n + "}" for n in missing)
+        )
+    tpl = _Template("".join(parts), tuple(slots), tuple(pools))
+    sample = tpl.renderer(0, "monsoon-00000")(12345, 1_700_000_000_000, 1_700_000_000_001).decode()
+    try:
+        json.loads(sample)
+    except json.JSONDecodeError as e:
+        snippet = sample[max(0, e.pos - 25):e.pos + 25]
+        raise TemplateError(
+            f"template is not valid JSON once rendered: {e.msg} at line {e.lineno} column {e.colno} "
+            f"(near {snippet!r}; a string placeholder needs its quotes: \"{{device}}\")"
+        ) from None
+    return tpl
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A payload profile; :meth:`renderer` gives each device its builder.
+
+    ``datapoints`` is used by ``industrial-plc`` only; ``template`` by ``template`` only.
+    """
+
+    profile: str = "minimal"
+    datapoints: int = DEFAULT_DATAPOINTS
+    template: str | None = None
+    seed: int = field(default=_SEED, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown payload profile {self.profile!r} (use one of: {', '.join(PROFILES)})")
+        dp = self.datapoints
+        if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_DATAPOINTS:
+            raise ValueError(f"datapoints must be an integer from 1 to {MAX_DATAPOINTS}, got {dp!r}")
+        if self.profile == "template":
+            if self.template is None:
+                raise ValueError("the template profile needs a template (a JSON text with placeholders)")
+            compile_template(self.template, seed=self.seed)
+        elif self.template is not None:
+            raise ValueError(f"a template is only used by the template profile, not {self.profile!r}")
+
+    # ------------------------------------------------------------------ pools
+    @cached_property
+    def _tails(self) -> tuple[str, ...]:
+        """Pre-rendered ``"key":value,...`` tails of the ``values`` object."""
+        rng = random.Random(self.seed)
+        out = []
+        for _ in range(_POOL):
+            if self.profile == "smart-meter":
+                out.append(f'"pulseCounter":{rng.randrange(1_000_000)},'
+                           f'"leakage":{"true" if rng.random() < 0.01 else "false"},'
+                           f'"batteryLevel":{rng.randrange(101)}')
+            elif self.profile == "smart-tracker":
+                out.append(f'"latitude":{rng.uniform(-90, 90):.6f},"longitude":{rng.uniform(-180, 180):.6f},'
+                           f'"speed":{rng.uniform(0, 130):.1f},"fuel":{rng.randrange(101)},'
+                           f'"batteryLevel":{rng.randrange(101)}')
+            elif self.profile == "industrial-plc":
+                out.append(",".join(f'"line{i:03d}":{rng.random() * 100!r}' for i in range(self.datapoints)))
+            else:  # pragma: no cover - minimal/template have no tails
+                raise AssertionError(self.profile)
+        return tuple(out)
+
+    @cached_property
+    def _template(self) -> _Template:
+        assert self.template is not None
+        return compile_template(self.template, seed=self.seed)
+
+    # -------------------------------------------------------------- builders
+    def renderer(self, idx: int, device: str) -> Renderer:
+        """``render(seq, ts_ms, sent_ms) -> bytes`` for device number ``idx`` named ``device``."""
+        name_json = json.dumps(device)
+        if self.profile == "minimal":
+            def render(seq: int, ts: int, sent_ms: int) -> bytes:
+                return (
+                    f'{{"ts":{ts},"values":{{"device":{name_json},"seq":{seq},'
+                    f'"sent_ms":{sent_ms},"temperature":{20.0 + (seq % 150) / 10:.1f},'
+                    f'"humidity":{30 + seq % 50}}}}}'
+                ).encode()
+            return render
+        if self.profile == "template":
+            return self._template.renderer(idx, device)
+        tails = self._tails
+        off = idx * 97
+        head = f'"values":{{"device":{name_json},"seq":'
+
+        def render(seq: int, ts: int, sent_ms: int) -> bytes:
+            return f'{{"ts":{ts},{head}{seq},"sent_ms":{sent_ms},{tails[(seq + off) & _MASK]}}}}}'.encode()
+        return render
+
+    def render(self, idx: int, device: str, seq: int, ts: int, sent_ms: int) -> bytes:
+        """One payload (slow path: builds the device's renderer each call; for tests and previews)."""
+        return self.renderer(idx, device)(seq, ts, sent_ms)
