@@ -10,13 +10,14 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan demo test test-unit clean reap
+.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan demo test test-unit defects clean reap
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
+	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
@@ -65,6 +66,11 @@ test: setup
 
 test-unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
+
+# DEFECTS_ARGS: e.g. --only a,d  --repeats 1  (see python -m monsoon.defects --help)
+DEFECTS_ARGS ?=
+defects: setup
+	@$(PY) -m monsoon.defects $(DEFECTS_ARGS)
 
 reap: venv
 	$(PY) -m monsoon.cli reap

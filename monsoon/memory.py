@@ -307,6 +307,84 @@ def gc_time_fraction(run: RunData, max_fraction: float = 0.2) -> Verdict:
     return Verdict(name, PASS, figures, f"GC time within {max_fraction * 100:g}% [{source}: {desc}]")
 
 
+# ------------------------------------------------------------ thread leaks
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
+
+
+def thread_series(events) -> tuple[int | None, list[tuple[float, float]]]:
+    """(pid, [(t, threads)]) of the process samples of the last pid."""
+    samples = [e for e in events.of("sample", collector="process")
+               if isinstance(e.get("threads"), (int, float)) and not isinstance(e.get("threads"), bool)]
+    if not samples:
+        return None, []
+    pid = samples[-1].get("pid")
+    return pid, [(e["t"], float(e["threads"])) for e in samples if e.get("pid") == pid]
+
+
+def connected_series(events) -> list[tuple[float, int]]:
+    """(t, devices connected) of every second of the load."""
+    return [(e["t"], int(e["connected"])) for e in events.of("load")
+            if isinstance(e.get("connected"), (int, float)) and not isinstance(e.get("connected"), bool)]
+
+
+def no_thread_leak(run: RunData, min_increase: float = 20, max_per_reconnect: float = 0.25,
+                   window_s: float = 10) -> Verdict:
+    """The observed service does not keep a thread per device reconnect.
+
+    Compares the service's thread count (``process`` samples, last pid only) in the ``window_s`` seconds
+    before the first device disconnect (the baseline, every device connected) with the last ``window_s``
+    seconds of the load (every device connected again), medians of each.  ``reconnects`` = devices that
+    connected again in between (the rises of the fleet's per-second ``connected`` count).  Fails when the
+    count grew by at least ``min_increase`` threads **and** by at least ``max_per_reconnect`` threads per
+    reconnect: pools that grow to a bounded size once (HTTP workers, lookup threads) stay under
+    ``min_increase``; a leak grows with every reconnect.  Unknown without thread samples in both windows, or
+    when no device reconnected (nothing exercised the reconnect path, whatever the count did).
+    """
+    name = "no_thread_leak"
+    figures: dict[str, float] = {"min_increase": float(min_increase), "max_per_reconnect": float(max_per_reconnect)}
+    pid, threads = thread_series(run.events)
+    if not threads:
+        return Verdict(name, UNKNOWN, figures, "no process thread samples in the timeline")
+    t_pid0, t_pid1 = threads[0][0], threads[-1][0]
+    conn = [(t, c) for t, c in connected_series(run.events) if t_pid0 <= t <= t_pid1]
+    end = run.load_end()
+    end = min(end, t_pid1) if end is not None else t_pid1
+    # the first disconnect during this pid's life: the second where fewer devices are connected than before
+    first_drop = next((t for (_, a), (t, b) in zip(conn, conn[1:]) if b < a), None)
+    base_end = first_drop if first_drop is not None else end - window_s
+    base = [v for t, v in threads if base_end - window_s <= t < base_end]
+    last = [v for t, v in threads if end - window_s <= t <= end]
+    after = [(t, c) for t, c in conn if first_drop is not None and t >= first_drop]
+    reconnects = sum(max(0, b - a) for (_, a), (_, b) in zip(after, after[1:]))
+    figures["reconnects"] = reconnects
+    le = run.events.first("op", op="load-end")
+    if le is not None and isinstance(le.get("reconnects"), (int, float)):
+        figures["reconnect_attempts"] = le["reconnects"]
+    if len(base) < 3 or len(last) < 3:
+        return Verdict(name, UNKNOWN, figures,
+                       f"too few thread samples of pid {pid} before the first disconnect ({len(base)}) or at the "
+                       f"end of the load ({len(last)}) to compare")
+    b, e = _median(base), _median(last)
+    inc = e - b
+    figures.update(threads_baseline=b, threads_end=e, thread_increase=inc, threads_peak=max(v for _, v in threads))
+    if reconnects:
+        figures["threads_per_reconnect"] = round(inc / reconnects, 3)
+    desc = (f"threads {b:.0f} before the first disconnect -> {e:.0f} at the end of the load "
+            f"({inc:+.0f}) across {reconnects} device reconnect(s)")
+    if reconnects == 0:
+        return Verdict(name, UNKNOWN, figures, desc + ": no device reconnected, the reconnect path was not exercised")
+    if inc >= min_increase and inc / reconnects >= max_per_reconnect:
+        return Verdict(name, FAIL, figures,
+                       desc + f": {inc / reconnects:.2f} per reconnect, above +{min_increase:g} threads and "
+                              f"{max_per_reconnect:g} per reconnect: a thread leak")
+    return Verdict(name, PASS, figures, desc + f": within +{min_increase:g} threads or {max_per_reconnect:g} per "
+                                              f"reconnect")
+
+
 # At the bottom on purpose: checks.py imports this module at its end to register the checks,
 # so whichever of the two is imported first, both finish loading.
 from .checks import FAIL, PASS, UNKNOWN, RunData, Verdict  # noqa: E402

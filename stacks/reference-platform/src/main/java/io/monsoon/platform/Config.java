@@ -41,6 +41,8 @@ final class Config {
     final long registryTimeoutMs;
     /** Threads running blocking registry/cache lookups (one lookup per device channel at a time). */
     final int registryLookupThreads;
+    /** Seeded defects ({@code DEFECT_*}, all off by default): see {@link Defects}. */
+    final Defects defects;
 
     Config(Map<String, String> env) {
         queueType = get(env, "TB_QUEUE_TYPE", "in-memory").trim().toLowerCase();
@@ -102,6 +104,11 @@ final class Config {
         if (consumerThreads < 1) throw new IllegalArgumentException("TB_CONSUMER_THREADS must be >= 1");
         if (consumerBatchSize < 1) throw new IllegalArgumentException("TB_CONSUMER_BATCH_SIZE must be >= 1");
         if (kafkaPartitions < 1) throw new IllegalArgumentException("TB_KAFKA_PARTITIONS must be >= 1");
+        defects = Defects.fromEnv(env);
+        if ((defects.stallAfterBrokerRestart || defects.commitBeforeWrite) && !kafka()) {
+            throw new IllegalArgumentException("DEFECT_STALL_AFTER_BROKER_RESTART and DEFECT_COMMIT_BEFORE_WRITE need"
+                + " TB_QUEUE_TYPE=kafka");
+        }
     }
 
     boolean kafka() {

@@ -81,12 +81,31 @@ final class Db {
         return new HikariDataSource(hc);
     }
 
+    /**
+     * DEFECT_DUPLICATE_ON_REDELIVERY: ts_kv without its primary key (a plain index instead), so that a message
+     * inserted twice is stored twice. A ts_kv created earlier loses its primary key.
+     */
+    static final String[] TS_KV_WITHOUT_PK = {
+        "CREATE TABLE IF NOT EXISTS ts_kv ("
+            + " entity_id uuid NOT NULL, key int NOT NULL, ts bigint NOT NULL, bool_v boolean, str_v varchar,"
+            + " long_v bigint, dbl_v double precision, json_v json)",
+        "ALTER TABLE ts_kv DROP CONSTRAINT IF EXISTS ts_kv_pkey",
+        "CREATE INDEX IF NOT EXISTS ts_kv_entity_key_ts ON ts_kv (entity_id, key, ts)",
+    };
+
     /** Creates the schema if absent. An advisory lock serialises concurrent starters on one database. */
     static void createSchema(javax.sql.DataSource ds) throws SQLException {
+        createSchema(ds, Defects.NONE);
+    }
+
+    static void createSchema(javax.sql.DataSource ds, Defects defects) throws SQLException {
         try (Connection c = ds.getConnection()) {
             c.setAutoCommit(false);
             try (Statement st = c.createStatement()) {
                 st.execute("SELECT pg_advisory_xact_lock(7741001)");
+                if (defects.duplicateOnRedelivery) {
+                    for (String ddl : TS_KV_WITHOUT_PK) st.execute(ddl); // before SCHEMA's ts_kv (then a no-op)
+                }
                 for (String ddl : SCHEMA) st.execute(ddl);
                 c.commit();
             } catch (SQLException e) {

@@ -213,6 +213,7 @@ final class KafkaQueue implements TbQueue {
             });
             subscribed.countDown();
             long backoff = 100;
+            BrokerWatch watch = cfg.defects.stallAfterBrokerRestart ? new BrokerWatch(idx) : null;
             while (running) {
                 ConsumerRecords<String, byte[]> recs;
                 try {
@@ -221,6 +222,13 @@ final class KafkaQueue implements TbQueue {
                     break;
                 }
                 updateLag(idx, c);
+                if (watch != null && watch.stalled(c, !recs.isEmpty())) {
+                    // DEFECT_STALL_AFTER_BROKER_RESTART: "wait until the broker is back" - and never resume.
+                    // Whatever is assigned (again, after a rebalance) is paused; polling goes on (the member
+                    // stays in the group and /health stays UP), nothing is consumed or committed any more.
+                    c.pause(c.assignment());
+                    continue;
+                }
                 if (recs.isEmpty()) continue;
                 List<TbMsg> msgs = new ArrayList<>(recs.count());
                 for (ConsumerRecord<String, byte[]> r : recs) {
@@ -229,6 +237,20 @@ final class KafkaQueue implements TbQueue {
                     } catch (Exception e) {
                         Metrics.ERRORS.inc();
                         log.warn("skipping undecodable record {}-{}@{}: {}", r.topic(), r.partition(), r.offset(), e.toString());
+                    }
+                }
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (TopicPartition tp : recs.partitions()) {
+                    List<ConsumerRecord<String, byte[]>> l = recs.records(tp);
+                    offsets.put(tp, new OffsetAndMetadata(l.get(l.size() - 1).offset() + 1));
+                }
+                if (cfg.defects.commitBeforeWrite) {
+                    // DEFECT_COMMIT_BEFORE_WRITE: the offsets are committed first; a crash before the write
+                    // below completes loses the batch (the restarted consumer starts after it).
+                    try {
+                        c.commitSync(offsets);
+                    } catch (CommitFailedException | RebalanceInProgressException e) {
+                        log.warn("offset commit failed ({})", e.toString());
                     }
                 }
                 try {
@@ -245,11 +267,7 @@ final class KafkaQueue implements TbQueue {
                 backoff = 100;
                 Metrics.STORED.inc(msgs.size());
                 storedHere.add(msgs.size());
-                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
-                for (TopicPartition tp : recs.partitions()) {
-                    List<ConsumerRecord<String, byte[]>> l = recs.records(tp);
-                    offsets.put(tp, new OffsetAndMetadata(l.get(l.size() - 1).offset() + 1));
-                }
+                if (cfg.defects.commitBeforeWrite) continue; // committed above, before the write
                 try {
                     c.commitSync(offsets);
                 } catch (CommitFailedException | RebalanceInProgressException e) {
@@ -263,6 +281,49 @@ final class KafkaQueue implements TbQueue {
             if (running) log.error("Kafka consumer {} stopped: {}", idx, e.toString(), e);
         } finally {
             consumers.remove(c);
+        }
+    }
+
+    /**
+     * DEFECT_STALL_AFTER_BROKER_RESTART: once the consumer is consuming, a closed broker connection (its own
+     * {@code connection-close-total} metric going up: the broker went away) makes it pause its partitions "until
+     * the broker is back" - and the resume was never written, so it reports "stalled" forever after.
+     */
+    private static final class BrokerWatch {
+        private final int idx;
+        private double baseline = -1; // connection closes seen when consumption started
+        private boolean stalled;
+
+        BrokerWatch(int idx) {
+            this.idx = idx;
+        }
+
+        boolean stalled(KafkaConsumer<String, byte[]> c, boolean gotRecords) {
+            if (stalled) return true;
+            double closed = metric(c, "connection-close-total");
+            if (closed < 0) return false;
+            if (baseline < 0) {
+                if (gotRecords) baseline = closed; // consuming normally from here on
+                return false;
+            }
+            if (closed > baseline) {
+                stalled = true;
+                log.warn("DEFECT_STALL_AFTER_BROKER_RESTART: consumer {} lost a broker connection; pausing its "
+                    + "partitions until the broker is back (they are never resumed)", idx);
+            }
+            return stalled;
+        }
+
+        private static double metric(KafkaConsumer<String, byte[]> c, String name) {
+            for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> e
+                : c.metrics().entrySet()) {
+                org.apache.kafka.common.MetricName m = e.getKey();
+                if (m.name().equals(name) && m.group().equals("consumer-metrics")) {
+                    Object v = e.getValue().metricValue();
+                    return v instanceof Number num ? num.doubleValue() : -1;
+                }
+            }
+            return -1;
         }
     }
 

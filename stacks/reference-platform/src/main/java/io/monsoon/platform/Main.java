@@ -55,6 +55,9 @@ public final class Main {
                 + " registry={} cache={} nearTtl={}ms lookupTimeout={}ms",
             cfg.queueType, cfg.consumerThreads, cfg.consumerBatchSize, cfg.storageCommitDelayMs,
             rt.maxMemory() / (1024 * 1024), cfg.registryType, cfg.cacheType, cfg.deviceCacheTtlMs, cfg.registryTimeoutMs);
+        if (!cfg.defects.active().isEmpty()) {
+            log.warn("SEEDED DEFECTS ON (this platform is deliberately broken): {}", String.join(", ", cfg.defects.active()));
+        }
 
         JwtService jwt = new JwtService(cfg);
         HttpApi http = new HttpApi(cfg, jwt, () -> ready);
@@ -66,7 +69,7 @@ public final class Main {
             http.start(); // /health answers 503 until everything below is up
             Db.awaitServer(cfg);
             ds = Db.pool(cfg, cfg.consumerThreads + 8);
-            Db.createSchema(ds);
+            Db.createSchema(ds, cfg.defects);
             log.info("database schema ready at {}", cfg.dbUrl);
             SqlDeviceStore sql = new SqlDeviceStore(ds);
             DeviceStore store = sql;
@@ -87,7 +90,7 @@ public final class Main {
             DeviceService devices = new DeviceService(ds, jwt.tenantId, store, lookup);
             devices.ensureDefaultProfile();
 
-            TsWriter writer = new TsWriter(ds, cfg.storageCommitDelayMs);
+            TsWriter writer = new TsWriter(ds, cfg.storageCommitDelayMs, cfg.defects);
             if (cfg.kafka()) {
                 KafkaQueue kq = new KafkaQueue(cfg, writer);
                 queue = kq;

@@ -255,6 +255,7 @@ final class MqttTransport {
                         new IdleStateHandler(keepAlive * 1500L, 0, 0, TimeUnit.MILLISECONDS));
                 }
                 devices.registerSession(info.id, ch);
+                cfg.defects.sessionStarted(info.name); // DEFECT_LEAK_THREAD_PER_RECONNECT: never stopped
                 connAck(ctx, MqttConnectReturnCode.CONNECTION_ACCEPTED);
                 resume(ctx);
             }));

@@ -32,8 +32,15 @@ final class TsWriter {
             + " str_v = EXCLUDED.str_v, long_v = EXCLUDED.long_v, dbl_v = EXCLUDED.dbl_v, json_v = EXCLUDED.json_v"
             + " WHERE ts_kv_latest.ts <= EXCLUDED.ts";
 
+    /** DEFECT_DUPLICATE_ON_REDELIVERY: a plain insert into a ts_kv without primary key (not idempotent). */
+    private static final String TS_SQL_NOT_IDEMPOTENT =
+        "INSERT INTO ts_kv (entity_id, key, ts, bool_v, str_v, long_v, dbl_v, json_v)"
+            + " VALUES (?, ?, ?, ?, ?, ?, ?, cast(? AS json))";
+
     private final DataSource ds;
     private final long commitDelayMs;
+    private final Defects defects;
+    private final String tsSql;
     private final Map<String, Integer> keyIds = new ConcurrentHashMap<>();
 
     /**
@@ -43,8 +50,15 @@ final class TsWriter {
      *                      threads x batch size / transaction time rather than by how busy the host CPU is.
      */
     TsWriter(DataSource ds, long commitDelayMs) {
+        this(ds, commitDelayMs, Defects.NONE);
+    }
+
+    /** @param defects seeded defects (DEFECT_*): (a) drop, (b) non-idempotent insert, (c) leak per message */
+    TsWriter(DataSource ds, long commitDelayMs, Defects defects) {
         this.ds = ds;
         this.commitDelayMs = commitDelayMs;
+        this.defects = defects;
+        this.tsSql = defects.duplicateOnRedelivery ? TS_SQL_NOT_IDEMPOTENT : TS_SQL;
     }
 
     private record Row(UUID entityId, int key, KvEntry e) {
@@ -55,6 +69,8 @@ final class TsWriter {
 
     /** Writes the batch in one transaction; throws (and rolls back) on any database error. */
     void write(List<TbMsg> batch) throws SQLException {
+        final int received = batch.size();
+        batch = defects.dropSome(batch); // DEFECT_DROP_ACKED_PCT: acked, silently never written
         try (Connection c = ds.getConnection()) {
             // ts_kv rows keyed by primary key: the last value for the same (entity, key, ts) wins, as row by row.
             // ts_kv_latest gets one upsert per value, as TB's save-timeseries node does (no coalescing), sorted
@@ -69,10 +85,13 @@ final class TsWriter {
                     latestRows.add(r);
                 }
             }
-            if (rows.isEmpty()) return;
+            if (rows.isEmpty()) {
+                defects.retain(received);
+                return;
+            }
             latestRows.sort(Comparator.comparing(Row::entityId).thenComparingInt(Row::key).thenComparingLong(r -> r.e.ts));
             c.setAutoCommit(false);
-            try (PreparedStatement ts = c.prepareStatement(TS_SQL);
+            try (PreparedStatement ts = c.prepareStatement(tsSql);
                  PreparedStatement lt = c.prepareStatement(LATEST_SQL)) {
                 for (Row r : rows.values()) {
                     bind(ts, r);
@@ -86,6 +105,7 @@ final class TsWriter {
                 lt.executeBatch();
                 if (commitDelayMs > 0) Thread.sleep(commitDelayMs);
                 c.commit();
+                defects.retain(received); // DEFECT_LEAK_BYTES_PER_MSG: an audit cache that is never evicted
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
                 c.rollback();
