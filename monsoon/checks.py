@@ -244,7 +244,7 @@ def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Ve
 # Imported last: accounting.py, lag.py, slo.py, memory.py and oom.py import Verdict & co. from this module.
 from .oom import no_oom  # noqa: E402
 from .lag import consumer_not_stalled, lag_bounded  # noqa: E402
-from .memory import gc_time_fraction, no_memory_leak  # noqa: E402
+from .memory import gc_time_fraction, no_memory_leak, no_thread_leak  # noqa: E402
 from .slo import error_budget  # noqa: E402
 from .faultchecks import faults_landed, latency_objective, throughput_drop  # noqa: E402
 from .accounting import SENT_FILE, no_acked_loss, no_duplicates, no_unexpected  # noqa: E402
@@ -259,8 +259,8 @@ CHECKS.update({
     "error_budget": error_budget,
     "no_memory_leak": no_memory_leak,
     "gc_time_fraction": gc_time_fraction,
+    "no_thread_leak": no_thread_leak,
     "faults_landed": faults_landed,
     "throughput_drop": throughput_drop,
     "latency_objective": latency_objective,
 })
-from .memory import no_thread_leak; CHECKS.update(no_thread_leak=no_thread_leak)  # noqa: E402,E702 (seeded defect f)
