@@ -158,15 +158,8 @@ def _toxiproxy_apis_of_runs() -> list[str]:
 def run_ids_in_place(state_root: Path | None = None) -> set[str]:
     """Run ids that still have something in place: labelled processes or cgroup records."""
     from .faults.cgroup import CgroupBackend
-    from .stack import find_leftovers
-    ids: set[str] = set()
-    for pid in find_leftovers():
-        try:
-            for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                if kv.startswith(b"MONSOON_RUN_ID="):
-                    ids.add(kv.split(b"=", 1)[1].decode())
-        except OSError:
-            continue
+    from .stack import labelled_processes
+    ids: set[str] = set(labelled_processes().values())
     rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
     if rec_root.exists():
         ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))

@@ -91,9 +91,10 @@ def explained_by_kill(events, slack: float = 3.0) -> set[tuple[str, str, float]]
 
 def downtime(events, w: Window) -> float | None:
     """Seconds from a kill's injection until its service was ready again (None: never, or no readiness events)."""
-    ready = next((e for e in events.of("service", event="ready", service=w.target) if e["t"] > w.start - 3.0
-                  and any(x["t"] <= e["t"] for x in events.of("service", event="start", service=w.target)
-                          if x["t"] >= w.start - 3.0)), None)
+    start = next((e for e in events.of("service", event="start", service=w.target) if e["t"] >= w.start - 3.0), None)
+    if start is None:
+        return None
+    ready = next((e for e in events.of("service", event="ready", service=w.target) if e["t"] >= start["t"]), None)
     return None if ready is None else round(ready["t"] - w.start, 2)
 
 

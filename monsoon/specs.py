@@ -85,11 +85,10 @@ class ServiceSpec(_Frozen):
     def env_for(self, profile: str) -> dict[str, str]:
         out = {}
         for k, v in self.env.items():
-            if isinstance(v, dict):
-                if profile not in v and "default" not in v:
-                    raise ValueError(f"env {k} has no value for profile {profile!r} and no default")
-                v = v.get(profile, v.get("default"))
-            out[k] = v
+            try:
+                out[k] = _per_profile(v, profile, f"env.{k}")
+            except SpecError:
+                raise ValueError(f"env {k} has no value for profile {profile!r} and no default") from None
         return out
 
 

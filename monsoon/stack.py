@@ -381,9 +381,9 @@ def _last_lines(path: Path, n: int = 25) -> str:
     return "\n".join("    " + ln for ln in lines) or "    (empty log)"
 
 
-def find_leftovers(run_id: str | None = None) -> list[int]:
-    """PIDs of live processes started by monsoon (optionally of one run), found by their environment label."""
-    out = []
+def labelled_processes() -> dict[int, str]:
+    """Live processes started by monsoon: PID -> the run id in their MONSOON_RUN_ID environment label."""
+    out = {}
     me = os.getpid()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == me:
@@ -394,10 +394,14 @@ def find_leftovers(run_id: str | None = None) -> list[int]:
             continue
         for kv in env:
             if kv.startswith(b"MONSOON_RUN_ID="):
-                if run_id is None or kv[len(b"MONSOON_RUN_ID="):].decode() == run_id:
-                    out.append(int(d.name))
+                out[int(d.name)] = kv[len(b"MONSOON_RUN_ID="):].decode()
                 break
     return out
+
+
+def find_leftovers(run_id: str | None = None) -> list[int]:
+    """PIDs of live processes started by monsoon (optionally of one run), found by their environment label."""
+    return [pid for pid, rid in labelled_processes().items() if run_id is None or rid == run_id]
 
 
 def reap(run_id: str | None = None) -> list[int]:
