@@ -47,8 +47,6 @@ FLAG_PREFIX = "DEFECT_"
 FAIL, UNKNOWN = "fail", "unknown"
 
 
-# Keep slugs short: a run directory path ends up in Postgres' Unix-socket path (stacks/bin/run-postgres puts the
-# socket in the service's directory, runs/<run-id>/<stack>--<experiment>/services/postgres/), limited to 107 bytes.
 @dataclass(frozen=True)
 class Defect:
     letter: str

@@ -127,16 +127,6 @@ def test_every_defect_has_a_valid_quick_experiment_that_runs_its_intended_existi
         assert [k for f in flags.values() for k in f] == [d.flag]
 
 
-def test_defect_run_directories_keep_the_postgres_socket_path_short():
-    # runs/<YYYYmmdd-HHMMSS-xxxx>/<stack>--<experiment>[-N]/services/postgres/.s.PGSQL.<port> <= 107 bytes
-    docs = {d.key: dx.load_doc(d.path()) for d in dx.DEFECTS}
-    dirs = [f"{d.stack}--{d.experiment}" for d in dx.DEFECTS]                       # run once per session
-    dirs += [f"{c.stack}--{c.name}-3" for c in dx.clean_controls(dx.DEFECTS, docs)]  # repeated: -2, -3
-    for x in dirs:
-        sock = REPO / "runs" / "20261122-044158-8259" / x / "services" / "postgres" / ".s.PGSQL.65535"
-        assert len(str(sock).encode()) <= 107, sock
-
-
 def test_defect_experiments_are_quick():
     for d in dx.DEFECTS:
         dur = load_experiment(d.path()).durations("quick")

@@ -1,0 +1,41 @@
+"""stacks/bin/run-postgres on a real PostgreSQL: a deep run directory must not matter (TCP only, no Unix socket)."""
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from integration_helpers import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_run_postgres_serves_tcp_from_a_directory_deeper_than_the_unix_socket_limit(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "services" / "postgres"
+    assert len(str(deep / ".s.PGSQL.65535").encode()) > 107   # a socket here could not be bound
+    port = free_port()
+    proc = subprocess.Popen([str(REPO / "stacks/bin/run-postgres"), str(deep), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        def connects():
+            if proc.poll() is not None:
+                pytest.fail(f"run-postgres exited {proc.returncode}:\n{proc.stdout.read()}")
+            try:
+                with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=2) as c:
+                    return c.execute("show unix_socket_directories").fetchone()[0] == ""
+            except psycopg.OperationalError:
+                return False
+        assert wait_for(connects, 60, "postgres on a deep run directory to accept TCP")
+        assert not list(deep.rglob(".s.PGSQL.*"))
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
