@@ -126,7 +126,8 @@ def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[F
             except FaultError as e:
                 text = f"REFUSED: {e}"
             lines.extend("    | " + x for x in text.rstrip().splitlines())
-    checks = [c.name for c in exp.checks if c.applies(profile)] + (["faults_landed"] if faults else [])
+    checks = [c.name for c in exp.checks if c.applies(profile)]
+    checks += [n for n in (["faults_landed"] if faults else []) + ["load_valid"] if n not in checks]
     lines.append(f"  checks: {', '.join(checks)}")
     return "\n".join(lines)
 

@@ -248,6 +248,7 @@ from .memory import gc_time_fraction, no_memory_leak, no_thread_leak  # noqa: E4
 from .slo import error_budget  # noqa: E402
 from .faultchecks import faults_landed, latency_objective, throughput_drop  # noqa: E402
 from .accounting import SENT_FILE, no_acked_loss, no_duplicates, no_unexpected  # noqa: E402
+from .loadchecks import load_valid  # noqa: E402
 
 CHECKS.update({
     "no_acked_loss": no_acked_loss,
@@ -263,4 +264,5 @@ CHECKS.update({
     "faults_landed": faults_landed,
     "throughput_drop": throughput_drop,
     "latency_objective": latency_objective,
+    "load_valid": load_valid,
 })

@@ -25,6 +25,7 @@ KEY_FIGURES = {
     "faults_landed": ("faults_injected", "faults_landed", "faults_healed", "max_downtime_s"),
     "throughput_drop": ("throughput_drop_pct", "baseline_msg_s", "during_faults_msg_s"),
     "latency_objective": ("p99_ms", "p50_ms", "samples"),
+    "load_valid": ("late_pct", "pacing_error_pct", "dropped"),
 }
 ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
 

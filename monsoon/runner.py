@@ -26,7 +26,8 @@ from .timeline import Timeline
 Progress = Callable[[str], None]
 # summary.json: per experiment, these figures of its checks side by side
 HEADLINE = ("acked", "acked_lost", "oom_events", "peak_lag", "recovery_s", "faults_injected", "faults_landed",
-            "faults_healed", "faults_left_in_place", "max_downtime_s", "throughput_drop_pct")
+            "faults_healed", "faults_left_in_place", "max_downtime_s", "throughput_drop_pct", "late_pct",
+            "pacing_error_pct")
 
 
 @dataclass
@@ -177,6 +178,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
     checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)]
     if faults and "faults_landed" not in {n for n, _ in checks}:
         checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
+    if "load_valid" not in {n for n, _ in checks}:
+        checks.append(("load_valid", {}))      # the generator's self-check: a load that fell behind is not a pass
     label = f"{stack_spec.name}/{exp.name}"
     restarts = [0]
 

@@ -1,0 +1,77 @@
+"""The generator's self-check (load_valid) on hand-made timelines: a load that fell behind is never a pass."""
+from __future__ import annotations
+
+from monsoon.checks import CHECKS, RunData, validate_check
+from monsoon.loadchecks import load_valid
+
+from helpers import RunBuilder
+
+
+def run(tmp_path, seconds, *, late=0, dropped=0, target=100.0):
+    """``seconds``: per-second (scheduled, late) over a warmup/burst/recovery of 10/10/10 s at x1/x3/x1."""
+    b = RunBuilder(tmp_path).phases(10, 10, 10)
+    for sec, (took, ls) in enumerate(seconds):
+        want = target * (3 if 10 <= sec < 20 else 1)
+        b.ev("load", sec + 1.0, sec=sec, target_rate=want, scheduled=took, sent=took, acked=took, failed=0,
+             late=ls, connected=10, p50_ms=5.0, p99_ms=9.0, max_ms=12.0)
+    sent = sum(s for s, _ in seconds)
+    b.ev("op", 31.0, op="load-end", scheduled=sent + dropped, sent=sent, acked=sent, failed=0,
+         late=late if late else sum(x for _, x in seconds), dropped=dropped, unacked=0)
+    return RunData(b.write())
+
+
+def on_time(target=100):
+    return [(target * (3 if 10 <= s < 20 else 1), 0) for s in range(30)]
+
+
+def test_on_schedule_load_passes_with_its_figures(tmp_path):
+    v = load_valid(run(tmp_path, on_time()))
+    assert v.verdict == "pass", v.message
+    assert v.figures["late_pct"] == 0 and v.figures["pacing_error_pct"] == 0
+    assert v.figures["scheduled"] == 10 * 100 + 10 * 300 + 10 * 100
+
+
+def test_a_generator_that_cannot_reach_the_burst_rate_is_invalid_load_not_pass(tmp_path):
+    secs = on_time()
+    for s in range(10, 20):
+        secs[s] = (200, 0)     # asked 300/s, managed 200/s: a third of the burst never happened on time
+    v = load_valid(run(tmp_path, secs))
+    assert v.verdict == "unknown"
+    assert "invalid load" in v.message and "burst" in v.message
+    assert abs(v.figures["pacing_error_pct_burst"] - 33.333) < 0.01
+    assert v.figures["pacing_error_pct_warmup"] == 0
+
+
+def test_late_messages_beyond_the_limit_make_the_load_invalid(tmp_path):
+    secs = on_time()
+    secs[12] = (300, 300)
+    secs[13] = (300, 300)      # 600 of 5,000 late = 12 %
+    v = load_valid(run(tmp_path, secs))
+    assert v.verdict == "unknown" and "late" in v.message
+    assert v.figures["late_pct"] == 12.0
+    assert load_valid(run(tmp_path / "b", secs), max_late_pct=15).verdict == "pass"
+
+
+def test_dropped_messages_make_the_load_invalid(tmp_path):
+    v = load_valid(run(tmp_path, on_time(), dropped=100))
+    assert v.verdict == "unknown" and "never sent" in v.message
+    assert v.figures["dropped"] == 100
+
+
+def test_a_run_without_load_totals_is_unknown(tmp_path):
+    b = RunBuilder(tmp_path).phases(10, 10, 10)
+    b.ev("load", 1.0, sec=0, target_rate=100.0, scheduled=100, sent=100, acked=100, failed=0, late=0,
+         connected=1, p50_ms=1.0, p99_ms=1.0, max_ms=1.0)
+    v = load_valid(RunData(b.write()))
+    assert v.verdict == "unknown" and "did not run to its end" in v.message
+
+
+def test_load_valid_is_registered_with_validated_parameters():
+    assert CHECKS["load_valid"] is load_valid
+    validate_check("load_valid", {"max_late_pct": 2})
+    try:
+        validate_check("load_valid", {"max_late": 2})
+    except ValueError as e:
+        assert "max_late_pct" in str(e)
+    else:
+        raise AssertionError("an unknown parameter was accepted")
