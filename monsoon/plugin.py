@@ -61,9 +61,30 @@ def pytest_configure(config: pytest.Config) -> None:
             else:
                 tr.write_line(msg)
 
+    class Terminal:
+        """The real terminal for the live load panel: each write passes pytest's output capture."""
+
+        def isatty(self) -> bool:
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            return tr is not None and tr.isatty
+
+        def write(self, text: str) -> int:
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            capman = config.pluginmanager.get_plugin("capturemanager")
+            with lock:
+                if capman is not None:
+                    with capman.global_and_fixture_disabled():
+                        tr._tw.write(text, flush=True)
+                else:
+                    tr._tw.write(text, flush=True)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
     config.stash[SESSION_KEY] = MonsoonSession(profile=profile, runs_dir=runs,
                                                run_id=config.getoption("--monsoon-run-id"), progress=progress,
-                                               dry_run=config.getoption("--monsoon-dry-run"))
+                                               dry_run=config.getoption("--monsoon-dry-run"), live=Terminal())
     if threading.current_thread() is threading.main_thread():
         # SIGTERM unwinds like Ctrl-C, so every fault heals and every process stops
         def on_term(signum, frame):

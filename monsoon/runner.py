@@ -13,7 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, combine, evaluate
 from .accounting import SENT_FILE, stored_source, write_sent
@@ -21,6 +21,7 @@ from .hdrlog import LATENCY_FILE
 from .collectors import Sampler, collectors_for
 from .specs import ExperimentSpec, StackSpec
 from .stack import Stack
+from .progress import LoadProgress, progress_fields
 from .timeline import Timeline
 
 Progress = Callable[[str], None]
@@ -130,32 +131,15 @@ class _Drain:
         return {"drained": False, "waited_s": round(time.monotonic() - t0, 1), "backlog": self.backlog()}
 
 
-def _progress_line(label: str, t: float, phase: str, st, sampler: Sampler, restarts: int) -> str:
-    lag = sampler.value("kafka", "lag")
-    q = sampler.value("metrics", "queue_depth")
-    heap = sampler.value("metrics", "heap_used")
-    hmax = sampler.value("metrics", "heap_max")
-    parts = [f"[{label}] t={t:4.0f}s {phase:8}", f"target={st.target_rate:7.0f}/s", f"acked={st.acked:6d}/s",
-             f"failed={st.failed}", f"late={st.late}"]
-    if st.p99_ms is not None:
-        parts.append(f"p99={st.p99_ms:.0f}ms")
-    if lag is not None:
-        parts.append(f"lag={lag:,.0f}")
-    if q is not None:
-        parts.append(f"queue={q:,.0f}")
-    if heap is not None and hmax:
-        parts.append(f"heap={heap / 2**20:.0f}/{hmax / 2**20:.0f}MB")
-    parts.append(f"restarts={restarts}")
-    return " ".join(parts)
-
-
 def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *,
                    run_id: str, progress: Progress = lambda s: None, progress_every: float = 5.0,
-                   stop: threading.Event | None = None, dry_run: bool = False) -> ExperimentResult:
+                   stop: threading.Event | None = None, dry_run: bool = False,
+                   live: TextIO | None = None) -> ExperimentResult:
     """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
     KeyboardInterrupt/SystemExit propagate after everything is torn down (faults healed first).
 
-    ``dry_run``: validate everything, print what would be done, start nothing."""
+    ``dry_run``: validate everything, print what would be done, start nothing.
+    ``live``: a terminal to draw the live load panel on (plain progress lines otherwise)."""
     from .chaos import build_backends, describe, experiment_faults
     from .faults import FaultContext, FaultPlan
     from .load import MqttFleet
@@ -220,18 +204,15 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                     tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
                 progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
                          + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
-                last_print = [0.0]
                 phases = shape.phases()
+                view = LoadProgress(label, progress, live=live, every=progress_every)
 
                 def on_second(st) -> None:
                     fields = dict(vars(st))
                     fields["sec"] = fields.pop("t")  # the fleet's second index; "t" is the timeline's clock
                     tl.add("load", **fields)
-                    now = time.monotonic()
-                    if now - last_print[0] >= progress_every:
-                        last_print[0] = now
-                        ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
-                        progress(_progress_line(label, st.t, ph, st, sampler, restarts[0]))
+                    ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
+                    view.update(progress_fields(st.t, ph, st, sampler.value, restarts[0]))
 
                 if faults:
                     ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
@@ -241,11 +222,12 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                         f"{f.name} ({f.kind}) on {f.target} at "
                         + ", ".join(f"{a:g}s" for a, _ in f.schedule.windows(durations.total)[:6])
                         for f in faults))
-                    with plan:           # heals every fault on every exit path, then takes the census
+                    with plan, view:     # heals every fault on every exit path, then takes the census
                         totals = fleet.run(stop, on_second)
                     _report_plan(plan, label, progress)
                 else:
-                    totals = fleet.run(stop, on_second)
+                    with view:
+                        totals = fleet.run(stop, on_second)
                 tl.add("op", op="load-end", **_totals_dict(totals))
                 write_sent(out_dir / SENT_FILE, totals.last_seq)   # what "never sent" means for the accounting
                 fleet.close()

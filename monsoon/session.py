@@ -6,7 +6,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from . import report
 from .runner import ExperimentResult, run_experiment
@@ -19,7 +19,7 @@ def new_run_id() -> str:
 
 class MonsoonSession:
     def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
-                 progress: Callable[[str], None] = print, dry_run: bool = False):
+                 progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None):
         self.profile = profile
         self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
         self.run_id = run_id or new_run_id()
@@ -27,6 +27,7 @@ class MonsoonSession:
         self.results: list[ExperimentResult] = []
         self.stop = threading.Event()
         self.dry_run = dry_run
+        self.live = live      # a terminal for the live load panel (None: plain progress lines)
 
     @property
     def run_dir(self) -> Path:
@@ -49,7 +50,7 @@ class MonsoonSession:
         report.point_latest(self.run_dir)
         try:
             result = run_experiment(stack_spec, exp, self.profile, out, run_id=self.run_id,
-                                    progress=self.progress, stop=self.stop)
+                                    progress=self.progress, stop=self.stop, live=self.live)
             self.results.append(result)
             return result
         finally:  # an interrupted run still leaves a report of what finished
