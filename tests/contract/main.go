@@ -24,6 +24,8 @@
 //  4. Chaos Mesh's admission webhooks, called in-process: the mutating one
 //     (Default) and then the validating one (ValidateCreate).
 //
+// The load's Indexed Job (batch/v1) and its ConfigMap (v1): core.go.
+//
 // Litmus (litmuschaos.io/v1alpha1 ChaosEngine): its Go module is not served by
 // the module proxy here, so steps 1-3 run against a transcription of the
 // ChaosEngine schema (litmus.go), plus the checks litmus-go would otherwise
@@ -193,8 +195,10 @@ func (c *checker) check(doc []byte) (id string, warnings []string, err error) {
 		return id, warnings, err
 	case litmusGV:
 		return id, nil, checkLitmus(head.Kind, js)
+	case "v1", "batch/v1":
+		return id, nil, checkCore(head.APIVersion, head.Kind, js)
 	default:
-		return id, nil, fmt.Errorf("apiVersion %q is neither %s nor %s", head.APIVersion, chaosMeshGV, litmusGV)
+		return id, nil, fmt.Errorf("apiVersion %q is none of %s, %s, v1, batch/v1", head.APIVersion, chaosMeshGV, litmusGV)
 	}
 }
 

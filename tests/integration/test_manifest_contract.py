@@ -246,10 +246,52 @@ def test_one_bad_object_among_good_ones_fails_only_itself(checker):
 
 
 def test_input_that_is_not_a_known_object_fails(checker):
-    rc, lines, out = run_checker(checker, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\n"
+    rc, lines, out = run_checker(checker, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\n"
+                                          "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n---\n"
                                           "apiVersion: chaos-mesh.org/v1alpha1\nkind: PodChaos\nkind: Dup\n")
     assert rc == 1, out
-    assert "neither chaos-mesh.org/v1alpha1 nor litmuschaos.io/v1alpha1" in lines["ConfigMap/x"], out
+    assert "none of chaos-mesh.org/v1alpha1, litmuschaos.io/v1alpha1, v1, batch/v1" in lines["Deployment/x"], out
+    assert "v1 Secret is not a kind this checker knows" in lines["Secret/s"], out
     assert any("not valid YAML" in v for v in lines.values()), out  # a duplicate key
     rc, _, out = run_checker(checker, "# nothing here\n")
     assert rc == 2 and "no objects" in out
+
+
+# ------------------------------------------------------------ the load's Indexed Job
+
+def load_job(shards: int = 4) -> list[dict]:
+    from monsoon.loadjob import render_load_job
+    config = {"devices": [{"name": f"dev-{i}", "token": f"tok-{i}"} for i in range(10)],
+              "segments": [[0.0, 60.0, 400.0]], "qos": 1}
+    return render_load_job(config, experiment="burst-x10", run_id=RUN_ID, shards=shards,
+                           image="ghcr.io/example/monsoon-loadgen:0.1", namespace=NS, allowed_namespaces=[NS])
+
+
+def test_the_load_job_and_its_configmap_pass_the_upstream_types(checker):
+    objs = load_job()
+    rc, lines, out = run_checker(checker, objs)
+    assert rc == 0, out
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Job"]
+    job = objs[1]
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 4
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == ["--shard", "auto/4"]
+    assert all(o["metadata"]["labels"][RUN_LABEL] == RUN_ID for o in objs)
+
+
+JOB_BREAKS = [
+    ("restart-always", _set("spec.template.spec.restartPolicy", "Always"), ["restartPolicy", "Unsupported value"]),
+    ("indexed-without-completions", lambda o: o["spec"].pop("completions"), ["spec.completions", "Required value"]),
+    ("unknown-field", _set("spec.template.spec.containers.0.cmd", ["x"]), ["strict decode", "unknown field"]),
+    ("mount-of-no-volume", _set("spec.template.spec.volumes.0.name", "other"), ["volumeMounts[0].name", "Not found"]),
+    ("wrong-type", _set("spec.parallelism", "4"), ["cannot unmarshal string"]),
+]
+
+
+@pytest.mark.parametrize("case,mutate,words", JOB_BREAKS, ids=[c[0] for c in JOB_BREAKS])
+def test_a_broken_load_job_fails_and_names_what(checker, case, mutate, words):
+    job = copy.deepcopy(load_job()[1])
+    mutate(job)
+    rc, lines, out = run_checker(checker, [job])
+    assert rc == 1, out
+    for w in words:
+        assert w in lines[ident(job)], out
