@@ -10,7 +10,7 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan demo test test-unit defects clean reap
+.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -18,6 +18,7 @@ help:
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
+	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
@@ -56,7 +57,16 @@ ferretdb:
 infinispan:
 	@tools/install-infinispan
 
-setup: venv kafka debs platform toxiproxy ferretdb infinispan
+# the native load core (Rust): monsoon-loadgen
+LOADGEN_DIR := monsoon/native/loadgen
+LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
+loadgen: $(LOADGEN)
+$(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/Cargo.toml $(LOADGEN_DIR)/Cargo.lock
+	@command -v cargo >/dev/null || { echo "monsoon: cargo not found: install Rust (https://rustup.rs) to build the native load core" >&2; exit 127; }
+	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
+	touch $@
+
+setup: venv kafka debs platform toxiproxy ferretdb infinispan loadgen
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
@@ -71,6 +81,11 @@ test-unit: venv
 DEFECTS_ARGS ?=
 defects: setup
 	@$(PY) -m monsoon.defects $(DEFECTS_ARGS)
+
+# BENCH_ARGS: e.g. --quick (see python -m monsoon.bench --help)
+BENCH_ARGS ?=
+bench-load: venv loadgen debs
+	@$(PY) -m monsoon.bench $(BENCH_ARGS)
 
 reap: venv
 	$(PY) -m monsoon.cli reap

@@ -232,3 +232,54 @@ class Payload:
     def render(self, idx: int, device: str, seq: int, ts: int, sent_ms: int) -> bytes:
         """One payload (slow path: builds the device's renderer each call; for tests and previews)."""
         return self.renderer(idx, device)(seq, ts, sent_ms)
+
+    # -------------------------------------------------------------- native
+    def native_spec(self) -> dict:
+        """The payload as parts for the native generator (``monsoon-loadgen``'s ``payload``).
+
+        ``{"parts": [...]}``; each part is ``{"lit": text}``, ``{"var": name}`` (``ts``, ``seq``,
+        ``sent_ms``, ``device_json`` = the JSON string with quotes, ``device_raw`` = escaped,
+        without quotes, ``temperature``/``humidity`` = the minimal profile's values) or
+        ``{"pool": [...], "seq_mul": a, "idx_mul": b, "add": c}`` = the pre-rendered value at
+        ``(seq*a + idx*b + c) & (len(pool)-1)``, exactly how :meth:`renderer` indexes its pools,
+        so the native generator composes byte-identical payloads.
+        """
+        head: list[dict] = [
+            {"lit": '{"ts":'}, {"var": "ts"}, {"lit": ',"values":{"device":'}, {"var": "device_json"},
+            {"lit": ',"seq":'}, {"var": "seq"}, {"lit": ',"sent_ms":'}, {"var": "sent_ms"},
+        ]
+        if self.profile == "minimal":
+            parts = head + [{"lit": ',"temperature":'}, {"var": "temperature"},
+                            {"lit": ',"humidity":'}, {"var": "humidity"}, {"lit": "}}"}]
+        elif self.profile == "template":
+            tpl = self._template
+            parts = []
+            pos = 0
+            slots = iter(tpl.slots)
+            for m in re.finditer(r"%(%|s)", tpl.fmt):
+                if m.start() > pos:
+                    parts.append({"lit": tpl.fmt[pos:m.start()]})
+                pos = m.end()
+                if m.group(1) == "%":
+                    parts.append({"lit": "%"})
+                    continue
+                slot = next(slots)
+                if slot == "device":
+                    parts.append({"var": "device_raw"})
+                elif isinstance(slot, str):
+                    parts.append({"var": slot})
+                else:
+                    parts.append({"pool": list(tpl.pools[slot]), "seq_mul": 40503, "idx_mul": 9973,
+                                  "add": slot * 131})
+            if pos < len(tpl.fmt):
+                parts.append({"lit": tpl.fmt[pos:]})
+        else:
+            parts = head + [{"lit": ","}, {"pool": list(self._tails), "seq_mul": 1, "idx_mul": 97, "add": 0},
+                            {"lit": "}}"}]
+        merged: list[dict] = []
+        for p in parts:   # adjacent literals in one part
+            if "lit" in p and merged and "lit" in merged[-1]:
+                merged[-1] = {"lit": merged[-1]["lit"] + p["lit"]}
+            else:
+                merged.append(p)
+        return {"parts": merged}
