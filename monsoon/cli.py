@@ -20,6 +20,8 @@ def analyze(run_dir: Path) -> dict:
     results, run_id, profile = [], run_dir.name, "quick"
     for sub in sorted(p for p in run_dir.iterdir() if (p / "timeline.jsonl").exists()):
         meta = Events.load(sub / "timeline.jsonl").meta()
+        if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
+            continue
         profile = meta.get("profile", profile)
         run_id = meta.get("run_id", run_id)
         res = ExperimentResult(meta.get("stack", "?"), meta.get("experiment", sub.name), profile, sub)
@@ -27,6 +29,7 @@ def analyze(run_dir: Path) -> dict:
         if old.exists():
             res.error = json.loads(old.read_text()).get("error")
         res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])])
+        res.base_rate = meta.get("base_rate_auto")
         (sub / "result.json").write_text(json.dumps(res.to_dict(), indent=2))
         results.append(res.to_dict())
     if not results:
@@ -118,7 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--keep-processes", action="store_true", help="heal faults but leave the run's processes running")
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
+    from . import calibrate
+    cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
+                         description="Starts STACK, ramps the rate geometrically (--start-rate, x--factor per step of "
+                         "--step-seconds) and stops at the first step the stack does not keep up with (stored or "
+                         "acked rate below the sent rate, queue/lag growing, p99 latency knee) or the fleet cannot "
+                         "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
+                         "runs/calibration/<stack>.json, which base_rate: auto reads.")
+    calibrate.add_arguments(cal)
     args = ap.parse_args(argv)
+    if args.cmd == "calibrate":
+        return calibrate.cli(args)
     if args.cmd == "demo":
         return demo(args.pytest_args)
 

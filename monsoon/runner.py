@@ -40,6 +40,7 @@ class ExperimentResult:
     checks: list[Verdict] = field(default_factory=list)
     error: str | None = None
     dry_run: str | None = None      # the plan that a dry run printed instead of running
+    base_rate: dict | None = None   # base_rate: auto: how x1 was resolved (monsoon.calibrate)
 
     @property
     def verdict(self) -> str:
@@ -61,6 +62,11 @@ class ExperimentResult:
              "figures": self.headline(), "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
         if self.error:
             d["error"] = self.error
+        if self.base_rate:   # base_rate: auto: the resolved x1, the capacity and fraction it came from
+            d["figures"].update({k: self.base_rate[x] for k, x in (("base_rate_msg_s", "base_rate"),
+                                 ("calibrated_capacity_msg_s", "capacity_msg_s"), ("base_fraction", "fraction"))
+                                 if self.base_rate.get(x) is not None})
+            d["base_rate"] = self.base_rate
         return d
 
     def check(self, name: str) -> Verdict:
@@ -133,7 +139,7 @@ class _Drain:
 
 def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *,
                    run_id: str, progress: Progress = lambda s: None, progress_every: float = 5.0,
-                   stop: threading.Event | None = None, dry_run: bool = False,
+                   stop: threading.Event | None = None, dry_run: bool = False, calibration_dir: Path | None = None,
                    live: TextIO | None = None) -> ExperimentResult:
     """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
     KeyboardInterrupt/SystemExit propagate after everything is torn down (faults healed first).
@@ -142,9 +148,21 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
     ``live``: a terminal to draw the live load panel on (plain progress lines otherwise)."""
     from .chaos import build_backends, describe, experiment_faults
     from .faults import FaultContext, FaultPlan
-    from .load import MqttFleet
+    from .transports import build_fleet   # MqttFleet, HttpFleet or CoapFleet, by devices.transport
     out_dir = Path(out_dir)
     result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir)
+    if exp.load.auto:   # base_rate: auto: x1 = base_fraction x the calibrated capacity (calibrates first if needed)
+        from .calibrate import resolve_experiment
+        try:
+            exp, result.base_rate = resolve_experiment(stack_spec, exp, profile, out_dir, run_id=run_id,
+                                                       progress=progress, stop=stop, dry_run=dry_run,
+                                                       cal_dir=calibration_dir)
+        except Exception as e:   # could not calibrate: the run did not run (verdict unknown)
+            result.error = f"{type(e).__name__}: {e}"
+            progress(f"[{stack_spec.name}/{exp.name}] ERROR {result.error}")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
+            return result
     durations = exp.durations(profile)
     shape = build_shape(exp, profile)
     faults = experiment_faults(exp, profile, stack_spec)   # a bad fault fails here, before anything starts
@@ -155,6 +173,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                         f"(it has: {', '.join(stack_spec.services)})")
     if dry_run:
         result.dry_run = describe(stack_spec, exp, profile, faults, run_id)
+        if result.base_rate:
+            result.dry_run = result.dry_run.replace(f"x1 = {exp.load.base_rate:g} msg/s", result.base_rate["describe"])
         progress(result.dry_run)
         return result
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -169,8 +189,10 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
-               base_rate=exp.load.base_rate, env=exp.env, shape=exp.load.shape.kind, multiplier=exp.load.shape.multiplier,
-               devices=exp.load.devices, qos=exp.load.qos, durations=durations.model_dump(),
+               base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, shape=exp.load.shape.kind,
+               multiplier=exp.load.shape.multiplier, devices=exp.load.devices, qos=exp.load.qos,
+               transport=stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
+               durations=durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
                checks=[{"name": n, "params": p} for n, p in checks],
                faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
@@ -192,9 +214,10 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 devices = provision(stack, exp)
                 tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
                 dev = stack_spec.devices
-                fleet = MqttFleet(devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                                  topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
-                                  latency_log_path=out_dir / LATENCY_FILE, payload=exp.load.payload.build())
+                fleet = build_fleet(dev.transport, devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                                    topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
+                                    latency_log_path=out_dir / LATENCY_FILE, payload=exp.load.payload.build(),
+                                    engine=exp.load.engine, workers=exp.load.workers)
                 fleet.connect()
                 tl.add("op", op="connected", devices=len(devices))
                 sampler = Sampler(tl, collectors_for(stack)).start()

@@ -93,7 +93,11 @@ class ServiceSpec(_Frozen):
 
 
 class DevicesSpec(_Frozen):
-    protocol: Literal["mqtt"] = "mqtt"
+    """Where devices connect. ``transport``: ``mqtt`` (``topic``), ``http`` (ThingsBoard's
+    ``POST /api/v1/{token}/telemetry``) or ``coap`` (the same path over CoAP); ``port`` is that
+    transport's port. ``protocol`` is the older name of ``transport``."""
+    transport: Literal["mqtt", "http", "coap"] = "mqtt"
+    protocol: Literal["mqtt", "http", "coap"] | None = None
     host: str = "127.0.0.1"
     port: str
     topic: str = "v1/devices/me/telemetry"
@@ -102,6 +106,15 @@ class DevicesSpec(_Frozen):
     @classmethod
     def _port_str(cls, v: Any) -> Any:
         return str(v) if isinstance(v, int) else v
+
+    @model_validator(mode="after")
+    def _protocol_is_transport(self) -> "DevicesSpec":
+        if self.protocol is not None:
+            if "transport" in self.model_fields_set and self.protocol != self.transport:
+                raise _invalid(f"protocol ({self.protocol}) and transport ({self.transport}) differ: "
+                               "give transport only")
+            object.__setattr__(self, "transport", self.protocol)
+        return self
 
 
 class ProvisioningSpec(_Frozen):
@@ -511,10 +524,46 @@ class PayloadSpec(_Frozen):
 class LoadSpec(_Frozen):
     devices: int = Field(gt=0)
     qos: Literal[0, 1] = 1
-    base_rate: float = Field(gt=0, allow_inf_nan=False, description="x1 in messages per second, all devices together")
+    # x1 in msg/s (all devices together), or "auto": base_fraction x the stack's calibrated capacity
+    # (monsoon.calibrate; resolved by the runner, so validation needs no live stack)
+    base_rate: float | Literal["auto"] = Field(description="x1 in messages per second, all devices together, or auto")
+    base_fraction: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
+                                        description="base_rate: auto only: x1 = this fraction of the capacity (0.25)")
     shape: ShapeSpec
     payload: PayloadSpec = PayloadSpec()
     device_prefix: str = "monsoon"
+    # the MQTT generator: python (paho, one thread; ~10k msg/s) or native (monsoon-loadgen, Rust; ~100k msg/s per
+    # core, ``workers`` processes each taking a shard of the devices, as the pods of the Kubernetes Job do)
+    engine: Literal["python", "native"] = "python"
+    workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
+
+    @field_validator("base_rate", mode="before")
+    @classmethod
+    def _rate_or_auto(cls, v: Any) -> Any:
+        import math
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return "auto"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _invalid(f"want a number of msg/s greater than 0, or auto (got {v!r})")
+        if not math.isfinite(v):
+            raise _invalid("Input should be a finite number (msg/s greater than 0, or auto)")
+        if v <= 0:
+            raise _invalid(f"Input should be greater than 0 (x1 in msg/s, or auto), got {v:g}")
+        return float(v)
+
+    @property
+    def auto(self) -> bool:
+        return self.base_rate == "auto"
+
+    @property
+    def fraction(self) -> float:
+        """base_rate: auto: the fraction of the calibrated capacity that is x1 (default 0.25)."""
+        return 0.25 if self.base_fraction is None else self.base_fraction
+
+    @property
+    def rate_for_checks(self) -> float:
+        """A rate to build and check the shape with before the stack runs (1.0 stands in for auto)."""
+        return 1.0 if self.base_rate == "auto" else float(self.base_rate)
 
     @field_validator("payload", mode="before")
     @classmethod
@@ -719,9 +768,17 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))
     spec = validate(doc, ExperimentSpec)
+    if spec.load.base_fraction is not None and not spec.load.auto:
+        raise _fail(doc, ("load", "base_fraction"), "base_fraction is for base_rate: auto (x1 = base_fraction x "
+                    "the calibrated capacity): drop it or write base_rate: auto")
+    if spec.load.workers > 1 and spec.load.engine != "native":
+        raise _fail(doc, ("load", "workers"), "workers > 1 needs engine: native (the python fleet is one process)")
+    if spec.load.workers > spec.load.devices:
+        raise _fail(doc, ("load", "workers"), f"{spec.load.workers} workers for {spec.load.devices} devices: "
+                    "every worker needs at least one device")
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
-            spec.load.shape.check(spec.load.base_rate, d, profile)
+            spec.load.shape.check(spec.load.rate_for_checks, d, profile)
         except ValueError as e:
             raise _fail(doc, ("load", "shape"), f"profile {profile!r}: {e}") from None
     for i, c in enumerate(spec.checks):

@@ -13,7 +13,7 @@ import pytest
 from monsoon.accounting import account, stored_source, write_sent
 from monsoon.checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, RunData
 from monsoon.accounting import no_acked_loss
-from monsoon.load import MqttFleet
+from monsoon.transports import build_fleet
 from monsoon.provision import TbRestProvisioner, device_names
 from monsoon.shapes import Steady
 from monsoon.specs import load_stack
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.integration
 RATE, SECONDS, KILL_AT = 3000.0, 14.0, 7.0   # above the in-memory platform's ~1,700 msg/s: a backlog is queued at the kill
 
 
-def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_path):
+@pytest.mark.parametrize("engine,workers", [("python", 1), ("native", 2)])
+def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_path, engine, workers):
     spec = load_stack("inmemory")
     events: list[tuple[str, dict]] = []
     with Stack(spec, tmp_path, run_id="killacct", on_event=lambda t, **f: events.append((t, f))) as stack:
@@ -36,8 +37,9 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
         client.login()
         devices = client.ensure_devices(device_names("kill-", 40))
         dev = spec.devices
-        fleet = MqttFleet(devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)), topic=dev.topic, qos=1,
-                          shape=Steady(RATE, SECONDS), acked_path=tmp_path / ACKED_FILE)
+        fleet = build_fleet("mqtt", devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                            topic=dev.topic, qos=1, shape=Steady(RATE, SECONDS), acked_path=tmp_path / ACKED_FILE,
+                            engine=engine, workers=workers)
         fleet.connect()
         pid0 = stack.pid("platform")
         killer = threading.Timer(KILL_AT, stack.kill, args=("platform",))
@@ -86,5 +88,5 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
     v = no_acked_loss(RunData(tmp_path))
     assert v.verdict == "fail" and v.figures["acked_lost"] == len(lost)
     assert f"{len(lost):,}" in v.message
-    print(f"acked={len(acked):,} stored={len(acked & stored):,} lost={len(lost):,} "
+    print(f"{engine}: acked={len(acked):,} stored={len(acked & stored):,} lost={len(lost):,} "
           f"scheduled={totals.scheduled:,} failed={totals.failed:,} lost_in_flight={totals.lost_in_flight:,}")
