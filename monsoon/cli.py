@@ -94,6 +94,29 @@ def demo(extra: list[str]) -> int:
     return 0
 
 
+def load_job(args) -> int:
+    from .chaos import kube_namespaces
+    from .faults.kube import to_yaml
+    from .loadjob import LoadJobError, job_for_experiment
+    from .session import new_run_id
+    from .yamlio import SpecError
+    try:
+        objs = job_for_experiment(args.experiment, host=args.host, port=args.port, profile=args.profile,
+                                  shards=args.shards, image=args.image, namespace=args.namespace,
+                                  allowed_namespaces=set(kube_namespaces()) | set(args.allow_namespace),
+                                  run_id=args.run_id or new_run_id(), base_rate=args.base_rate)
+    except (LoadJobError, SpecError, ValueError) as e:
+        print(f"monsoon load-job: {e}", file=sys.stderr)
+        return 2
+    text = to_yaml(objs)
+    if args.output:
+        args.output.write_text(text)
+        print(f"wrote {args.output}: ConfigMap + Job {objs[1]['metadata']['name']} ({args.shards} pods)")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst pytest/); this command "
@@ -129,7 +152,27 @@ def main(argv: list[str] | None = None) -> int:
                          "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
                          "runs/calibration/<stack>.json, which base_rate: auto reads.")
     calibrate.add_arguments(cal)
+    j = sub.add_parser("load-job", help="render an experiment's load as a Kubernetes Indexed Job (one shard per pod)",
+                       description="Writes a ConfigMap (the load: devices, schedule, payload, endpoint) and a batch/v1 "
+                       "Job with completionMode: Indexed whose pods run monsoon-loadgen --shard auto/N: pod i takes "
+                       "devices [i*D/N, (i+1)*D/N), the same split as local worker processes. The devices are "
+                       "monsoon's names and tokens (what its ThingsBoard provisioner creates): provision them first. "
+                       "The namespace must be on the allow-list (MONSOON_KUBE_NAMESPACES or --allow-namespace).")
+    j.add_argument("experiment", help="experiment name or file, e.g. burst-x10")
+    j.add_argument("--host", required=True, help="the deployment's MQTT host, as the pods reach it")
+    j.add_argument("--port", type=int, default=1883, help="its MQTT port (default 1883)")
+    j.add_argument("--shards", type=int, required=True, help="pods (Job completions and parallelism)")
+    j.add_argument("--image", required=True, help="a container image with monsoon-loadgen on its PATH")
+    j.add_argument("--namespace", required=True)
+    j.add_argument("--allow-namespace", action="append", default=[], metavar="NS",
+                   help="add NS to the allow-list (besides MONSOON_KUBE_NAMESPACES)")
+    j.add_argument("--profile", default="quick", help="the experiment's profile (durations); default quick")
+    j.add_argument("--base-rate", type=float, default=None, help="x1 in msg/s (required for base_rate: auto)")
+    j.add_argument("--run-id", default=None, help="label value monsoon.io/run-id (default: a new run id)")
+    j.add_argument("-o", "--output", type=Path, default=None, help="write the YAML here (default: stdout)")
     args = ap.parse_args(argv)
+    if args.cmd == "load-job":
+        return load_job(args)
     if args.cmd == "calibrate":
         return calibrate.cli(args)
     if args.cmd == "demo":

@@ -78,3 +78,30 @@ def render_load_job(config: dict, *, experiment: str, run_id: str, shards: int, 
         },
     }
     return [configmap, job]
+
+
+def job_for_experiment(experiment: str, *, host: str, port: int, profile: str, shards: int, image: str,
+                       namespace: str, allowed_namespaces: Iterable[str], run_id: str,
+                       base_rate: float | None = None, topic: str = "v1/devices/me/telemetry") -> list[dict]:
+    """[ConfigMap, Job] that run ``experiment``'s load (shape, payload, devices) against ``host:port``.
+
+    The devices are monsoon's own names and tokens (:func:`monsoon.provision.device_names`, what its
+    ThingsBoard provisioner creates): provision them first. ``base_rate`` overrides the experiment's
+    (required when it says ``auto``: a Job can't calibrate a deployment it has not measured)."""
+    from .load import Device
+    from .native import loadgen_config
+    from .specs import load_experiment
+    from .provision import device_names
+    exp = load_experiment(experiment)
+    rate = base_rate if base_rate is not None else exp.load.base_rate
+    if rate == "auto":
+        raise LoadJobError(f"{exp.name} says base_rate: auto; give the x1 rate (--base-rate), e.g. from "
+                           "monsoon calibrate's capacity x base_fraction")
+    if not rate or rate <= 0:
+        raise LoadJobError(f"base rate must be > 0 msg/s, got {rate!r}")
+    shape = exp.load.shape.build(float(rate), exp.durations(profile), profile)
+    devices = [Device(n, t) for n, t in device_names(exp.load.device_prefix, exp.load.devices)]
+    config = loadgen_config(devices, host, port, shape=shape, topic=topic, qos=exp.load.qos,
+                            payload=exp.load.payload.build(), acked_path="/tmp/acked-{shard}.csv")
+    return render_load_job(config, experiment=exp.name, run_id=run_id, shards=shards, image=image,
+                           namespace=namespace, allowed_namespaces=allowed_namespaces)

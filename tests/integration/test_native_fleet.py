@@ -264,3 +264,51 @@ def test_connect_nothing_listening_names_endpoint(tmp_path: Path, loadgen: Path)
     with pytest.raises(FleetConnectError, match=f"127.0.0.1:{port}.*refused"):
         fleet.connect(timeout=5)
     fleet.close()
+
+
+def test_the_rendered_kubernetes_job_runs_as_pods_would(broker: Broker, loadgen: Path, tmp_path: Path) -> None:
+    """`monsoon load-job`'s ConfigMap + Job, run the way Kubernetes runs an Indexed Job: the container's command,
+    once per index with JOB_COMPLETION_INDEX set, all at once. Together the pods send the experiment's whole load,
+    each device's sequence exactly once."""
+    import csv
+    import json
+    import os
+    import textwrap
+
+    from monsoon.loadjob import CONFIG_KEY, CONFIG_PATH, job_for_experiment
+
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(textwrap.dedent("""\
+        name: tiny
+        marks: [burst]
+        load: {devices: 9, base_rate: 90, shape: {kind: steady}, payload: {profile: smart-meter}}
+        profiles: {quick: {warmup: 3}}
+        checks: [no_acked_loss]
+        """))
+    cm, job = job_for_experiment(str(exp), host="127.0.0.1", port=broker.port, profile="quick", shards=3,
+                                 image="monsoon-loadgen:test", namespace="load", allowed_namespaces=["load"],
+                                 run_id="20261122-000000-abcd")
+    config = json.loads(cm["data"][CONFIG_KEY])
+    config["acked_path"] = str(tmp_path / "acked-{shard}.csv")        # the pod's /tmp, here
+    (tmp_path / CONFIG_KEY).write_text(json.dumps(config))
+    spec = job["spec"]
+    command = spec["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "monsoon-loadgen" and command[3] == f"{CONFIG_PATH}/{CONFIG_KEY}"
+    pods = []
+    for i in range(spec["completions"]):
+        argv = [str(loadgen)] + [str(tmp_path / CONFIG_KEY) if a == command[3] else a for a in command[1:]]
+        pods.append(subprocess.Popen(argv, env={**os.environ, "JOB_COMPLETION_INDEX": str(i)},
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    totals = []
+    for p in pods:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        totals.append(json.loads(out.strip().splitlines()[-1])["totals"])
+    seqs: dict[str, list[int]] = {}
+    for i in range(3):
+        with open(tmp_path / f"acked-{i}.csv") as fh:
+            for r in csv.DictReader(fh):
+                seqs.setdefault(r["device"], []).append(int(r["seq"]))
+    assert sum(t["acked"] for t in totals) == 90 * 3 == sum(len(v) for v in seqs.values())
+    assert sorted(seqs) == [f"monsoon-{i:05d}" for i in range(9)]            # every device, once, across the pods
+    assert all(sorted(v) == list(range(len(v))) for v in seqs.values())
