@@ -91,9 +91,47 @@ class RunData:
 
 # ---------------------------------------------------------------- the checks
 
-def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None) -> Verdict:
+def settled_at(series: list[tuple[float, float]], start: float, tol: float, grace: float,
+               stop: float | None = None) -> tuple[float | None, tuple[float, float, float] | None]:
+    """When the backlog fell to <= ``tol`` for good, from ``start`` on (up to ``stop``): the first sample at
+    or below ``tol`` after which it never again stayed above ``tol`` for ``grace`` seconds or more (a
+    consumer that catches up and then stalls has not recovered). Returns (time or None, the last relapse
+    that undid a recovery as (start, end, peak) or None)."""
+    rec = above = None
+    peak = 0.0
+    relapse = None
+    for t, v in series:
+        if t < start or (stop is not None and t >= stop):
+            continue
+        if v <= tol:
+            if rec is None:
+                rec = t
+            above = None
+            continue
+        if above is None:
+            above, peak = t, v
+        peak = max(peak, v)
+        if rec is not None and t - above >= grace:
+            relapse = (above, t, peak)
+            rec = None
+    if rec is None and relapse is not None and above is not None:
+        relapse = (relapse[0], series[-1][0] if stop is None else min(stop, series[-1][0]), peak)
+    return rec, relapse
+
+
+def _relapse_note(relapse: tuple[float, float, float] | None, tol: float) -> str:
+    if relapse is None:
+        return ""
+    a, b, peak = relapse
+    return (f"; it had fallen to <= {tol:,.0f}, then rose again at t={a:.0f}s and stayed above it for "
+            f"{b - a:.0f}s (peak {peak:,.0f}): a relapse, not a recovery")
+
+
+def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None, grace: float = 10) -> Verdict:
     """After the burst ends (or each fault window ends, or the load ends), the backlog returns to near zero
-    within ``seconds``."""
+    (``tolerance``, default about one second of x1 traffic) within ``seconds`` and stays there: rising above
+    it again for ``grace`` seconds or more (before the next fault window, or the end of sampling) undoes the
+    recovery, so a consumer that drains and then stalls fails."""
     name = "lag_recovers_within"
     what, series = run.backlog_series()
     base = float(run.meta.get("base_rate") or 0)
@@ -103,7 +141,7 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
         from .faultchecks import fault_windows
         wins = [w for w in fault_windows(run.events) if w.end is not None]
         if wins and series:
-            return _recovers_after_faults(run, what, series, wins, seconds, tol)
+            return _recovers_after_faults(run, what, series, wins, seconds, tol, grace)
     anchor = "burst end"
     if end is None:
         end, anchor = run.load_end(), "load end"
@@ -115,7 +153,9 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     if not after:
         return Verdict(name, UNKNOWN, figures, f"no {what} sample after the {anchor}")
     figures["lag_at_end"] = after[0][1]
-    rec = next((t for t, v in after if v <= tol), None)
+    rec, relapse = settled_at(series, end, tol, grace)
+    if relapse is not None:
+        figures["relapses"] = 1
     if rec is not None:
         figures["recovery_s"] = round(rec - end, 1)
         crash = _emptied_by_crash(run, series, rec, tol)
@@ -135,15 +175,16 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     if observed < seconds:
         return Verdict(name, UNKNOWN, figures,
                        f"{what} still {after[-1][1]:,.0f} when sampling ended {observed:.0f}s after the {anchor}, "
-                       f"before the {seconds:g}s limit")
+                       f"before the {seconds:g}s limit{_relapse_note(relapse, tol)}")
     return Verdict(name, FAIL, figures,
                    f"{what} peaked at {peak:,.0f} and was still {after[-1][1]:,.0f} {observed:.0f}s after the "
-                   f"{anchor} (limit {seconds:g}s)")
+                   f"{anchor} (limit {seconds:g}s){_relapse_note(relapse, tol)}")
 
 
 def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, float]], wins: list,
-                           seconds: float, tol: float) -> Verdict:
-    """Recovery measured from the end of every fault window: the slowest one is judged."""
+                           seconds: float, tol: float, grace: float) -> Verdict:
+    """Recovery measured from the end of every fault window (and held until the next window starts): the
+    slowest one is judged."""
     from .faultchecks import explained_by_kill
     name = "lag_recovers_within"
     explained = explained_by_kill(run.events)
@@ -151,6 +192,9 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
     from .faultchecks import KILL_KINDS, downtime
     crashed = []
+    relapses = []
+    pend = []   # (window, seconds observed before the next window or the end, lag then, next window start)
+    starts = sorted(w.start for w in wins)
     for w in wins:
         during = [v for t, v in series if w.start <= t]
         peak = max(during) if during else 0.0
@@ -158,16 +202,25 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
         if w.kind in KILL_KINDS:   # a killed service builds its backlog once it is back: measure from then
             down = downtime(run.events, w)
             end = max(end, w.start + down) if down is not None else end
-        rec = next((t for t, v in series if t >= end and v <= tol), None)
+        stop = next((s for s in starts if s > w.start), None)
+        rec, relapse = settled_at(series, end, tol, grace, stop)
+        if relapse is not None:
+            relapses.append((w, relapse))
         if rec is not None:
             crash = _emptied_by_crash(run, [(t, v) for t, v in series if t >= w.start], rec, tol)
             if crash is not None and ("exit", crash["service"], crash["t"]) not in explained:
                 crashed.append((w, crash))
+        seen = [(t, v) for t, v in series if end <= t and (stop is None or t < stop)]
+        last = seen[-1] if seen else (end, float("nan"))
         recs.append((w, None if rec is None else rec - end, peak))
+        if rec is None:
+            pend.append((w, last[0] - end, last[1], stop))
     peak_all = max((p for _, _, p in recs), default=0.0)
     done = [r for _, r, _ in recs if r is not None]
     figures = {"peak_lag": peak_all, "tolerance": tol, "limit_s": seconds, "faults": len(wins),
                "faults_recovered": len(done)}
+    if relapses:
+        figures["relapses"] = len(relapses)
     if done:
         figures["recovery_s"] = round(max(done), 1)
         figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
@@ -178,19 +231,21 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
                        f"{what} did not drain after {w.name}#{w.window}: it vanished when {crash['service']} died "
                        f"({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, not processed")
     slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
-    pending = [(w, p) for w, r, p in recs if r is None]
     if slow:
         w, r = max(slow, key=lambda x: x[1])
         return Verdict(name, FAIL, figures, f"{what} took {r:.1f}s to fall to <= {tol:,.0f} after {w.name}#{w.window} "
                                             f"ended (limit {seconds:g}s)")
-    if pending:
-        w, p = pending[0]
-        waited = last_t - w.end
-        figures["final_lag"] = series[-1][1]
-        verdict = FAIL if waited >= seconds else UNKNOWN
+    if pend:
+        failed = [p for p in pend if p[1] >= seconds]
+        w, waited, lag, stop = failed[0] if failed else pend[0]
+        figures["final_lag"] = lag
+        verdict = FAIL if failed else UNKNOWN
+        why = ("" if verdict == FAIL else f"; the next fault window started at t={stop:.0f}s, before the limit"
+               if stop is not None and stop <= last_t else "; sampling ended before the limit")
+        note = _relapse_note(next((r for rw, r in relapses if rw is w), None), tol)
         return Verdict(name, verdict, figures,
-                       f"{what} still {series[-1][1]:,.0f} {waited:.0f}s after {w.name}#{w.window} ended "
-                       f"(limit {seconds:g}s{'' if verdict == FAIL else '; sampling ended before the limit'})")
+                       f"{what} still {lag:,.0f} {waited:.0f}s after {w.name}#{w.window} ended "
+                       f"(limit {seconds:g}s{why}){note}")
     return Verdict(name, PASS, figures,
                    f"{what} (peak {peak_all:,.0f}) fell to <= {tol:,.0f} within {max(done):.1f}s after each of "
                    f"{len(wins)} fault window(s) (mean {figures['recovery_s_mean']:.1f}s, limit {seconds:g}s)")

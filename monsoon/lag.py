@@ -147,10 +147,10 @@ def evaluate_window(entries: list[Entry], now: float | None = None, window: int 
         return OK, "nothing committed, no lag"
     last = commits[-1]
     current_lag = cur.lag if cur.committed is not None else _max(cur.end - last.committed, 0)
+    if len(commits) < window:   # Burrow's completeness rule first: a short window judges nothing
+        return OK, f"incomplete window ({len(commits)}/{window}){', caught up' if current_lag == 0 else ''}"
     if current_lag == 0:
         return OK, "caught up"
-    if len(commits) < window:
-        return OK, f"incomplete window ({len(commits)}/{window})"
     # Rule 2 (REWIND, PR #716 order): a decrease not yet recovered from
     for a, b in zip(commits, commits[1:]):
         if b.committed < a.committed and last.committed < _max(c.committed for c in commits if c.t <= a.t):

@@ -11,8 +11,14 @@ and cache filling of the first half are left out):
   level,tags``).  With Parallel GC the heap after a *young* pause still holds old-gen
   garbage that only a full GC frees, so when the back half holds at least
   ``MIN_POINTS`` full-GC pauses only those are used (they measure the live set).
-  When the log shows a JVM restart (uptime going back), only the last JVM is judged.
-* RSS: ``rss_mb`` of the ``process`` samples (only the last pid when it restarted).
+  When the log shows a JVM restart (uptime going back), each JVM life contributes its
+  own back half.
+* RSS: ``rss_mb`` of the ``process`` samples, each pid (process life) its own back half.
+
+A service that restarts (a soak's pod kills) is judged across its lives: one slope
+shared by every life, each life with its own intercept (a pooled within-life fit), so
+a leak that climbs again after every restart is caught and the drop at a restart is
+not taken for a recovery.
 
 The slope is an ordinary least-squares fit of MB against hours; its standard
 error is ``sqrt(SSR / (n - 2) / Sxx)`` and ``t = slope / se``.  (scipy is not used:
@@ -100,14 +106,34 @@ def parse_gc_log(text: str) -> list[GcPause]:
     return out
 
 
-def gc_logs(run_dir: Path) -> dict[str, list[GcPause]]:
-    """Parsed ``services/<service>/gc.log`` of a run, by service."""
-    out = {}
-    for p in sorted(Path(run_dir).glob("services/*/gc.log")):
+def gc_log_files(run_dir: Path) -> dict[str, list[Path]]:
+    """``services/<service>/gc.log`` and the files the JVM rotated away (``gc.log.0``, ``gc.log.001``, ...: at
+    every restart and at the size limit), oldest first (by modification time: rotation reuses numbers)."""
+    out: dict[str, list[Path]] = {}
+    for p in Path(run_dir).glob("services/*/gc.log*"):
+        if p.name == "gc.log" or (p.name.startswith("gc.log.") and p.name[7:].isdigit()):
+            out.setdefault(p.parent.name, []).append(p)
+
+    def age(p: Path) -> tuple[int, float]:
         try:
-            out[p.parent.name] = parse_gc_log(p.read_text(errors="replace"))
+            return (p.name == "gc.log", p.stat().st_mtime)
         except OSError:
-            continue
+            return (p.name == "gc.log", 0.0)
+    return {svc: sorted(ps, key=age) for svc, ps in sorted(out.items())}
+
+
+def gc_logs(run_dir: Path) -> dict[str, list[GcPause]]:
+    """Parsed GC logs of a run by service, every JVM life in order (rotated files first, see
+    :func:`gc_log_files`; ``GcPause.jvm`` counts the lives)."""
+    out = {}
+    for svc, files in gc_log_files(run_dir).items():
+        text = []
+        for p in files:
+            try:
+                text.append(p.read_text(errors="replace"))
+            except OSError:
+                continue
+        out[svc] = parse_gc_log("\n".join(text))
     return out
 
 
@@ -119,35 +145,48 @@ class Slope:
     per_hour: float  # units (MB) per hour
     se_per_hour: float
     t: float
-    span_s: float
-    first: float
+    span_s: float    # the time covered by the points (summed over the lives when there are several)
+    first: float     # the fitted line at the start and the end of the last life
     last: float
+    lives: int = 1
 
     @property
     def significant(self) -> bool:
         return self.t > T_SIGNIFICANT
 
 
-def ols_slope(points: list[tuple[float, float]]) -> Slope | None:
-    """Least-squares slope of (seconds, MB) in MB/hour with its standard error and t-statistic."""
-    n = len(points)
-    if n < 3:
+def pooled_slope(lives: list[list[tuple[float, float]]]) -> Slope | None:
+    """One least-squares slope of (seconds, MB) in MB/hour shared by several process lives, each with its own
+    intercept (a restart starts from a new baseline; a leak shows as the same climb in every life), with its
+    standard error ``sqrt(SSR / (n - lives - 1) / Sxx)`` (within-life sums) and t-statistic."""
+    groups = [[(x / 3600.0, y) for x, y in sorted(g)] for g in lives if len(g) >= 2]
+    n, k = sum(len(g) for g in groups), len(groups)
+    if not groups or n - k - 1 < 1:
         return None
-    xs = [x / 3600.0 for x, _ in points]
-    ys = [y for _, y in points]
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
+    sxx = sxy = 0.0
+    means = []
+    for g in groups:
+        mx, my = sum(x for x, _ in g) / len(g), sum(y for _, y in g) / len(g)
+        means.append((mx, my))
+        sxx += sum((x - mx) ** 2 for x, _ in g)
+        sxy += sum((x - mx) * (y - my) for x, y in g)
     if sxx <= 0:
         return None
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    a = my - b * mx
-    ssr = sum((y - (a + b * x)) ** 2 for x, y in zip(xs, ys))
-    se = math.sqrt(ssr / (n - 2) / sxx)
+    b = sxy / sxx
+    ssr = sum((y - my - b * (x - mx)) ** 2 for g, (mx, my) in zip(groups, means) for x, y in g)
+    se = math.sqrt(ssr / (n - k - 1) / sxx)
     if se > 0:
         t = b / se
     else:
         t = math.inf if b > 0 else (-math.inf if b < 0 else 0.0)
-    return Slope(n, b, se, t, (xs[-1] - xs[0]) * 3600.0, a + b * xs[0], a + b * xs[-1])
+    (mx, my), g = means[-1], groups[-1]
+    span = sum((g_[-1][0] - g_[0][0]) * 3600.0 for g_ in groups)
+    return Slope(n, b, se, t, span, my + b * (g[0][0] - mx), my + b * (g[-1][0] - mx), k)
+
+
+def ols_slope(points: list[tuple[float, float]]) -> Slope | None:
+    """Least-squares slope of (seconds, MB) in MB/hour with its standard error and t-statistic."""
+    return pooled_slope([points]) if len(points) >= 3 else None
 
 
 def back_half(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -161,48 +200,56 @@ def back_half(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 # ------------------------------------------------------------ series
 
-def heap_after_gc(pauses: list[GcPause]) -> tuple[list[tuple[float, float]], str]:
-    """(seconds, MB after GC) of the last JVM in the log, back half; full-GC pauses only when there are enough."""
+def heap_after_gc(pauses: list[GcPause]) -> tuple[list[list[tuple[float, float]]], str]:
+    """(seconds, MB after GC) of every JVM life in the log, each life's back half; full-GC pauses only when
+    there are enough of them."""
     if not pauses:
         return [], "no GC pauses"
-    last = pauses[-1].jvm
-    ps = [p for p in pauses if p.jvm == last]
-    use_wall = all(p.wall is not None for p in ps)
-    if not use_wall and not all(p.uptime_s is not None for p in ps):
+    use_wall = all(p.wall is not None for p in pauses)
+    if not use_wall and not all(p.uptime_s is not None for p in pauses):
         return [], "GC log lines have neither a time nor an uptime decorator"
-    pts = [((p.wall if use_wall else p.uptime_s), p.after_mb, p.kind) for p in ps]
-    mid = (pts[0][0] + pts[-1][0]) / 2.0 if pts else 0.0
-    half = [p for p in pts if p[0] >= mid]
-    full = [(x, y) for x, y, k in half if k.startswith("Full")]
-    if len(full) >= MIN_POINTS:
-        return full, "heap after full GC"
-    return [(x, y) for x, y, _ in half], "heap after GC"
+    halves = []
+    for jvm in sorted({p.jvm for p in pauses}):
+        pts = [((p.wall if use_wall else p.uptime_s), p.after_mb, p.kind) for p in pauses if p.jvm == jvm]
+        mid = (pts[0][0] + pts[-1][0]) / 2.0
+        halves.append([p for p in pts if p[0] >= mid])
+    full = [[(x, y) for x, y, k in h if k.startswith("Full")] for h in halves]
+    if sum(len(f) for f in full) >= MIN_POINTS:
+        return [f for f in full if f], "heap after full GC"
+    return [[(x, y) for x, y, _ in h] for h in halves], "heap after GC"
 
 
-def rss_series(events) -> list[tuple[float, float]]:
-    """(t, rss_mb) of the process samples of the last pid."""
-    samples = [e for e in events.of("sample", collector="process")
-               if isinstance(e.get("rss_mb"), (int, float)) and not isinstance(e.get("rss_mb"), bool)]
-    if not samples:
-        return []
-    pid = samples[-1].get("pid")
-    return [(e["t"], float(e["rss_mb"])) for e in samples if e.get("pid") == pid]
+def rss_series(events) -> list[list[tuple[float, float]]]:
+    """(t, rss_mb) of the process samples, one list per pid (process life), in order."""
+    lives: dict = {}
+    for e in events.of("sample", collector="process"):
+        v = e.get("rss_mb")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            lives.setdefault(e.get("pid"), []).append((e["t"], float(v)))
+    return list(lives.values())
 
 
 # ------------------------------------------------------------ the checks
 
-def _judge(key: str, label: str, pts: list[tuple[float, float]], cap: float,
+def _judge(key: str, label: str, lives: list[list[tuple[float, float]]], cap: float,
            min_minutes: float) -> tuple[str, dict, str, bool]:
-    """(verdict, figures, message, too_short) for one series."""
-    if len(pts) < MIN_POINTS:
-        return UNKNOWN, {f"{key}_points": len(pts)}, f"{label}: only {len(pts)} point(s) in the back half", False
-    s = ols_slope(pts)
+    """(verdict, figures, message, too_short) for one series (its lives' back halves)."""
+    npts = sum(len(g) for g in lives)
+    if npts < MIN_POINTS:
+        return UNKNOWN, {f"{key}_points": npts}, f"{label}: only {npts} point(s) in the back half", False
+    s = pooled_slope(lives)
     if s is None:
-        return UNKNOWN, {f"{key}_points": len(pts)}, f"{label}: all points at the same time", False
+        return UNKNOWN, {f"{key}_points": npts}, f"{label}: all points at the same time", False
     fig = {f"{key}_slope_mb_per_h": round(s.per_hour, 2), f"{key}_t": round(s.t, 2) if math.isfinite(s.t) else 1e9,
            f"{key}_points": s.n, f"{key}_span_min": round(s.span_s / 60.0, 1)}
-    desc = (f"{label} {s.first:,.0f} -> {s.last:,.0f} MB over the last {s.span_s / 60:.0f} min: "
-            f"slope {s.per_hour:+,.1f} MB/h (se {s.se_per_hour:,.1f}, t={s.t:.1f}, n={s.n})")
+    if s.lives > 1:
+        fig[f"{key}_lives"] = s.lives
+        desc = (f"{label} over the back halves of {s.lives} process lives ({s.span_s / 60:.0f} min, each from "
+                f"its own baseline; last {s.first:,.0f} -> {s.last:,.0f} MB): "
+                f"slope {s.per_hour:+,.1f} MB/h (se {s.se_per_hour:,.1f}, t={s.t:.1f}, n={s.n})")
+    else:
+        desc = (f"{label} {s.first:,.0f} -> {s.last:,.0f} MB over the last {s.span_s / 60:.0f} min: "
+                f"slope {s.per_hour:+,.1f} MB/h (se {s.se_per_hour:,.1f}, t={s.t:.1f}, n={s.n})")
     if s.significant and s.per_hour > cap:
         if s.span_s < min_minutes * 60.0:
             return UNKNOWN, fig, (desc + f" above {cap:g} MB/h, but {s.span_s / 60:.0f} min is too short "
@@ -228,7 +275,7 @@ def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float
         results.append((v, m, short))
     rss_all = rss_series(run.events)
     if rss_all or not logs:
-        v, f, m, short = _judge("rss", "rss", back_half(rss_all), cap, min_minutes)
+        v, f, m, short = _judge("rss", "rss", [back_half(g) for g in rss_all], cap, min_minutes)
         figures.update(f)
         results.append((v, m, short))
     order = {FAIL: 0, UNKNOWN: 1, PASS: 2}
@@ -238,8 +285,8 @@ def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float
         return Verdict(name, UNKNOWN, figures, "no GC log and no process RSS samples: nothing to judge")
     if FAIL in verdicts:
         return Verdict(name, FAIL, figures, msg)
-    if any(short for _, _, short in results) or PASS not in verdicts:
-        return Verdict(name, UNKNOWN, figures, msg)
+    if any(short for _, _, short in results) or UNKNOWN in verdicts:   # fail > unknown > pass: a series
+        return Verdict(name, UNKNOWN, figures, msg)                       # that can't be judged proves nothing
     return Verdict(name, PASS, figures, msg)
 
 

@@ -290,21 +290,9 @@ class Headroom:
 
 
 def gc_logs_with_rotated(run_dir: Path) -> tuple[dict[str, list], dict[str, list[Path]]]:
-    """Every JVM's GC pauses by service: ``gc.log`` (``memory.gc_logs``) plus the files the JVM rotated away
-    at each restart (``gc.log.0``, ``gc.log.1``, ...): a JVM that died of OOM is in a rotated file."""
-    logs = gc_logs(run_dir)
-    files: dict[str, list[Path]] = {svc: [Path(run_dir) / "services" / svc / "gc.log"] for svc in logs}
-    for p in sorted(Path(run_dir).glob("services/*/gc.log.*")):
-        if not p.suffix[1:].isdigit():
-            continue
-        try:
-            pauses = parse_gc_log(p.read_text(errors="replace"))
-        except OSError:
-            continue
-        svc = p.parent.name
-        logs[svc] = pauses + logs.get(svc, [])
-        files.setdefault(svc, []).append(p)
-    return logs, files
+    """Every JVM's GC pauses by service, with the files they came from: ``gc.log`` plus the files the JVM
+    rotated away at each restart (a JVM that died of OOM is in a rotated file); see ``memory.gc_log_files``."""
+    return gc_logs(run_dir), gc_log_files(run_dir)
 
 
 def heap_headroom(run) -> tuple[list[Headroom], str]:
@@ -508,4 +496,4 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
 
 # At the bottom on purpose (as memory.py): checks.py imports this module at its end to register no_oom.
 from .checks import FAIL, PASS, UNKNOWN, RunData, Verdict, combine  # noqa: E402
-from .memory import gc_logs, parse_gc_log  # noqa: E402
+from .memory import gc_log_files, gc_logs  # noqa: E402

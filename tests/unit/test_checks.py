@@ -171,3 +171,27 @@ def test_evaluate_turns_a_crashing_check_into_unknown(tmp_path):
 def test_validate_check_rejects_bad_references(name, params, err):
     with pytest.raises(ValueError, match=err):
         validate_check(name, params)
+
+
+# ------------------------------------------- lag_recovers_within: a relapse is not a recovery
+
+def test_lag_that_drains_then_stalls_is_not_a_recovery(tmp_path):
+    # drained 5 s after the burst, then the consumer stalls: lag grows and never comes back
+    pts = [(t, 30000) for t in range(60, 71)] + [(t, 0) for t in range(71, 76)] + \
+          [(t, (t - 75) * 400) for t in range(76, 200)]
+    v = lag_recovers_within(lag_run(tmp_path, pts), seconds=60)
+    assert v.verdict == FAIL, v.message
+    assert v.figures["relapses"] == 1 and v.figures["final_lag"] == 124 * 400
+    assert "relapse, not a recovery" in v.message and "t=76s" in v.message
+
+
+def test_a_short_blip_after_recovery_is_tolerated_and_a_long_one_moves_recovery(tmp_path):
+    base = [(t, 30000) for t in range(60, 71)] + [(t, 0) for t in range(71, 80)]
+    blip = [(t, 5000) for t in range(80, 85)] + [(t, 0) for t in range(85, 200)]        # 5 s above: a blip
+    v = lag_recovers_within(lag_run(tmp_path / "a", base + blip), seconds=60)
+    assert v.verdict == PASS and v.figures["recovery_s"] == 1.0 and "relapses" not in v.figures
+    long = [(t, 5000) for t in range(80, 145)] + [(t, 0) for t in range(145, 200)]      # 65 s above
+    v = lag_recovers_within(lag_run(tmp_path / "b", base + long), seconds=60)
+    assert v.verdict == FAIL and v.figures["recovery_s"] == 75.0, v.message
+    v = lag_recovers_within(lag_run(tmp_path / "c", base + long), seconds=60, grace=120)
+    assert v.verdict == PASS and v.figures["recovery_s"] == 1.0

@@ -480,3 +480,20 @@ def test_analyze_reproduces_the_fault_verdicts_offline(tmp_path, monkeypatch):
     saved = json.loads((run_dir / "kafka--bad" / "result.json").read_text())
     assert saved["verdict"] == FAIL
     assert (run_dir / "summary.json").exists() and (run_dir / "checklist.md").exists()
+
+
+def test_lag_that_relapses_before_the_next_fault_window_is_not_a_recovery(tmp_path):
+    # kill#0 (30-35): lag drains at 45, then climbs back from 50 and stays up until kill#1 starts at 90
+    b = builder(tmp_path).phase("warmup", 0, 30).phase("recovery", 30, 200)
+    window(b, "kill", 30, 35, kind="pod-kill", target="platform", backend="process")
+    window(b, "kill", 90, 95, n=1, kind="pod-kill", target="platform", backend="process")
+    census(b, 201)
+    b.lag([(float(t), 5000.0 if 30 <= t < 45 or 50 <= t < 90 or 90 <= t < 115 else 5.0) for t in range(0, 201, 5)])
+    b.ev("op", 200, op="load-end")
+    v = lag_recovers_within(run(b), seconds=30)
+    assert v.verdict == FAIL, v.message
+    assert v.figures["relapses"] == 1 and v.figures["faults_recovered"] == 1 and v.figures["final_lag"] == 5000
+    assert "kill#0" in v.message and "relapse" in v.message
+    # with a limit longer than the gap to the next window, the first window cannot be decided
+    v = lag_recovers_within(run(b), seconds=120)
+    assert v.verdict == UNKNOWN and "next fault window started at t=90s" in v.message, v.message

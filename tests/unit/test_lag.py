@@ -168,6 +168,15 @@ def test_consumer_not_stalled_is_unknown_without_samples_or_full_windows(tmp_pat
     assert v.verdict == UNKNOWN and "full window" in v.message
 
 
+def test_consumer_not_stalled_is_unknown_on_a_few_caught_up_polls(tmp_path):
+    # three polls at lag 0 are not a judged window: "caught up" must not turn too little data into a pass
+    b = RunBuilder(tmp_path)
+    for t in range(3):
+        b.kafka(float(t), {P: (100 * t, 100 * t)})
+    v = consumer_not_stalled(run(b))
+    assert v.verdict == UNKNOWN and "full window" in v.message
+
+
 def test_partition_statuses_evaluate_at_every_poll(tmp_path):
     b = RunBuilder(tmp_path)
     for t in range(12):

@@ -89,8 +89,8 @@ def test_heap_after_gc_prefers_full_gcs_when_there_are_enough():
     full = [(t + 599, 100.0) for t in range(0, 7200, 600)] * 2  # full GCs every 10 min, flat live set
     pauses = sorted(parse_gc_log(gc_text(young)) + parse_gc_log(gc_text(sorted(full), kind="Full")),
                     key=lambda p: p.uptime_s)
-    pts, label = heap_after_gc(pauses)
-    assert label == "heap after full GC" and {y for _, y in pts} == {100.0}
+    lives, label = heap_after_gc(pauses)
+    assert label == "heap after full GC" and len(lives) == 1 and {y for _, y in lives[0]} == {100.0}
 
 
 # ------------------------------------------------------------ no_memory_leak
@@ -135,13 +135,39 @@ def test_no_memory_leak_judges_rss_too(tmp_path):
     assert v.verdict == FAIL and v.figures["rss_slope_mb_per_h"] == pytest.approx(150, abs=1)
 
 
-def test_no_memory_leak_uses_only_the_last_process_after_a_restart(tmp_path):
+def test_no_memory_leak_does_not_take_a_restart_for_a_leak(tmp_path):
     b = RunBuilder(tmp_path)
-    for i in range(300):  # first process leaks and dies; the second is flat
-        b.process(i * 12.0, 400 + 500 * (i * 12.0) / 3600, pid=1)
+    for i in range(300):  # flat, killed, restarted 100 MB higher, flat again: no climb within a life
+        b.process(i * 12.0, 300.0 + (i % 3), pid=1)
     for i in range(300, 600):
-        b.process(i * 12.0, 300.0 + (i % 3), pid=2)
-    assert no_memory_leak(run(b)).verdict == PASS
+        b.process(i * 12.0, 400.0 + (i % 3), pid=2)
+    v = no_memory_leak(run(b))
+    assert v.verdict == PASS and v.figures["rss_lives"] == 2 and abs(v.figures["rss_slope_mb_per_h"]) < 5
+
+
+def test_no_memory_leak_catches_a_leak_that_restarts_with_every_pod_kill(tmp_path):
+    # a soak with a pod kill every hour: each JVM life climbs 200 MB/h from its own baseline, and no single
+    # life's back half is long enough (min_minutes=60), but the lives together are
+    text = ""
+    for life in range(6):
+        wall0 = 1e9 + life * 3000
+        text += gc_text([(t, 120.0 + 200 * t / 3600 + (t // 7 % 3)) for t in range(0, 3000, 20)], wall0=wall0)
+    v = no_memory_leak(run(RunBuilder(tmp_path / "leak").gc_log(text)), max_mb_per_hour=50, min_minutes=60)
+    assert v.verdict == FAIL, v.message
+    assert v.figures["heap_lives"] == 6 and v.figures["heap_slope_mb_per_h"] == pytest.approx(200, abs=5)
+    assert "6 process lives" in v.message
+    flat = "".join(gc_text([(t, 120.0 + (t // 7 % 3)) for t in range(0, 3000, 20)], wall0=1e9 + life * 3000)
+                   for life in range(6))
+    v = no_memory_leak(run(RunBuilder(tmp_path / "flat").gc_log(flat)), max_mb_per_hour=50, min_minutes=60)
+    assert v.verdict == PASS, v.message
+
+
+def test_no_memory_leak_is_unknown_when_one_series_cannot_be_judged(tmp_path):
+    b = RunBuilder(tmp_path).gc_log(gc_text([(t, 100.0) for t in range(0, 240, 20)]))  # 6 heap points
+    for i in range(600):
+        b.process(i * 12.0, 400.0 + (i % 3))                                             # flat RSS
+    v = no_memory_leak(run(b))
+    assert v.verdict == UNKNOWN and "only 6 point(s)" in v.message
 
 
 def test_no_memory_leak_is_unknown_with_fewer_than_10_points(tmp_path):
@@ -207,3 +233,18 @@ def test_memory_checks_are_registered_and_validated():
     assert CHECKS["no_memory_leak"] is no_memory_leak and CHECKS["gc_time_fraction"] is gc_time_fraction
     validate_check("no_memory_leak", {"max_mb_per_hour": 20, "min_minutes": 30})
     validate_check("gc_time_fraction", {"max_fraction": 0.1})
+
+
+def test_gc_logs_read_the_files_the_jvm_rotated_at_each_restart_oldest_first(tmp_path):
+    import os
+    from monsoon.memory import gc_logs
+    d = tmp_path / "services" / "platform"
+    d.mkdir(parents=True)
+    # the JVM renames gc.log at every start; numbers are reused, so age decides the order
+    for name, life, mtime in (("gc.log.1", 0, 100), ("gc.log.0", 1, 200), ("gc.log", 2, 300)):
+        (d / name).write_text(gc_text([(t, 100.0 + life) for t in range(0, 100, 10)], wall0=1e9 + life * 100))
+        os.utime(d / name, (mtime, mtime))
+    (d / "gc.log.bak").write_text(gc_text([(1, 999.0)]))     # not the JVM's: ignored
+    ps = gc_logs(tmp_path)["platform"]
+    assert [p.jvm for p in ps] == [0] * 10 + [1] * 10 + [2] * 10
+    assert [p.after_mb for p in ps[::10]] == [100.0, 101.0, 102.0]
