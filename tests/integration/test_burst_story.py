@@ -48,3 +48,16 @@ def test_x10_story_is_detected_and_reported(pytester, tmp_path):
     assert "monsoon resilience sign-off" in out and "Decision: NO-GO" in out
     assert (runs / "story" / "checklist.md").read_text().count("| inmemory |") == len(by["inmemory"]["checks"])
     assert (runs / "latest").resolve() == (runs / "story").resolve()
+
+    # checks never talk to live systems: `monsoon analyze` on the saved run reproduces every verdict and figure
+    import subprocess
+    import sys
+    saved = {r["stack"]: r for r in summary["results"]}
+    done = subprocess.run([sys.executable, "-m", "monsoon.cli", "analyze", str(runs / "story")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    again = {r["stack"]: r for r in json.loads((runs / "story" / "summary.json").read_text())["results"]}
+    for stack, r in saved.items():
+        assert again[stack]["verdict"] == r["verdict"]
+        assert [(c["name"], c["verdict"], c["figures"]) for c in again[stack]["checks"]] == \
+               [(c["name"], c["verdict"], c["figures"]) for c in r["checks"]], stack
