@@ -110,6 +110,29 @@ def phase_histograms(path: Path, phases: Iterable[dict]) -> dict[str, HdrHistogr
     return out
 
 
+def count_within(h: HdrHistogram, threshold_us: float) -> int:
+    """How many recorded values are <= ``threshold_us``; a bucket counts only when its highest equivalent
+    value is within the threshold (so a value may be called slow by up to the bucket width, < 0.8 %)."""
+    n = 0
+    for it in h.get_recorded_iterator():
+        if it.value_iterated_to > threshold_us:
+            break
+        n += it.count_at_value_iterated_to
+    return n
+
+
+def good_per_second(path: Path, threshold_ms: float) -> dict[int, int]:
+    """Per load second (``sec``), how many acks arrived within ``threshold_ms`` of their intended time."""
+    out: dict[int, int] = {}
+    for sec, _length, payload in read_intervals(path):
+        try:
+            h = HdrHistogram.decode(payload)
+        except Exception:   # noqa: BLE001 - a corrupt interval is skipped, like a torn line
+            continue
+        out[int(round(sec))] = out.get(int(round(sec)), 0) + count_within(h, threshold_ms * 1000.0)
+    return out
+
+
 def percentile_ms(h: HdrHistogram, q: float) -> float:
     """The ``q`` percentile in ms (the bucket's highest equivalent value, as HdrHistogram reports it)."""
     return round(h.get_value_at_percentile(q) / 1000.0, 3)

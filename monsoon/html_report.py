@@ -183,8 +183,9 @@ def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]
 # ------------------------------------------------------------------ plotting
 
 class Plotter:
-    def __init__(self, ev: Events):
+    def __init__(self, ev: Events, run_dir: Path | None = None):
         self.ev = ev  # Events indexes by type and collector, so per-series look-ups don't rescan
+        self.gc_pauses = self._gc_pauses(run_dir)
         self.windows = windows_of(ev)
         self.markers = markers_of(ev)
         ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
@@ -263,6 +264,16 @@ class Plotter:
     def _line(self, ax, t, y, how: str, **kw) -> None:
         x, y = downsample(t, y, MAX_POINTS, how)
         ax.plot(self._x(x), y, linewidth=kw.pop("linewidth", 1.1), **kw)
+
+    def _gc_pauses(self, run_dir: Path | None) -> list[tuple[float, float, float]]:
+        """(timeline t, MB after GC, pause s) of every GC pause in the experiment's GC logs (every JVM life),
+        mapped onto the timeline clock through the events' wall times."""
+        from .memory import _wall_offset, gc_logs
+        off = _wall_offset(self.ev) if run_dir is not None else None
+        if off is None:
+            return []
+        return sorted((p.wall - off, p.after_mb, p.pause_ms / 1000.0)
+                      for ps in gc_logs(run_dir).values() for p in ps if p.wall is not None)
 
     def _load_series(self, field: str, positive: bool = False) -> tuple[list[float], list[float]]:
         t, y = [], []
@@ -349,7 +360,8 @@ class Plotter:
         used = self.ev.series("metrics", "heap_used")
         mx = self.ev.series("metrics", "heap_max")
         rss = self.ev.series("process", "rss_mb")
-        if not used and not mx and not rss:
+        after = self.gc_pauses
+        if not used and not mx and not rss and not after:
             self._no_data(ax, "no heap or RSS samples")
         else:
             mb = 1024.0 * 1024.0
@@ -362,16 +374,28 @@ class Plotter:
             if rss:
                 t, y = _cols(rss)
                 self._line(ax, t, y, "max", color="#9467bd", label="RSS")
+            if after:   # the live set: what survives each collection (GC log), what no_memory_leak judges
+                t, y = np.array([a for a, _, _ in after]), np.array([b for _, b, _ in after])
+                x, y = downsample(t, y, MAX_POINTS, "max")
+                ax.plot(self._x(x), y, linestyle="none", marker=".", markersize=2.5, color="#d62728",
+                        label="heap after GC")
             ax.set_ylim(bottom=0)
             ax.set_ylabel("MB", fontsize=8)
             ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
-        return self._png(fig), bool(used or mx or rss)
+        return self._png(fig), bool(used or mx or rss or after)
 
     def gc(self):
         fig, ax = self._axes("gc")
         t, r = per_second(self.ev.series("metrics", "gc_seconds"))
+        if not len(t) and self.gc_pauses:   # no gc_seconds metric: the GC log's pauses, summed per second
+            secs: dict[int, float] = {}
+            for at, _, d in self.gc_pauses:
+                secs[int(at)] = secs.get(int(at), 0.0) + d
+            lo, hi = min(secs), max(secs)
+            t = np.arange(lo, hi + 1, dtype=float)
+            r = np.array([secs.get(int(x), 0.0) for x in t])
         if not len(t):
-            self._no_data(ax, "no gc_seconds samples")
+            self._no_data(ax, "no gc_seconds samples and no GC log")
         else:
             self._line(ax, t, np.clip(r * 100.0, 0, 100), "max", color="#8c564b", label="GC time")
             ax.set_ylim(bottom=0)
@@ -405,7 +429,7 @@ def plots_for(timeline: Path) -> list[tuple[str, str, bool]]:
     key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
         return _CACHE[key]
-    p = Plotter(Events.load(timeline))
+    p = Plotter(Events.load(timeline), timeline.parent)
     out = []
     for name in PLOTS:
         png, has = getattr(p, name)()

@@ -15,8 +15,9 @@ failed, p50_ms/p99_ms/max_ms of the acks received in that second):
   drain) are bad; they are charged to the seconds that scheduled them, assuming
   acknowledgements arrive in scheduling order (the last ones scheduled are the
   unresolved ones).  So over the run ``valid == scheduled``.
-* Good acks are *approximated* from three quantiles, since the timeline keeps no
-  per-message latency: the fraction of a second's acks within the threshold is read
+* Good acks are *counted* from the fleet's per-second HdrHistograms (``latency.hlog``, one
+  interval per load second, values within 0.8 %) when the run has them.  Without them
+  (an older run) they are *approximated* from the load event's three quantiles: the fraction of a second's acks within the threshold is read
   off a piecewise-linear CDF through (0 ms, 0), (p50, 0.5), (p99, 0.99), (max, 1).
   max <= threshold: all good; p99 <= threshold < max: between 99 % and 100 % good;
   p50 <= threshold < p99: between 50 % and 99 %.  The error of this is at most
@@ -73,6 +74,7 @@ class Second:
     p50: float | None
     p99: float | None
     max: float | None
+    sec: int | None = None  # the fleet's second index (the ``sec`` of the load event, the hlog's interval)
 
 
 @dataclass
@@ -144,14 +146,20 @@ def load_seconds(events) -> list[Second]:
     else:
         start = lambda e: e["t"] - 1.0  # noqa: E731
     out = [Second(start(e), _num(e.get("scheduled")), _num(e.get("acked")), _num(e.get("failed")),
-                  _opt(e.get("p50_ms")), _opt(e.get("p99_ms")), _opt(e.get("max_ms"))) for e in raw]
+                  _opt(e.get("p50_ms")), _opt(e.get("p99_ms")), _opt(e.get("max_ms")),
+                  int(e["sec"]) if isinstance(e.get("sec"), (int, float)) else None) for e in raw]
     return sorted(out, key=lambda s: s.start)
 
 
-def outcomes(seconds: list[Second], latency_ms: float) -> list[Outcome]:
-    """Per second: valid and good message counts (see the module docstring)."""
+def outcomes(seconds: list[Second], latency_ms: float, good_counts: dict[int, int] | None = None) -> list[Outcome]:
+    """Per second: valid and good message counts (see the module docstring).  ``good_counts`` (acks within
+    ``latency_ms`` per second, counted from the fleet's HdrHistograms) replaces the quantile estimate for
+    the seconds it has."""
     out = []
     for s in seconds:
+        if good_counts is not None and s.sec is not None and s.sec in good_counts:
+            out.append(Outcome(s.start, float(s.acked + s.failed), float(builtins.min(s.acked, good_counts[s.sec])), 0))
+            continue
         gf = good_fraction(latency_ms, s.p50, s.p99, s.max)
         unmeasured = s.acked if gf is None and s.acked else 0
         good = s.acked * (1.0 if gf is None else gf)
@@ -252,13 +260,14 @@ def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective:
     return PhaseResult(name, duration_s, v, good, sum(o.unmeasured for o in outs), consumed, worst, fired, rules)
 
 
-def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0) -> list[PhaseResult]:
+def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0,
+             good_counts: dict[int, int] | None = None) -> list[PhaseResult]:
     """Every phase's SLO result (phases without traffic are left out)."""
     secs = load_seconds(events)
     if not secs:
         return []
     spans = phase_spans(events, secs)
-    by = split_by_phase(spans, outcomes(secs, latency_ms))
+    by = split_by_phase(spans, outcomes(secs, latency_ms, good_counts))
     res = []
     for n, a, b in spans:
         outs = by.get(n) or []
@@ -276,7 +285,10 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
     name = "error_budget"
     if not 0.0 < float(objective) < 1.0:
         return Verdict(name, UNKNOWN, {}, f"objective must be between 0 and 1 (exclusive), got {objective!r}")
-    results = evaluate(run.events, float(objective), float(latency_ms))
+    from .hdrlog import LATENCY_FILE, good_per_second
+    hlog = run.dir / LATENCY_FILE
+    good_counts = good_per_second(hlog, float(latency_ms)) if hlog.exists() else None
+    results = evaluate(run.events, float(objective), float(latency_ms), good_counts)
     if not results:
         return Verdict(name, UNKNOWN, {}, "no load seconds with traffic in the timeline: nothing to judge")
     if phase is not None:
@@ -294,6 +306,7 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
         "worst_burn_rate": round(builtins.max(r.worst_burn for r in results), 2),
         "good": round(worst.good, 1), "valid": round(worst.valid, 1),
         "objective": float(objective), "latency_ms": float(latency_ms), "phases_judged": len(results),
+        "good_counted_from_histograms": int(good_counts is not None),
     }
     for r in results:
         figures[f"budget_consumed_pct.{r.name}"] = round(r.consumed_pct, 2)

@@ -207,3 +207,26 @@ def test_error_budget_is_registered_and_validated():
 
 def test_outcome_bad_is_never_negative():
     assert Outcome(0.0, 10.0, 12.0).bad == 0.0
+
+
+def test_error_budget_counts_good_acks_from_the_latency_histograms(tmp_path):
+    # every second: 95 acks at 10 ms, 5 at 900 ms. The quantiles (p50 10, p99 900) only bracket the 500 ms
+    # threshold (an estimate of ~23% bad); the per-second HdrHistograms count exactly 5% bad.
+    from monsoon.hdrlog import LATENCY_FILE, IntervalLogWriter, new_histogram
+    b = RunBuilder(tmp_path).phase("steady", 0, 100)
+    for s in range(100):
+        b.load(s, 100, 100, 0, 10.0, 900.0, 900.0)
+    d = b.write()
+    w = IntervalLogWriter(d / LATENCY_FILE, start_wall_s=1e9)
+    for s in range(100):
+        h = new_histogram()
+        h.record_value(10_000, 95)
+        h.record_value(900_000, 5)
+        w.write(s, h)
+    w.close()
+    v = error_budget(RunData(d), objective=0.9, latency_ms=500)
+    assert v.verdict == PASS, v.message
+    assert v.figures["budget_consumed_pct"] == pytest.approx(50.0) and v.figures["good_counted_from_histograms"] == 1
+    (d / LATENCY_FILE).unlink()        # without the histograms: the quantile estimate, which overshoots
+    v = error_budget(RunData(d), objective=0.9, latency_ms=500)
+    assert v.verdict == FAIL and v.figures["budget_consumed_pct"] > 200
