@@ -408,6 +408,7 @@ class Accounting:
     stored: int = 0                     # stored rows (copies)
     acked_lost: int = 0
     lost_sample: list[tuple[str, int]] = field(default_factory=list)
+    lost_keys: list[tuple[str, int]] | None = None   # every lost (device, seq): account(..., keep_lost=True)
     duplicates: int = 0                 # copies beyond the first
     duplicate_keys: int = 0
     dup_sample: list[tuple[str, int, int]] = field(default_factory=list)   # (device, seq, copies)
@@ -443,8 +444,9 @@ def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     return float(values[min(len(values) - 1, int(np.searchsorted(cum, rank)))])
 
 
-def account(dir: Path, sent_file: str = SENT_FILE) -> Accounting:
-    """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist."""
+def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
+    """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist.
+    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample)."""
     dir = Path(dir)
     names = _Names()
     sent = read_sent(dir / sent_file)
@@ -550,7 +552,7 @@ def account(dir: Path, sent_file: str = SENT_FILE) -> Accounting:
         acc.acked += int(a.sum())
         lost = np.flatnonzero(a & ~st)
         acc.acked_lost += len(lost)
-        lost_s.extend((dev_names[code], int(x)) for x in lost[:5])
+        lost_s.extend((dev_names[code], int(x)) for x in (lost if keep_lost else lost[:5]))
         dup = cnt > 1
         nd = int(dup.sum())
         if nd:
@@ -606,6 +608,8 @@ def account(dir: Path, sent_file: str = SENT_FILE) -> Accounting:
             unexpected += sparse_bad
     acc.devices = len(dev_names)
     acc.lost_sample = sorted(lost_s)[:5]
+    if keep_lost:
+        acc.lost_keys = lost_s
     acc.dup_sample = sorted(dup_s)[:5]
     if sent is not None:
         acc.sent = sum(max(0, v + 1) for v in sent.values())

@@ -158,6 +158,28 @@ class Schedule:
         """Total number of messages (walks the schedule; O(messages))."""
         return sum(1 for _ in self)
 
+    def expected_per_second(self) -> list[float]:
+        """Messages the schedule asks for in each second ``[s, s+1)`` of the load (index ``s``):
+        the integral of its (segment) rate over that second, integrated exactly like the send
+        times, so a generator that keeps its schedule takes this many off it in that second
+        (within one message: the fractional carry). This is the fleets' per-second target: the
+        rate sampled at the start of a second is not, on a ramp or around a spike edge.
+        O(segments + seconds), no message is walked."""
+        out: list[float] = []
+        area = Fraction(0)          # integral of the rate from 0 to the start of the segment
+        at_boundary = Fraction(0)   # ... to the last whole second passed
+        n = 1                       # next whole second boundary
+        for a, b, r in self.segments():
+            fa, fr = Fraction(a), Fraction(r)
+            while n <= b:
+                cur = area + fr * (n - fa)
+                out.append(float(cur - at_boundary))
+                at_boundary, n = cur, n + 1
+            area += fr * (Fraction(b) - fa)
+        if area > at_boundary:      # the last, partial second
+            out.append(float(area - at_boundary))
+        return out
+
 
 def _prev_float(x: float) -> float:
     return math.nextafter(x, -math.inf)
@@ -271,6 +293,8 @@ class SecondStats:
     """What happened during one second of the run (events are attributed to
     the second in which they happened: a message is ``scheduled`` when the
     pacer takes it off the schedule, ``acked`` when its PUBACK arrives).
+    ``target_rate`` is what the schedule asks for in this second
+    (:meth:`Schedule.expected_per_second`), 0 after its end.
     Latency is PUBACK time minus *intended* send time, in ms."""
 
     t: int
@@ -845,6 +869,7 @@ class MqttFleet:
         self._csv_file.flush()
 
         schedule = Schedule(self.shape)
+        targets = schedule.expected_per_second()   # before t0: it walks the shape
         self._t0 = t0 = clock()
         self._wall0_ms = self._wall() * 1000.0
         if self.latency_log_path is not None:
@@ -867,12 +892,11 @@ class MqttFleet:
                     self._hlog.write(s, self._hist_sec)   # once per second: one encode(), ~0.1 ms
                 self._hist_total.add(self._hist_sec)
                 self._hist_sec.reset()
-            rate = self.shape.rate_at(float(s))
             self._flush_csv()
             if on_second is not None:
                 on_second(
                     SecondStats(
-                        t=s, target_rate=float(rate or 0.0), scheduled=d[0], sent=d[1],
+                        t=s, target_rate=targets[s] if s < len(targets) else 0.0, scheduled=d[0], sent=d[1],
                         acked=d[2], failed=d[3], late=d[4], connected=self._n_connected,
                         p50_ms=p50, p99_ms=p99, max_ms=mx,
                     )

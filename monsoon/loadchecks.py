@@ -9,7 +9,10 @@ events and its ``load-end`` totals from the timeline:
   The fleet's sockets never block it (a stalled server fills buffers, and a dead one refuses: those
   count ``failed``), so lateness measures the generator itself: CPU starvation, a slow payload,
   a GC pause of its own;
-* **pacing error** per phase: |messages taken off the schedule - target rate x seconds| / target;
+* **pacing error** per phase: |messages taken off the schedule - target| / target, where the target
+  sums the per-second ``target_rate``: what the schedule asks for in that second (the integral of
+  its rate over ``[s, s+1)``, :meth:`monsoon.load.Schedule.expected_per_second`), so a generator
+  that keeps its schedule is on target on a ramp or a spike too;
 * **dropped**: messages whose time came but that were never sent (a run stopped early).
 
 Any of them above its limit gives ``unknown`` with the reason "invalid load", never ``pass``.

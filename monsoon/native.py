@@ -386,6 +386,7 @@ class NativeFleet:
 
     def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> FleetTotals:
         hlog = None
+        targets = Schedule(self.shape).expected_per_second()   # the per-second target, as in MqttFleet
         start_wall = time.time() + (0.05 if self.n_workers > 1 else 0.0)
         if self.latency_log_path is not None:
             from monsoon.hdrlog import IntervalLogWriter
@@ -413,13 +414,12 @@ class NativeFleet:
             if h is not None and hlog is not None:
                 hlog.write(sec, h)
             p50, p99, mx = _pct_ms(h)
-            rate = self.shape.rate_at(float(sec))
             for ln in lines:   # a worker without a line for this second keeps its last count
                 conn_by_worker[ln["_w"]] = ln["connected"]
             self._connected = sum(conn_by_worker.values())
             if on_second is not None:
                 on_second(SecondStats(
-                    t=sec, target_rate=float(rate or 0.0),
+                    t=sec, target_rate=targets[sec] if sec < len(targets) else 0.0,
                     scheduled=sum(ln["scheduled"] for ln in lines),
                     sent=sum(ln["sent"] for ln in lines), acked=sum(ln["acked"] for ln in lines),
                     failed=sum(ln["failed"] for ln in lines), late=sum(ln["late"] for ln in lines),

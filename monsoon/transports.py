@@ -365,13 +365,15 @@ class AsyncFleet:
         self._csv_file = open(self.acked_path, "w", newline="")  # noqa: SIM115 - closed below
         self._csv_file.write(",".join(ACKED_CSV_HEADER) + "\n")
         self._csv_file.flush()
+        schedule = Schedule(self.shape)
+        targets = schedule.expected_per_second()   # before t0: it walks the shape
         self._t0 = t0 = clock()
         self._wall0_ms = self._wall() * 1000.0
         if self.latency_log_path is not None:
             from monsoon.hdrlog import IntervalLogWriter
 
             self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
-        pacer = Pacer(Schedule(self.shape), t0, clock=clock, late_tolerance=self.late_tolerance_s)
+        pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
         sec = 0
         next_sec_at = t0 + 1.0
         prev = [0, 0, 0, 0, 0]  # scheduled, sent, acked, failed, late
@@ -387,11 +389,10 @@ class AsyncFleet:
                     self._hlog.write(s, self._hist_sec)
                 self._hist_total.add(self._hist_sec)
                 self._hist_sec.reset()
-            rate = self.shape.rate_at(float(s))
             self._flush_csv()
             if on_second is not None:
                 on_second(SecondStats(
-                    t=s, target_rate=float(rate or 0.0), scheduled=d[0], sent=d[1], acked=d[2], failed=d[3],
+                    t=s, target_rate=targets[s] if s < len(targets) else 0.0, scheduled=d[0], sent=d[1], acked=d[2], failed=d[3],
                     late=d[4], connected=self._n_up, p50_ms=p50, p99_ms=p99, max_ms=mx,
                 ))
 

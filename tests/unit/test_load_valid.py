@@ -1,8 +1,16 @@
 """The generator's self-check (load_valid) on hand-made timelines: a load that fell behind is never a pass."""
 from __future__ import annotations
 
+import asyncio
+import threading
+
+import pytest
+
 from monsoon.checks import CHECKS, RunData, validate_check
+from monsoon.load import Device
 from monsoon.loadchecks import load_valid
+from monsoon.shapes import Ramp, Spike
+from monsoon.transports import AsyncFleet
 
 from helpers import RunBuilder
 
@@ -75,3 +83,54 @@ def test_load_valid_is_registered_with_validated_parameters():
         assert "max_late_pct" in str(e)
     else:
         raise AssertionError("an unknown parameter was accepted")
+
+
+class PerfectFleet(AsyncFleet):
+    """The fleets' real run loop (Schedule, Pacer, per-second stats) on a fake clock, answering every
+    request at once: a generator that keeps its schedule exactly."""
+
+    transport = "fake"
+
+    def __init__(self, shape, tmp_path) -> None:
+        self.now = 100.0
+        super().__init__([Device(f"d{i}", f"t{i}") for i in range(20)], "127.0.0.1", 1, shape=shape,
+                         acked_path=tmp_path / "acked.csv", max_inflight=1000, clock=lambda: self.now,
+                         wall=lambda: 1_700_000_000.0 + self.now)
+
+    async def _open(self) -> None:
+        pass
+
+    async def _shut(self) -> None:
+        pass
+
+    async def _deliver(self, dev, payload) -> None:
+        return None
+
+    async def _sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)          # wake exactly on time
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("shape", [
+    Ramp(start_rate=100, end_rate=1000, start=5, ramp_duration=10, duration=20),
+    Spike(base_rate=100, multiplier=10, every=2, width=0.5, start=5, end=15, duration=20),
+], ids=["ramp", "spike"])
+def test_a_perfect_generator_on_a_ramp_or_a_spike_is_on_target(tmp_path, shape) -> None:
+    """The per-second target the fleet writes is what its schedule asks for in that second (not the rate
+    sampled at the start of the second, which is off by half a ramp step or a whole spike edge)."""
+    fleet, secs = PerfectFleet(shape, tmp_path), []
+    totals = fleet.run(threading.Event(), secs.append)
+    assert totals.late == totals.dropped == totals.failed == 0 and totals.sent == totals.scheduled > 4000
+    b = RunBuilder(tmp_path / "run")
+    for p in shape.phases():
+        b.phase(p.name, p.start, p.end)
+    for st in secs:
+        fields = dict(vars(st))
+        b.ev("load", st.t + 1.0, sec=fields.pop("t"), **fields)
+    b.ev("op", len(secs) + 1.0, op="load-end", scheduled=totals.scheduled, sent=totals.sent, acked=totals.acked,
+         failed=0, late=0, dropped=0, unacked=0)
+    v = load_valid(RunData(b.write()))
+    assert v.verdict == "pass", v.message
+    assert v.figures["pacing_error_pct"] < 1.0, v.figures
+    for p in shape.phases():
+        assert v.figures[f"pacing_error_pct_{p.name}"] < 1.0, v.figures

@@ -3,10 +3,12 @@ driven by a fake clock: no sockets, no sleeping."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
 
+from monsoon import shapes
 from monsoon.load import Pacer, Schedule
 from monsoon.shapes import Burst, Phase, Steady
 
@@ -181,6 +183,40 @@ def test_invalid_shapes_raise_clear_errors() -> None:
         Schedule(NoDuration())
     with pytest.raises(ValueError, match="step must be > 0"):
         Schedule(Steady(1, 1), step=0)
+
+
+# the per-second target (what a generator that keeps the schedule sends in each second)
+RAMP = shapes.Ramp(start_rate=100, end_rate=1000, start=5, ramp_duration=10, duration=20)
+SPIKE = shapes.Spike(base_rate=100, multiplier=10, every=2, width=0.5, start=5, end=15, duration=20)
+
+
+@pytest.mark.parametrize("shape", [
+    RAMP, SPIKE, Steady(rate=3, duration=1.5), Steady(rate=997, duration=4),
+    Burst(base_rate=7, multiplier=3, start=0.5, burst_duration=1.3, duration=3.3),
+    shapes.Ramp(start_rate=400, end_rate=0, start=0, ramp_duration=7.5, duration=7.5),
+], ids=["ramp", "spike", "fractional", "steady", "burst-off-grid", "ramp-down-partial-second"])
+def test_expected_per_second_is_what_the_schedule_sends_in_each_second(shape) -> None:
+    sched = Schedule(shape)
+    want = sched.expected_per_second()
+    times = list(sched)
+    sent = Counter(int(t) for t in times)
+    assert len(want) == max(sent) + 1
+    assert sum(want) == pytest.approx(len(times), abs=1.0)
+    owed = done = 0.0
+    for s, w in enumerate(want):
+        owed, done = owed + w, done + sent[s]
+        assert abs(done - owed) < 1.0 + 1e-9, f"second {s}: sent {sent[s]}, expected {w}"
+
+
+def test_expected_per_second_integrates_ramps_and_spike_edges_not_the_rate_at_the_second_start() -> None:
+    ramp = Schedule(RAMP).expected_per_second()
+    assert ramp[4] == 100 and ramp[19] == 1000
+    assert ramp[5] == pytest.approx(145.0)          # the ramp from 100 to 190 over [5, 6); rate_at(5) = 104.5
+    assert sum(ramp[5:15]) == pytest.approx(5500.0)
+    spike = Schedule(SPIKE).expected_per_second()
+    assert spike[5] == pytest.approx(550.0)         # 0.5 s at 1000/s + 0.5 s at 100/s; rate_at(5) = 1000
+    assert spike[6] == pytest.approx(100.0)
+    assert sum(spike[5:15]) == pytest.approx(3250.0)
 
 
 # --------------------------------------------------------------------- Pacer

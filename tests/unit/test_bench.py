@@ -1,0 +1,80 @@
+"""``make bench-load``'s figures from fake runs: pacing inside the target window, sink utilisation."""
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+import monsoon.native
+from monsoon import bench
+from monsoon.load import SecondStats
+
+
+def second(t: int, target: float, sent: int) -> SecondStats:
+    return SecondStats(t=t, target_rate=target, scheduled=sent, sent=sent, acked=sent, failed=0, late=0,
+                       connected=10, p50_ms=1.0, p99_ms=2.0, max_ms=3.0)
+
+
+class FakeFleet:
+    """A NativeFleet stand-in replaying per-second stats: 100 msg/s asked for 5 s, the generator manages
+    80/s and works its backlog off after the window, so it sends the whole schedule (500) in the end."""
+
+    SECONDS = [second(s, 100.0, 80) for s in range(5)] + [second(5, 0.0, 60), second(6, 0.0, 40)]
+
+    def __init__(self, devices, host, port, **kw) -> None:
+        self.extra = {"workers": [{"cpu_s": 1.5}], "send_late_p99_ms": 900.0, "send_late_max_ms": 1900.0}
+
+    def __enter__(self) -> FakeFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def connect(self) -> None:
+        pass
+
+    def run(self, stop: threading.Event, on_second) -> SimpleNamespace:
+        for s in self.SECONDS:
+            on_second(s)
+        n = sum(s.sent for s in self.SECONDS)
+        return SimpleNamespace(late=300, scheduled=n, sent=n, acked=n, p99_ms=950.0)
+
+
+class FakeSinks(bench.Sinks):
+    """Sinks whose only "sink process" is this test process (its CPU is real and moving)."""
+
+    def __init__(self) -> None:
+        self.port = 1
+        self.procs = [SimpleNamespace(pid=os.getpid())]
+
+
+def test_pacing_counts_only_what_went_out_inside_the_window(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(monsoon.native, "NativeFleet", FakeFleet)
+    a = argparse.Namespace(pacing_rate=100.0, pacing_duration=5.0, pacing_devices=10)
+    r = bench.phase_pacing(a, FakeSinks(), tmp_path)
+    assert r["sent"] == 500                       # the whole schedule went out, 100 msg/s x 5 s ...
+    assert r["sent_in_window"] == 400 and r["window_s"] == 5
+    assert r["achieved_rate"] == 80.0             # ... but only 80/s inside the 5 s asked for
+    assert r["pacing_error_pct"] == pytest.approx(20.0)
+    assert r["worst_second_error_pct"] == pytest.approx(20.0)
+    assert "sink_cpu_s" in r and len(r["sink_utilisation"]) == 1   # one sink process, its CPU s per elapsed s
+
+
+def test_pacing_worst_second_is_reported_apart_from_the_window_average() -> None:
+    secs = [second(0, 100.0, 100), second(1, 100.0, 50), second(2, 100.0, 150), second(3, 0.0, 0)]
+    f = bench.pacing_figures(secs, 3.0)
+    assert f["pacing_error_pct"] == 0.0           # on average on target ...
+    assert f["worst_second_error_pct"] == 50.0    # ... one second half empty, the next 1.5x full
+    # a window that is not whole seconds: only its whole seconds count
+    assert bench.pacing_figures(secs, 2.5)["window_s"] == 2
+
+
+def test_sink_utilisation_is_cpu_seconds_per_elapsed_second_of_each_process() -> None:
+    # two processes measured from the start, a third started during the window
+    u = bench.sink_usage([1.0, 2.0], [3.0, 2.5, 0.5], 4.0)
+    assert u["sink_utilisation"] == [0.5, 0.125, 0.125]
+    assert u["sink_utilisation_max"] == 0.5
+    assert u["sink_cpu_s"] == 3.0 and u["sink_elapsed_s"] == 4.0
