@@ -245,8 +245,11 @@ def max_age_s() -> float:
     return days * 86400.0
 
 
-def usable(cal: dict | None, *, host: str, max_age: float, now: float) -> tuple[bool, str]:
-    """Whether a saved calibration may stand for this machine now, and why not."""
+def usable(cal: dict | None, *, host: str, max_age: float, now: float, profile: str | None = None,
+           jars: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Whether a saved calibration may stand for this machine now, and why not: same host, recent, and (when
+    given) the same profile (the stack's per-profile settings, e.g. its heap, set its capacity) and the same
+    jars (a rebuilt platform may be faster or slower)."""
     if not cal:
         return False, "not yet calibrated"
     if cal.get("capacity_msg_s") is None:
@@ -256,6 +259,13 @@ def usable(cal: dict | None, *, host: str, max_age: float, now: float) -> tuple[
     age = now - float(cal.get("created", 0))
     if age > max_age:
         return False, f"calibrated {age / 86400:.1f} days ago (max age {max_age / 86400:g} days, ${MAX_AGE_ENV})"
+    if profile is not None and cal.get("profile") not in (None, profile):
+        return False, f"calibrated with profile {cal.get('profile')!r}, this run is {profile!r}"
+    saved = cal.get("jar_sha256") or {}
+    if jars and saved:
+        changed = sorted(n for n in set(saved) | set(jars) if saved.get(n) != jars.get(n))
+        if changed:
+            return False, f"{', '.join(changed)} changed since the calibration (sha256)"
     return True, ""
 
 
@@ -497,7 +507,8 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     raises RuntimeError when the stack could not be calibrated."""
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
-    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time())
+    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
+                     jars=_jar_checksum(stack_spec))
     source = "calibration-file"
     if not ok:
         progress(f"[{stack_spec.name}] base_rate: auto: {path}: {why}; calibrating {stack_spec.name} first "
@@ -515,6 +526,10 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
            "criterion": cal.get("criterion")}
     progress(f"[{stack_spec.name}] base_rate: auto = {fraction:g} x capacity {cap:,.0f} msg/s = "
              f"{out['base_rate']:,.0f} msg/s ({source}: {path}, {cal.get('date')})")
+    if cal.get("lower_bound"):
+        progress(f"[{stack_spec.name}] WARNING: the calibrated capacity is only a lower bound "
+                 f"({cal.get('result')}): the stack kept up with everything this machine's generator sent, so "
+                 f"x{1 / fraction:g} of this x1 may not overload it; raise --max-rate, or set a fixed base_rate")
     return out
 
 
@@ -607,7 +622,7 @@ def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: 
     f = exp.load.fraction
     if dry_run:
         cal = read_calibration(calibration_file(cal_dir, stack_spec.name))
-        ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time())
+        ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile)
         rate = f * float(cal["capacity_msg_s"]) if ok else 1.0
         info = {"base_rate": rate if ok else None, "fraction": f, "source": "calibration-file" if ok else None,
                 "describe": describe_auto(f, stack_spec.name, cal_dir)}

@@ -537,8 +537,13 @@ def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> None:
     """Sample ``shape.rate_at`` over its whole duration (every phase start,
     then every :data:`SCHEDULE_STEP` s, coarser if that would exceed
     ``max_samples``); raise ``ValueError`` on a negative or non-finite rate
-    (a :class:`PythonShape` raises its own, more precise error first)."""
+    (a :class:`PythonShape` raises its own, more precise error first).  A
+    user's Python shape is sampled on the schedule's own grid whatever its
+    length (the run would meet every one of those points), the built-in
+    shapes (base rate x positive multipliers) at most ``max_samples`` times."""
     duration = float(shape.duration)
+    if isinstance(shape, PythonShape):
+        max_samples = max(max_samples, int(math.ceil(duration / SCHEDULE_STEP)) + 1)
     step = max(SCHEDULE_STEP, duration / max_samples)
     points = {float(p.start) for p in shape.phases()}
     n = int(math.ceil(duration / step))

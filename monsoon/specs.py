@@ -571,6 +571,9 @@ class LoadSpec(_Frozen):
         return {"profile": v} if isinstance(v, str) else v
 
 
+AUTO_STAND_INS = (1.0, 100.0, 10_000.0)   # x1 stand-ins for validating a python shape under base_rate: auto
+
+
 class Durations(_Frozen):
     """Seconds per phase. steady shapes use ``warmup`` + ``recovery`` only."""
     warmup: float = Field(gt=0)
@@ -778,7 +781,19 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
                     "every worker needs at least one device")
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
-            spec.load.shape.check(spec.load.rate_for_checks, d, profile)
+            if spec.load.auto and spec.load.shape.kind == "python":
+                # its rates may depend on the calibrated x1 (ctx.base_rate): refused here only when negative
+                # whatever x1 is; the runner samples it again once x1 is known, before anything starts
+                errs = []
+                for stand_in in AUTO_STAND_INS:
+                    try:
+                        spec.load.shape.check(stand_in, d, profile)
+                    except ValueError as e:
+                        errs.append(e)
+                if len(errs) == len(AUTO_STAND_INS):
+                    raise ValueError(f"{errs[0]} (whatever x1 base_rate: auto resolves to)")
+            else:
+                spec.load.shape.check(spec.load.rate_for_checks, d, profile)
         except ValueError as e:
             raise _fail(doc, ("load", "shape"), f"profile {profile!r}: {e}") from None
     for i, c in enumerate(spec.checks):

@@ -183,6 +183,21 @@ def test_auto_still_checks_the_shape_for_negative_rates(tmp_path):
     assert ei.value.key == "load.shape" and "negative" in str(ei.value)
 
 
+def test_auto_accepts_a_python_shape_whose_sign_depends_on_x1_and_the_runner_checks_it(tmp_path, monkeypatch):
+    from monsoon import runner
+    shape = AUTO.replace("{kind: burst, multiplier: 10}", "{kind: python, function: rate_at, file: wave.py}")
+    (tmp_path / "wave.py").write_text("def rate_at(t, ctx):\n    return ctx.base_rate - 150\n")
+    exp = load_experiment(write(tmp_path, shape))          # fine for x1 >= 150: not refused at validation
+    fixed = exp.model_copy(update={"load": exp.load.model_copy(update={"base_rate": 100.0})})
+    monkeypatch.setattr("monsoon.calibrate.resolve_experiment",
+                        lambda stack_spec, exp, profile, out_dir, **kw: (fixed, {"base_rate": 100.0}))
+    from monsoon.specs import load_stack
+    with pytest.raises(SpecError) as ei:                    # x1 resolved to 100: -50 msg/s, refused before start
+        runner.run_experiment(load_stack("inmemory"), exp, "quick", tmp_path / "out", run_id="t")
+    assert ei.value.key == "load.shape" and "base_rate: auto = 100 msg/s" in str(ei.value)
+    assert "negative" in str(ei.value)
+
+
 def _record(capacity=1600.0, host=None, created=None):
     return {"stack": "inmemory", "capacity_msg_s": capacity, "criterion": "stored-rate", "host": host or socket.gethostname(),
             "created": time.time() if created is None else created, "date": "2026-01-01T00:00:00+00:00",
@@ -197,6 +212,17 @@ def test_usable_calibration_same_host_and_recent():
     assert "host" in cal.usable(_record(host="elsewhere"), host=h, max_age=86400, now=now)[1]
     assert "days ago" in cal.usable(_record(created=now - 3 * 86400), host=h, max_age=86400, now=now)[1]
     assert not cal.usable(_record(capacity=None), host=h, max_age=86400, now=now)[0]
+
+
+def test_a_calibration_from_another_profile_or_jar_is_not_used():
+    h, now = socket.gethostname(), time.time()
+    rec = dict(_record(), profile="quick", jar_sha256={"reference-platform.jar": "aa"})
+    assert cal.usable(rec, host=h, max_age=86400, now=now, profile="quick",
+                      jars={"reference-platform.jar": "aa"}) == (True, "")
+    ok, why = cal.usable(rec, host=h, max_age=86400, now=now, profile="full")
+    assert not ok and "profile 'quick', this run is 'full'" in why
+    ok, why = cal.usable(rec, host=h, max_age=86400, now=now, profile="quick", jars={"reference-platform.jar": "bb"})
+    assert not ok and "reference-platform.jar changed" in why
 
 
 def test_max_age_from_the_environment(monkeypatch):
