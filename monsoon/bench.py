@@ -266,13 +266,12 @@ def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
 
 def phase_connections(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
     from monsoon.load import Device
-    from monsoon.native import NativeFleet
+    from monsoon.native import NativeFleet, loopback_sources
     from monsoon.shapes import Steady
 
     n = a.connections
     workers = max(1, -(-n // a.per_worker))
-    n_src = max(1, -(-n // 20000))
-    srcs = [f"127.0.0.{2 + i}" for i in range(n_src)]
+    srcs = loopback_sources("127.0.0.1", n) or ["127.0.0.1"]
     log(f"connections: {n} devices in {workers} workers from {srcs[0]}..{srcs[-1]}, hold {a.hold:g}s "
         f"at {a.hold_rate:g} msg/s")
     devs = [Device(f"c-{i:06d}", "") for i in range(n)]

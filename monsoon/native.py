@@ -189,6 +189,18 @@ class _Worker:
     last_t: int = -1
 
 
+MAX_PER_WORKER = 19_900     # connections one worker holds under a 20,000 open-file hard limit
+PER_SOURCE = 20_000         # connections per source address to one host:port (the ephemeral range is ~28k)
+
+
+def loopback_sources(host: str, n_devices: int) -> list[str]:
+    """For a loopback target with more devices than one source address can connect (emqtt-bench's
+    ``--ifaddr``): 127.0.0.2, 127.0.0.3, ... one per 20,000 devices; none otherwise (the kernel picks)."""
+    if n_devices <= PER_SOURCE or not host.startswith("127."):
+        return []
+    return [f"127.0.0.{2 + i}" for i in range(-(-n_devices // PER_SOURCE))]
+
+
 class NativeFleet:
     """A fleet of MQTT devices publishing an open-model load from native worker processes.
 
@@ -241,7 +253,12 @@ class NativeFleet:
         self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
         self.payload = payload if payload is not None else Payload()
         self.n_workers = int(workers)
-        self.source_addrs = list(source_addrs)
+        self.source_addrs = list(source_addrs) or loopback_sources(host, len(self.devices))
+        per_worker = -(-len(self.devices) // self.n_workers)
+        if per_worker > MAX_PER_WORKER:
+            raise ValueError(f"{len(self.devices):,} devices over {self.n_workers} worker(s) is {per_worker:,} "
+                             f"connections per worker: at most {MAX_PER_WORKER:,} fit under the open-file limit; "
+                             f"set load.workers >= {-(-len(self.devices) // MAX_PER_WORKER)}")
         self.connect_rate = float(connect_rate)
         self._binary = binary
         self._workers: list[_Worker] = []

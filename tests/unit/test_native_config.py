@@ -117,3 +117,22 @@ def test_missing_cargo_names_what_to_install(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MONSOON_LOADGEN", str(tmp_path / "nope"))
     with pytest.raises(native.LoadgenBuildError, match="MONSOON_LOADGEN"):
         native.ensure_loadgen()
+
+
+def test_loopback_targets_spread_over_source_addresses_past_one_address_worth():
+    from monsoon.native import loopback_sources
+    assert loopback_sources("127.0.0.1", 20_000) == []
+    assert loopback_sources("127.0.0.1", 50_000) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert loopback_sources("10.1.2.3", 50_000) == []          # a remote target: the kernel picks
+
+
+def test_too_many_devices_per_native_worker_is_refused(tmp_path):
+    from monsoon.load import Device
+    from monsoon.native import NativeFleet
+    from monsoon.shapes import Steady
+    devs = [Device(f"d{i}", "") for i in range(40_000)]
+    with pytest.raises(ValueError, match="set load.workers >= 3"):
+        NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv")
+    f = NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv",
+                    workers=3)
+    assert f.source_addrs == ["127.0.0.2", "127.0.0.3"]
