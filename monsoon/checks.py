@@ -156,6 +156,8 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     rec, relapse = settled_at(series, end, tol, grace)
     if relapse is not None:
         figures["relapses"] = 1
+    drain = _drain_figures(run, what, tol)
+    figures.update(drain)
     if rec is not None:
         figures["recovery_s"] = round(rec - end, 1)
         crash = _emptied_by_crash(run, series, rec, tol)
@@ -166,9 +168,13 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
                            f"died ({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, "
                            f"not processed")
         ok = rec - end <= seconds
+        pred = drain.get("predicted_drain_s")
+        note = "" if not drain else (f"; drain from the peak predicted {pred:g}s" if pred is not None else
+                                     "; drain from the peak predicted never") + \
+            (f", observed {drain['observed_drain_s']:g}s" if drain.get("observed_drain_s") is not None else "")
         return Verdict(name, PASS if ok else FAIL, figures,
                        f"{what} peaked at {peak:,.0f} and fell to <= {tol:,.0f} {rec - end:.1f}s after the {anchor} "
-                       f"(limit {seconds:g}s)")
+                       f"(limit {seconds:g}s){note}")
     observed = after[-1][0] - end
     figures["recovery_s"] = round(observed, 1)
     figures["final_lag"] = after[-1][1]
@@ -249,6 +255,23 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     return Verdict(name, PASS, figures,
                    f"{what} (peak {peak_all:,.0f}) fell to <= {tol:,.0f} within {max(done):.1f}s after each of "
                    f"{len(wins)} fault window(s) (mean {figures['recovery_s_mean']:.1f}s, limit {seconds:g}s)")
+
+
+def _drain_figures(run: RunData, what: str, tol: float) -> dict:
+    """Predicted (backlog / (capacity - inflow)) next to observed drain of the peak Kafka backlog; capacity
+    from the run's calibration (base_rate: auto) when it has one, else the fastest consumption observed."""
+    if not what.startswith("kafka"):
+        return {}
+    from .lag import drain_time
+    auto = run.meta.get("base_rate_auto") or {}
+    cap = auto.get("capacity_msg_s") if isinstance(auto, dict) else None
+    d = drain_time(run.events, tolerance=tol, capacity=float(cap) if cap else None)
+    if not d:
+        return {}
+    out = {k: d[k] for k in ("predicted_drain_s", "observed_drain_s") if d.get(k) is not None}
+    if d.get("capacity"):
+        out["drain_capacity_msg_s"] = round(d["capacity"], 1)
+    return out
 
 
 def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: float, tol: float) -> dict | None:

@@ -298,11 +298,13 @@ def predicted_drain_s(backlog: float, capacity: float, inflow: float) -> float |
     return backlog / (capacity - inflow)
 
 
-def drain_time(events, tolerance: float = 10.0, span: float = 5.0) -> dict | None:
+def drain_time(events, tolerance: float = 10.0, span: float = 5.0, capacity: float | None = None) -> dict | None:
     """Predicted vs observed drain of the peak Kafka backlog.
 
-    capacity = the largest observed consumption rate (delta committed / delta t over
-    ``span`` seconds, summed over partitions); inflow = the production rate (delta
+    capacity = ``capacity`` when given (a calibrated capacity, measured apart from this run), else
+    the largest observed consumption rate (delta committed / delta t over ``span`` seconds, summed
+    over partitions: measured during the drain itself, so the prediction can only check the
+    arithmetic); inflow = the production rate (delta
     log-end / delta t) from the peak until the lag fell to ``tolerance`` (or sampling
     ended); predicted = backlog / (capacity - inflow).  None without usable samples.
     """
@@ -312,8 +314,9 @@ def drain_time(events, tolerance: float = 10.0, span: float = 5.0) -> dict | Non
     lags = [(t, e - c) for t, e, c in tot]
     i_peak = builtins.max(range(len(lags)), key=lambda i: lags[i][1])
     t_peak, backlog = lags[i_peak]
-    capacity = max_rate([(t, c) for t, _, c in tot], span)
-    out: dict = {"backlog": backlog, "peak_t": t_peak, "capacity": capacity}
+    source = "calibration" if capacity else "observed"
+    capacity = capacity or max_rate([(t, c) for t, _, c in tot], span)
+    out: dict = {"backlog": backlog, "peak_t": t_peak, "capacity": capacity, "capacity_source": source}
     i_done = next((i for i in range(i_peak, len(lags)) if lags[i][1] <= tolerance), None)
     if backlog <= tolerance:
         out.update(observed_drain_s=0.0, predicted_drain_s=0.0, inflow=None)

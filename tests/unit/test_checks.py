@@ -195,3 +195,30 @@ def test_a_short_blip_after_recovery_is_tolerated_and_a_long_one_moves_recovery(
     assert v.verdict == FAIL and v.figures["recovery_s"] == 75.0, v.message
     v = lag_recovers_within(lag_run(tmp_path / "c", base + long), seconds=60, grace=120)
     assert v.verdict == PASS and v.figures["recovery_s"] == 1.0
+
+
+def kafka_drain_run(tmp_path, capacity=500.0, calibrated=None):
+    """x1 = 100 msg/s, x10 for 20 s; one partition consumed at up to ``capacity`` msg/s."""
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 20, 60)
+    if calibrated:
+        b.events[0]["base_rate_auto"] = {"capacity_msg_s": calibrated}
+    end = committed = 0.0
+    for t in range(0, 91):
+        end += 1000.0 if 10 <= t < 30 else 100.0
+        committed = min(end, committed + capacity)
+        b.kafka(float(t), {"tb-0": (int(end), int(committed))})
+    return run(b)
+
+
+def test_lag_recovers_within_puts_the_predicted_drain_next_to_the_observed_one(tmp_path):
+    # peak backlog 10,000 at the burst end; drains at 500 - 100 = 400 msg/s net: 25 s
+    v = lag_recovers_within(kafka_drain_run(tmp_path / "a"), seconds=60)
+    assert v.verdict == PASS
+    assert v.figures["predicted_drain_s"] == pytest.approx(25, abs=1)
+    assert v.figures["observed_drain_s"] == pytest.approx(25, abs=1.5)
+    assert v.figures["drain_capacity_msg_s"] == pytest.approx(500)
+    assert "drain from the peak predicted" in v.message
+    # with a calibrated capacity that the run did not reach, the prediction and the observation part ways
+    v = lag_recovers_within(kafka_drain_run(tmp_path / "b", calibrated=900.0), seconds=60)
+    assert v.figures["drain_capacity_msg_s"] == 900 and v.figures["predicted_drain_s"] == pytest.approx(12.5, abs=0.5)
+    assert v.figures["observed_drain_s"] == pytest.approx(25, abs=1.5)
