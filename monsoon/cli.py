@@ -134,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
                        "stop its processes, and print the census",
                        description="Thaws SIGSTOPped processes, restores cgroup memory limits, deletes the run's "
                        "Toxiproxy toxics and proxies, deletes labelled Chaos Mesh / Litmus objects (when a cluster "
-                       "is configured), then kills the run's leftover processes. Exit 0 when the census is clean.")
+                       "is configured: in the namespaces of MONSOON_KUBE_NAMESPACES), then kills the run's leftover "
+                       "processes. --all leaves alone every run whose monsoon process is still alive (its "
+                       "MONSOON_OWNER_PID label) and says so; --run-id heals that run regardless. "
+                       "Exit 0 when the census is clean.")
     which = h.add_mutually_exclusive_group(required=True)
-    which.add_argument("--all", action="store_true", help="every monsoon run that left something behind")
-    which.add_argument("--run-id", help="only this run")
+    which.add_argument("--all", action="store_true",
+                       help="every monsoon run that left something behind and whose monsoon process is gone "
+                       "(a live run is skipped)")
+    which.add_argument("--run-id", help="only this run, even if its monsoon process is still alive")
     h.add_argument("--toxiproxy-api", action="append", default=[], metavar="URL",
                    help="also sweep this Toxiproxy server (e.g. a shared one); the servers monsoon started are "
                    "found by themselves")
@@ -206,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     if args.cmd == "heal":
         from .chaos import heal_everything
-        done, census = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
-                                       reap_processes=not args.keep_processes)
+        done, census, notes = heal_everything(None if args.all else args.run_id,
+                                              toxiproxy_apis=args.toxiproxy_api,
+                                              reap_processes=not args.keep_processes)
+        for line in notes:
+            print(line)
         for line in done:
             print("healed", line)
         if not done:

@@ -10,7 +10,9 @@ each ``fault`` event's ``effective`` seconds.
   before the first fault: ``throughput_drop_pct``.
 * ``latency_objective``  — a publish->PUBACK percentile, measured from the
   intended send time (no coordinated omission), during the faults, a phase, or
-  the whole load.
+  the whole load.  Its verdict is named ``latency_objective`` for the default
+  ``during: faults`` and ``latency_objective[<phase or all>]`` otherwise, so an
+  experiment may hold one per phase (``check_base`` gives the check back).
 """
 from __future__ import annotations
 
@@ -23,6 +25,17 @@ from .hdrlog import max_ms as hdr_max_ms, percentile_ms
 
 KILL_KINDS = ("pod-kill", "kafka-broker-restart")
 KILL_EXIT_WITHIN_S = 60.0      # a SIGTERM'd service's exit is the kill's if it comes this soon after it
+LATENCY_DEFAULT_DURING = "faults"
+
+
+def check_base(name: str) -> str:
+    """The registered check behind a verdict's name: ``latency_objective[steady]`` -> ``latency_objective``."""
+    return name.split("[", 1)[0]
+
+
+def latency_objective_name(during: str = LATENCY_DEFAULT_DURING) -> str:
+    """``latency_objective`` for the default ``during``, ``latency_objective[<during>]`` for a phase or ``all``."""
+    return "latency_objective" if during == LATENCY_DEFAULT_DURING else f"latency_objective[{during}]"
 
 
 @dataclass(frozen=True)
@@ -37,29 +50,40 @@ class Window:
     healed: bool | None
     evidence: dict
     heal_evidence: dict
+    late_s: float | None = None  # healed by the final heal after its scheduled heal failed: seconds over its window
 
 
 def fault_windows(events) -> list[Window]:
-    """Every injected fault window with timeline times, landing and heal verdicts."""
+    """Every injected fault window with timeline times, landing and heal verdicts.
+
+    A window is judged on its *last* heal: a scheduled heal that failed is retried by the final heal,
+    and when that one worked the fault healed, late (``late_s``), and ``end`` is when it really went.
+    """
     plan = events.first("fault-plan")
     if plan is None:
         return []
     t0 = plan["t"]
     injects: dict[tuple, dict] = {}
-    heals: dict[tuple, dict] = {}
+    heals: dict[tuple, list[dict]] = {}
     for e in events.of("fault"):
         key = (e["name"], e["window"])
         if e.get("phase") == "inject":
             injects[key] = e
         elif e.get("phase") == "heal":
-            heals.setdefault(key, e)
+            heals.setdefault(key, []).append(e)
     out = []
     for key, e in sorted(injects.items(), key=lambda kv: kv[1]["effective"]):
-        h = heals.get(key)
+        hs = sorted(heals.get(key, []), key=lambda h: h["effective"])   # stable: file order on a tie
+        h = hs[-1] if hs else None
+        late = None
+        failed = [x for x in hs[:-1] if x.get("landed") is False]
+        if h is not None and h.get("final") and failed:
+            planned = failed[0]["intended"] if failed[0].get("intended") is not None else failed[0]["effective"]
+            late = round(max(0.0, h["effective"] - planned), 3)
         out.append(Window(e["name"], e["kind"], e["target"], e["window"], t0 + e["effective"],
                           None if h is None else t0 + h["effective"], e.get("landed"),
                           None if h is None else h.get("landed"), e.get("evidence") or {},
-                          {} if h is None else h.get("evidence") or {}))
+                          {} if h is None else h.get("evidence") or {}, late))
     return out
 
 
@@ -115,8 +139,11 @@ def faults_landed(run: RunData) -> Verdict:
     landed = [w for w in wins if w.landed is True]
     placed = [w for w in wins if w not in failed]
     healed = [w for w in placed if w.end is not None and w.healed is not False]
+    late = [w for w in healed if w.late_s is not None]
     figures = {"faults_injected": len(wins), "faults_landed": len(landed), "faults_healed": len(healed),
-               "faults_left_in_place": n_left}
+               "faults_healed_late": len(late), "faults_left_in_place": n_left}
+    if late:
+        figures["max_heal_overstay_s"] = max(w.late_s for w in late)
     downs = [d for d in (downtime(ev, w) for w in wins if w.kind in KILL_KINDS) if d is not None]
     if downs:
         figures["max_downtime_s"] = max(downs)   # kill -> the service ready again
@@ -138,8 +165,11 @@ def faults_landed(run: RunData) -> Verdict:
                        f"on {w.target} ({'not measurable' if w.landed is None else 'did not land'}: {how}); "
                        "the run cannot vouch for the stack under that fault")
     kinds = sorted({w.kind for w in wins})
+    overstay = "" if not late else (
+        f"; {len(late)} healed late by the final heal after a failed scheduled heal "
+        f"({', '.join(f'{w.name}#{w.window} +{w.late_s:g}s' for w in late[:5])}{', ...' if len(late) > 5 else ''})")
     return Verdict(name, PASS, figures,
-                   f"{len(wins)} fault window(s) ({', '.join(kinds)}) landed and healed; census clean")
+                   f"{len(wins)} fault window(s) ({', '.join(kinds)}) landed and healed; census clean" + overstay)
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -225,7 +255,7 @@ def _phase_figures(hists) -> dict[str, float]:
     return out
 
 
-def latency_objective(run: RunData, max_ms: float, percentile: float = 99, during: str = "faults",
+def latency_objective(run: RunData, max_ms: float, percentile: float = 99, during: str = LATENCY_DEFAULT_DURING,
                       min_samples: float = 100) -> Verdict:
     """The ``percentile`` of ack latency stays under ``max_ms`` ``during`` the fault windows, a phase, or ``all``.
 
@@ -235,7 +265,7 @@ def latency_objective(run: RunData, max_ms: float, percentile: float = 99, durin
     latencies of ``acked.csv`` (a message counted at its intended send time).  With the log, every verdict
     also carries ``p50_ms.<phase>``, ``p99_ms.<phase>`` and ``p999_ms.<phase>`` of every phase.
     """
-    name = "latency_objective"
+    name = latency_objective_name(during)   # one checklist row per phase, not several identical ones
     key = f"p{percentile:g}_ms"
     hists = run.latency_histograms
     per_phase = _phase_figures(hists)

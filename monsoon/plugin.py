@@ -86,7 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                                run_id=config.getoption("--monsoon-run-id"), progress=progress,
                                                dry_run=config.getoption("--monsoon-dry-run"), live=Terminal())
     if threading.current_thread() is threading.main_thread():
-        # SIGTERM unwinds like Ctrl-C, so every fault heals and every process stops
+        # SIGTERM unwinds like Ctrl-C, so every fault heals and every process stops; during that teardown
+        # (final heal, census, stack stop) the runner's TeardownShield holds further SIGINT/SIGTERM back
         def on_term(signum, frame):
             raise KeyboardInterrupt(f"monsoon: received {signal.Signals(signum).name}")
         signal.signal(signal.SIGTERM, on_term)

@@ -17,8 +17,23 @@ import os
 from pathlib import Path
 
 from .checks import combine
+from .faultchecks import check_base
 
-KEY_FIGURES = {
+
+class _KeyFigures(dict):
+    """Key figures by check; a qualified verdict name (``latency_objective[steady]``) reads its check's entry."""
+
+    def __getitem__(self, name: str):
+        return super().__getitem__(check_base(name))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(check_base(name))
+
+    def get(self, name: str, default=None):
+        return super().get(check_base(name), default)
+
+
+KEY_FIGURES = _KeyFigures({
     "no_oom": ("oom_events", "restarts"),
     "no_acked_loss": ("acked", "acked_lost", "duplicates"),
     "lag_recovers_within": ("peak_lag", "recovery_s"),
@@ -26,7 +41,7 @@ KEY_FIGURES = {
     "throughput_drop": ("throughput_drop_pct", "baseline_msg_s", "during_faults_msg_s"),
     "latency_objective": ("p99_ms", "p50_ms", "samples"),
     "load_valid": ("late_pct", "pacing_error_pct", "dropped"),
-}
+})
 ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
 
 

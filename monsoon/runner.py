@@ -8,12 +8,14 @@ directory (timeline, logs, acked log).
 from __future__ import annotations
 
 import json
+import queue
+import signal
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, combine, evaluate
 from .accounting import SENT_FILE, stored_source, write_sent
@@ -164,6 +166,13 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
             (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
             return result
     durations = exp.durations(profile)
+    if result.base_rate and exp.load.shape.kind == "python" and not dry_run:   # x1 was auto
+        from .yamlio import SpecError
+        try:   # its rates depend on the calibrated x1: sampled now, before anything starts
+            exp.load.shape.check(exp.load.base_rate, durations, profile)
+        except ValueError as e:
+            raise SpecError(exp.source, None, "load.shape",
+                            f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
     shape = build_shape(exp, profile)
     faults = experiment_faults(exp, profile, stack_spec)   # a bad fault fails here, before anything starts
     unknown = sorted(set(exp.env) - set(stack_spec.services))
@@ -206,10 +215,12 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                 progress(f"[{label}] service {fields['service']} restarted (#{fields.get('n')})")
 
         fleet = sampler = None
+        # the final heal + census and the stack's stop run to the end whatever signals arrive meanwhile
+        shield = TeardownShield(progress)
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
-                       env_overrides=exp.env) as stack:
+            with shield.around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
+                                          env_overrides=exp.env)) as stack:
                 t = time.monotonic()
                 devices = provision(stack, exp)
                 tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
@@ -245,7 +256,8 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
                         f"{f.name} ({f.kind}) on {f.target} at "
                         + ", ".join(f"{a:g}s" for a, _ in f.schedule.windows(durations.total)[:6])
                         for f in faults))
-                    with plan, view:     # heals every fault on every exit path, then takes the census
+                    # heals every fault on every exit path, then takes the census (shielded up to the stack's stop)
+                    with shield.around_exit(plan, hold=True), view:
                         totals = fleet.run(stop, on_second)
                     _report_plan(plan, label, progress)
                 else:
@@ -274,6 +286,96 @@ def run_experiment(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out
     result.checks = evaluate(out_dir, checks)
     (out_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2))
     return result
+
+
+class TeardownShield:
+    """Teardown (the final heal and census, the stack's stop) that a second Ctrl-C or SIGTERM cannot cut short.
+
+    ``with shield.around_exit(cm):`` runs ``cm.__exit__`` with SIGINT and SIGTERM *recorded* instead of
+    raised: each one is answered with ``monsoon: still healing/stopping, please wait`` and lands in
+    ``received``.  When the shield comes down, a KeyboardInterrupt naming them is raised unless one (or
+    SystemExit) is already on its way, so the interruption is honoured once teardown is done.
+
+    ``hold=True`` (an inner teardown, with an outer ``around_exit`` still to come): when the exit leaves by
+    an exception, the shield stays up until the outer exit, so no signal slips in between the two.
+    Signal handlers belong to the main thread: in any other thread the shield does nothing.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, say: Progress = print):
+        self.say = say
+        self.received: list[str] = []
+        self._old: dict[int, Any] | None = None
+        self._notes: queue.SimpleQueue = queue.SimpleQueue()   # put() is safe in a signal handler
+        self._teller: threading.Thread | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self._old is not None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        self.received.append(name)
+        self._notes.put(name)   # said from a thread: the progress sink takes locks a signal handler must not
+
+    def _tell(self) -> None:
+        while (name := self._notes.get()) is not None:
+            try:
+                self.say(f"monsoon: still healing/stopping, please wait ({name} received)")
+            except Exception:
+                pass
+
+    def arm(self) -> None:
+        if self.armed or threading.current_thread() is not threading.main_thread():
+            return
+        self._old = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}   # first: the shield is up
+        self._teller = threading.Thread(target=self._tell, name="teardown-shield", daemon=True)
+        self._teller.start()
+
+    def disarm(self) -> list[str]:
+        """Put the previous handlers back (unless someone replaced ours meanwhile); what was received."""
+        if self._old is not None:
+            for s, old in self._old.items():
+                if signal.getsignal(s) == self._on_signal:
+                    signal.signal(s, signal.SIG_DFL if old is None else old)
+            self._old = None
+            self._notes.put(None)
+            if self._teller is not None:
+                self._teller.join(timeout=2)
+                self._teller = None
+        return list(self.received)
+
+    def around_exit(self, cm: Any, *, hold: bool = False) -> "_ShieldedExit":
+        return _ShieldedExit(self, cm, hold)
+
+    def _after(self, leaving: BaseException | None, hold: bool) -> None:
+        """Teardown is done: bring the shield down (or keep it up for an outer teardown) and honour signals."""
+        pending = bool(self.received) and not isinstance(leaving, (KeyboardInterrupt, SystemExit))
+        if not hold or (leaving is None and not pending):
+            self.disarm()   # else an exception goes on to the outer teardown, which brings the shield down
+        if pending:
+            what = ", ".join(dict.fromkeys(self.received))
+            raise KeyboardInterrupt(f"monsoon: received {what} during teardown; stopped once it was done") \
+                from leaving
+
+
+class _ShieldedExit:
+    def __init__(self, shield: TeardownShield, cm: Any, hold: bool):
+        self.shield, self.cm, self.hold = shield, cm, hold
+
+    def __enter__(self) -> Any:
+        return self.cm.__enter__()
+
+    def __exit__(self, et, ev, tb) -> bool:
+        self.shield.arm()
+        try:
+            suppress = bool(self.cm.__exit__(et, ev, tb))
+        except BaseException as e:
+            self.shield._after(e, self.hold)
+            raise
+        self.shield._after(None if suppress or et is None else ev, self.hold)
+        return suppress
 
 
 def _report_plan(plan, label: str, progress: Progress) -> None:

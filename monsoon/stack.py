@@ -8,7 +8,9 @@ whose policy says so, reports every start/ready/exit/restart through an
 (``__exit__`` also undoes a half-started stack).
 
 Every process gets ``MONSOON_RUN_ID`` in its environment and its own process
-group, so a leftover can be found (``find_leftovers``) and killed as a group.
+group, so a leftover can be found (``find_leftovers``) and killed as a group;
+``MONSOON_OWNER_PID`` beside it names the monsoon process that started it, so
+``monsoon heal --all`` can tell a live run from one whose monsoon was killed.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import requests
 from .specs import REPO, TEMPLATE_RE, ReadySpec, ServiceSpec, StackSpec
 
 CACHE = Path(os.environ.get("MONSOON_CACHE", REPO / ".cache"))
+OWNER_ENV = "MONSOON_OWNER_PID"
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
 
 EventSink = Callable[..., Any]
@@ -232,6 +235,7 @@ class Stack:
         except ValueError as e:
             raise StackError(f"service {name!r}: {e} (in {self.spec.source})") from None
         env["MONSOON_RUN_ID"] = self.run_id
+        env[OWNER_ENV] = str(os.getpid())     # the monsoon process that owns the run (heal --all skips live runs)
         env["MONSOON_SERVICE"] = name
         cmd = [self.render(c, sdir) for c in spec.command]
         return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log")
@@ -383,8 +387,16 @@ def _last_lines(path: Path, n: int = 25) -> str:
 
 def labelled_processes() -> dict[int, str]:
     """Live processes started by monsoon: PID -> the run id in their MONSOON_RUN_ID environment label."""
-    out = {}
-    me = os.getpid()
+    return {pid: rid for pid, (rid, _) in process_owners().items()}
+
+
+def process_owners() -> dict[int, tuple[str, int | None]]:
+    """Live processes started by monsoon: PID -> (run id, PID of the monsoon process that started it).
+
+    Both come from the environment labels ``MONSOON_RUN_ID`` and ``MONSOON_OWNER_PID``; the owner is None
+    for a process labelled before owners were recorded."""
+    out: dict[int, tuple[str, int | None]] = {}
+    me, owner_label = os.getpid(), OWNER_ENV.encode() + b"="
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == me:
             continue
@@ -392,10 +404,15 @@ def labelled_processes() -> dict[int, str]:
             env = (d / "environ").read_bytes().split(b"\0")
         except (OSError, ProcessLookupError):
             continue
+        rid, owner = None, None
         for kv in env:
             if kv.startswith(b"MONSOON_RUN_ID="):
-                out[int(d.name)] = kv[len(b"MONSOON_RUN_ID="):].decode()
-                break
+                rid = kv[len(b"MONSOON_RUN_ID="):].decode()
+            elif kv.startswith(owner_label):
+                v = kv[len(owner_label):]
+                owner = int(v) if v.isdigit() else None
+        if rid is not None:
+            out[int(d.name)] = (rid, owner)
     return out
 
 

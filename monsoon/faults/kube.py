@@ -1,14 +1,15 @@
 """Kubernetes faults: render Chaos Mesh and Litmus objects; apply them only when a cluster is configured.
 
 Rendering needs nothing but PyYAML.  Applying needs the ``kubernetes`` Python
-client (``pip install kubernetes``), imported only when a cluster is configured
-(``KUBECONFIG``, ``~/.kube/config`` or in-cluster service variables); otherwise
-the backend runs *dry*: it writes the manifests to ``<out_dir>/kube/*.yaml`` and
-reports landing as unmeasured.
+client (pinned in requirements.txt; the ``kube`` extra), imported only when a
+cluster is configured (``KUBECONFIG``, ``~/.kube/config`` or in-cluster service
+variables); otherwise the backend runs *dry*: it writes the manifests to
+``<out_dir>/kube/*.yaml`` and reports landing as unmeasured.
 
 Every object carries the label ``monsoon.io/run-id`` (so ``heal_all``/``census``
-find a run's objects with a label selector) and only namespaces on the
-allow-list may be targeted (an empty allow-list allows none).
+find a run's objects with a label selector, and ``run_ids`` the runs that have
+any) and only namespaces on the allow-list may be targeted (an empty allow-list
+allows none).
 
 Rendered kinds:
 * Chaos Mesh (``chaos-mesh.org/v1alpha1``): PodChaos ``pod-kill``, NetworkChaos
@@ -284,20 +285,25 @@ class KubeBackend:
                 if getattr(e, "status", None) != 404:
                     raise
 
-    def _listed(self, run_id: str) -> list[dict]:
+    def _listed(self, run_id: str | None) -> list[dict]:
+        """This flavour's objects of a run (of every run: ``None``) in the allowed namespaces, by their label."""
         if not self.apply:
             return []
         group, version = self._gv()
         api = self._custom()
+        selector = RUN_LABEL if run_id is None else f"{RUN_LABEL}={run_id}"
         out = []
         for ns in self.allowed:
             for kind in self._kinds():
-                res = api.list_namespaced_custom_object(group, version, ns, PLURALS[kind],
-                                                        label_selector=f"{RUN_LABEL}={run_id}")
+                res = api.list_namespaced_custom_object(group, version, ns, PLURALS[kind], label_selector=selector)
                 for item in res.get("items", []):
                     item.setdefault("kind", kind)
                     out.append(item)
         return out
+
+    def run_ids(self) -> set[str]:
+        """Run ids on the ``monsoon.io/run-id`` label of this flavour's objects (``monsoon heal --all``)."""
+        return {rid for o in self._listed(None) if (rid := (o["metadata"].get("labels") or {}).get(RUN_LABEL))}
 
     def heal_all(self, run_id: str) -> list[str]:
         for h in list(self._handles.values()):

@@ -81,6 +81,7 @@ class FaultPlan:
         self._thread: threading.Thread | None = None
         self._handle_sigterm = handle_sigterm
         self._old_term: Any = None
+        self._on_term: Any = None
 
     # --- time
     def now(self) -> float:
@@ -231,6 +232,7 @@ class FaultPlan:
                 and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)):
             def on_term(signum, frame):
                 raise KeyboardInterrupt("monsoon: SIGTERM during a fault plan")
+            self._on_term = on_term
             self._old_term = signal.signal(signal.SIGTERM, on_term)
         try:
             return self.start()
@@ -242,6 +244,8 @@ class FaultPlan:
         try:
             self.heal_all()
         finally:
-            if self._old_term is not None:
+            # put the previous handler back only if ours is still there: a teardown shield that took over
+            # SIGTERM around this exit (monsoon.runner.TeardownShield) must stay in place until it comes down
+            if self._old_term is not None and signal.getsignal(signal.SIGTERM) is self._on_term:
                 signal.signal(signal.SIGTERM, self._old_term)
-                self._old_term = None
+            self._old_term = self._on_term = None

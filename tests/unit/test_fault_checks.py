@@ -31,10 +31,12 @@ def builder(dir, base_rate: float = 100.0, plan_t: float | None = 0.0, **meta) -
 
 def fault(b: RunBuilder, name: str, window: int, phase: str, effective: float, landed, *, plan_t: float = 0.0,
           kind: str = "network-latency", target: str = "platform->postgres", backend: str = "toxiproxy",
-          evidence: dict | None = None, **extra) -> RunBuilder:
-    """One ``fault`` event as FaultPlan writes it (``effective`` relative to the plan start)."""
+          evidence: dict | None = None, intended: float | None | str = "effective", **extra) -> RunBuilder:
+    """One ``fault`` event as FaultPlan writes it (``effective`` relative to the plan start; ``intended``
+    None for the final heal)."""
     return b.ev("fault", plan_t + effective + 0.2, name=name, kind=kind, backend=backend, target=target,
-                window=window, phase=phase, intended=effective, effective=effective, landed=landed,
+                window=window, phase=phase, intended=effective if intended == "effective" else intended,
+                effective=effective, landed=landed,
                 evidence=evidence if evidence is not None else {"method": "probe:postgres"}, **extra)
 
 
@@ -80,7 +82,8 @@ def test_faults_landed_passes_when_every_fault_landed_and_healed(tmp_path):
     census(b, 100)
     v = faults_landed(run(b))
     assert v.verdict == PASS, v.message
-    assert v.figures == {"faults_injected": 2, "faults_landed": 2, "faults_healed": 2, "faults_left_in_place": 0}
+    assert v.figures == {"faults_injected": 2, "faults_landed": 2, "faults_healed": 2, "faults_healed_late": 0,
+                         "faults_left_in_place": 0}
     assert "network-latency" in v.message and "pod-kill" in v.message
 
 
@@ -103,6 +106,35 @@ def test_faults_landed_fails_when_a_heal_did_not_land(tmp_path):
     v = faults_landed(run(b))
     assert v.verdict == FAIL
     assert v.figures["faults_healed"] == 0 and "lat#0" in v.message
+
+
+def test_faults_landed_judges_the_last_heal_a_failed_scheduled_heal_retried_by_the_final_heal(tmp_path):
+    b = builder(tmp_path)
+    window(b, "ok", 10, 20)
+    fault(b, "lat", 0, "inject", 30, True)
+    fault(b, "lat", 0, "heal", 45, False, evidence={"method": "heal", "error": "FaultError: toxiproxy 503"})
+    fault(b, "lat", 0, "heal", 90.5, True, intended=None, final=True)    # FaultPlan.heal_all retried it
+    census(b, 100)
+    v = faults_landed(run(b))
+    assert v.verdict == PASS, v.message
+    assert v.figures["faults_healed"] == 2 and v.figures["faults_healed_late"] == 1
+    assert v.figures["max_heal_overstay_s"] == 45.5 and v.figures["faults_left_in_place"] == 0
+    assert "healed late by the final heal" in v.message and "lat#0 +45.5s" in v.message
+    [w_ok, w_lat] = fault_windows(run(b).events)
+    assert w_ok.late_s is None
+    assert (w_lat.end, w_lat.healed, w_lat.late_s) == (90.5, True, 45.5)   # the fault really lasted until then
+
+
+def test_faults_landed_fails_when_the_final_heal_failed_too(tmp_path):
+    b = builder(tmp_path)
+    fault(b, "lat", 0, "inject", 30, True)
+    fault(b, "lat", 0, "heal", 45, False, evidence={"method": "heal", "error": "FaultError: toxiproxy 503"})
+    fault(b, "lat", 0, "heal", 90.5, False, intended=None, final=True,
+          evidence={"method": "heal", "error": "FaultError: still 503"})
+    census(b, 100, {"toxiproxy": ["toxic m_r__platform__postgres/m_r__lat__0__downstream"]})
+    v = faults_landed(run(b))
+    assert v.verdict == FAIL and v.figures["faults_healed"] == 0 and v.figures["faults_healed_late"] == 0
+    assert "lat#0 (FaultError: still 503)" in v.message
 
 
 def test_faults_landed_fails_when_a_fault_was_never_healed(tmp_path):
@@ -254,6 +286,44 @@ def test_latency_objective_in_a_named_phase(tmp_path):
     v = latency_objective(r, max_ms=500, during="soak", percentile=50)
     assert v.verdict == FAIL and v.figures["p50_ms"] == 2000
     assert latency_objective(r, max_ms=500, during="burst").verdict == UNKNOWN
+
+
+def test_latency_objective_names_its_verdict_by_phase_and_keeps_the_plain_name_for_the_faults(tmp_path):
+    r = latency_run(tmp_path, inside_ms=2000, outside_ms=20)
+    assert latency_objective(r, max_ms=500).name == "latency_objective"
+    assert latency_objective(r, max_ms=500, during="faults").name == "latency_objective"
+    assert latency_objective(r, max_ms=500, during="warmup").name == "latency_objective[warmup]"
+    assert latency_objective(r, max_ms=500, during="all").name == "latency_objective[all]"
+    assert latency_objective(r, max_ms=500, during="burst").name == "latency_objective[burst]"   # unknown too
+
+
+def test_per_phase_latency_objectives_get_their_own_checklist_rows_and_defect_matrix_entries(tmp_path):
+    from monsoon.defects import Defect, clean_entry, defect_entry
+    from monsoon.report import checklist, summary
+    r = latency_run(tmp_path, inside_ms=2000, outside_ms=20)
+    vs = evaluate(r.dir, [("latency_objective", {"max_ms": 500}),
+                          ("latency_objective", {"max_ms": 500, "during": "warmup"}),
+                          ("latency_objective", {"max_ms": 500, "during": "soak", "percentile": 50})])
+    assert [(v.name, v.verdict) for v in vs] == [("latency_objective", FAIL), ("latency_objective[warmup]", PASS),
+                                                 ("latency_objective[soak]", FAIL)]
+    result = {"stack": "kafka", "experiment": "slow", "verdict": FAIL, "figures": {},
+              "checks": [v.to_dict() for v in vs]}
+    md = checklist(summary("run-1", "quick", [result]))
+    rows = [ln for ln in md.splitlines() if ln.startswith("| kafka | slow |")]
+    assert len(rows) == 3 and len(set(rows)) == 3
+    assert "| latency_objective[warmup] | PASS | p99_ms=20, p50_ms=20, samples=" in md   # its key figures
+    # the defect matrix keys verdicts by name: none merged, and the check's phase verdicts catch a defect
+    clean = clean_entry("defect-clean-x", 1, result)
+    assert clean["checks"] == {"latency_objective": FAIL, "latency_objective[warmup]": PASS,
+                               "latency_objective[soak]": FAIL}
+    d = Defect("x", "slow", "kafka", "latency_objective", "DEFECT_X", "none")
+    e = defect_entry(d, result)
+    assert e["caught"] and e["expected_verdict"] == FAIL
+    only_phase = dict(result, checks=[vs[1].to_dict(), vs[2].to_dict()])
+    e = defect_entry(d, only_phase)
+    assert e["caught"] and e["caught_by"] == ["latency_objective[soak]"] and e["figures"]["p50_ms"] == 2000
+    e = defect_entry(d, dict(result, checks=[vs[1].to_dict()]))
+    assert not e["caught"] and e["expected_verdict"] == PASS
 
 
 def test_latency_objective_is_unknown_below_min_samples(tmp_path):

@@ -148,3 +148,146 @@ def test_a_plan_window_applies_one_shot_objects_not_a_schedule(tmp_path):
     h = KubeBackend("chaos-mesh", ["iot"], out_dir=tmp_path, apply=False).inject(f, FaultContext(run_id="r1"))
     assert [o["kind"] for o in h.data["objects"]] == ["PodChaos"]
     assert render(f, "r1", ["iot"])[0]["kind"] == "Schedule"   # the standalone rendering still repeats
+
+
+# ------------------------------------------------- applying, healing and the census on a (fake) cluster
+
+class FakeCustomObjectsApi:
+    """An in-memory API server for custom objects: the four calls KubeBackend makes, with the real signatures."""
+
+    def __init__(self):
+        self.store: dict[tuple[str, str, str, str, str], dict] = {}
+
+    @staticmethod
+    def _error(status: int, reason: str):
+        from kubernetes.client.exceptions import ApiException
+        return ApiException(status=status, reason=reason)
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
+        key = (group, version, namespace, plural, body["metadata"]["name"])
+        if key in self.store:
+            raise self._error(409, "AlreadyExists")
+        assert body["metadata"]["namespace"] == namespace and body["apiVersion"] == f"{group}/{version}"
+        self.store[key] = yaml.safe_load(yaml.safe_dump(body))   # what the server keeps is a copy
+        return body
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None, **kw):
+        def matches(o) -> bool:
+            labels = o["metadata"].get("labels") or {}
+            for term in filter(None, (label_selector or "").split(",")):
+                k, _, v = term.partition("=")
+                if k not in labels or ("=" in term and labels[k] != v):
+                    return False
+            return True
+        return {"items": [yaml.safe_load(yaml.safe_dump(o)) for (g, ver, ns, pl, _), o in sorted(self.store.items())
+                          if (g, ver, ns, pl) == (group, version, namespace, plural) and matches(o)]}
+
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
+        if self.store.pop((group, version, namespace, plural, name), None) is None:
+            raise self._error(404, "NotFound")
+        return {"status": "Success"}
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
+        try:
+            return self.store[(group, version, namespace, plural, name)]
+        except KeyError:
+            raise self._error(404, "NotFound") from None
+
+    def runs(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for (_, _, ns, _, name), o in sorted(self.store.items()):
+            out.setdefault(o["metadata"]["labels"][RUN_LABEL], []).append(f"{o['kind']} {ns}/{name}")
+        return out
+
+
+def test_the_fake_api_has_the_signatures_of_the_real_client():
+    import inspect
+    kubernetes = pytest.importorskip("kubernetes")
+    for m in ("create_namespaced_custom_object", "list_namespaced_custom_object",
+              "delete_namespaced_custom_object", "get_namespaced_custom_object"):
+        real = [p for p in inspect.signature(getattr(kubernetes.client.CustomObjectsApi, m)).parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+        fake = [p for p in inspect.signature(getattr(FakeCustomObjectsApi, m)).parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert [p.name for p in fake] == [p.name for p in real], m
+    assert "label_selector" in inspect.signature(kubernetes.client.CustomObjectsApi.list_namespaced_custom_object).parameters
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A configured cluster (a kubeconfig, the real client's config loading) whose API is the fake; the
+    allow-list from MONSOON_KUBE_NAMESPACES; nothing else of this machine in reach of heal_everything."""
+    kubernetes = pytest.importorskip("kubernetes")
+    import monsoon.chaos as chaos
+    import monsoon.stack as stack_mod
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "fake", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    # the client reads KUBECONFIG once, at import (a real monsoon process has it set before that)
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cfg))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "iot, lab")
+    api = FakeCustomObjectsApi()
+    monkeypatch.setattr(kubernetes.client, "CustomObjectsApi", lambda *a, **k: api)
+    owners: dict = {}
+    monkeypatch.setattr(stack_mod, "process_owners", lambda: dict(owners))
+    monkeypatch.setattr(stack_mod, "reap", lambda rid=None: [])
+    monkeypatch.setattr(chaos, "_toxiproxy_apis_of_runs", lambda: [])
+    return api, owners, tmp_path
+
+
+def inject_as_a_run_does(run_id: str, flavor: str, kind: str, params: dict, out_dir, ns: str = "iot") -> None:
+    from monsoon.chaos import kube_namespaces
+    be = KubeBackend(flavor, kube_namespaces(), out_dir=out_dir)   # as chaos.build_backends makes it
+    assert be.apply                                                # a cluster is configured: applied, not dry
+    target = {**SEL, "namespace": ns}
+    h = be.inject(spec(kind, flavor, params, target=target), FaultContext(run_id=run_id, out_dir=out_dir))
+    assert be.verify(h).evidence["present"] is True
+    # ... and monsoon is killed with -9: the backend and its handles are gone
+
+
+def test_heal_run_id_deletes_the_labelled_objects_of_a_killed_run(cluster):
+    from monsoon.chaos import heal_everything
+    api, _, tmp = cluster
+    inject_as_a_run_does("r-kube", "chaos-mesh", "pod-kill", {}, tmp)
+    inject_as_a_run_does("r-kube", "litmus", "network-latency", {"latency_ms": 200}, tmp, ns="lab")
+    inject_as_a_run_does("r-other", "chaos-mesh", "pod-kill", {}, tmp)
+    placed = api.runs()
+    assert len(placed["r-kube"]) == 2 and len(placed["r-other"]) == 1
+    rep = heal_everything("r-kube", state_root=tmp)
+    assert sorted(x for x in rep.done if "deleted" in x) == sorted(
+        f"r-kube {'litmus' if x.startswith('ChaosEngine') else 'chaos-mesh'}: {x} deleted" for x in placed["r-kube"])
+    assert rep.census == {} and rep.notes == []
+    assert api.runs() == {"r-other": placed["r-other"]}            # another run's object is not this run's
+    for flavor in ("chaos-mesh", "litmus"):
+        assert KubeBackend(flavor, ["iot", "lab"]).census("r-kube") == []
+
+
+def test_heal_all_finds_kubernetes_only_runs_by_their_label_and_skips_live_ones(cluster, monkeypatch):
+    import monsoon.chaos as chaos
+    from monsoon.chaos import heal_everything
+    api, owners, tmp = cluster
+    inject_as_a_run_does("r-gone", "chaos-mesh", "pod-kill", {}, tmp)
+    inject_as_a_run_does("r-gone-too", "litmus", "pod-kill", {}, tmp, ns="lab")
+    inject_as_a_run_does("r-live", "chaos-mesh", "network-latency", {"latency_ms": 200}, tmp)
+    owners[10**9] = ("r-live", 4321)                                # its stack still runs under monsoon 4321
+    monkeypatch.setattr(chaos, "_proc_stat", {4321: ("S", 1, 10), 10**9: ("S", 4321, 20)}.get)
+    live = api.runs()["r-live"]
+    rep = heal_everything(None, state_root=tmp)
+    assert rep.notes == ["run r-live is still live (owner pid 4321): skipped; use --run-id r-live to force"]
+    assert {x.split(" ", 1)[0] for x in rep.done if "deleted" in x} == {"r-gone", "r-gone-too"}
+    assert rep.census == {} and api.runs() == {"r-live": live}
+
+
+def test_heal_says_so_when_a_cluster_is_configured_but_no_namespace_is_allowed(cluster, monkeypatch):
+    from monsoon.chaos import heal_everything
+    api, _, tmp = cluster
+    inject_as_a_run_does("r-kube", "chaos-mesh", "pod-kill", {}, tmp)
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "")
+    rep = heal_everything("r-kube", state_root=tmp)
+    assert any("MONSOON_KUBE_NAMESPACES is empty" in n for n in rep.notes)
+    assert len(api.runs()["r-kube"]) == 1
