@@ -46,15 +46,39 @@ def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None
         raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}") from None
 
 
-def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None) -> list[FaultSpec]:
-    """Every fault of an experiment for one profile, checked against the stack's services when given."""
+def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None, *,
+                      namespaces: Iterable[str] | None = None) -> list[FaultSpec]:
+    """Every fault of an experiment for one profile, checked against the stack's services when given.
+
+    A Kubernetes fault (chaos-mesh, litmus) is rendered here once, so a namespace that is not on
+    ``MONSOON_KUBE_NAMESPACES`` (or ``namespaces``) or an object its backend cannot express fails now,
+    naming the experiment's file, line and ``faults.N``, before any stack starts: not mid-run as an
+    ``unknown`` inject.
+    """
     services = set(stack.services) if stack is not None else None
     doc = load_located(exp.source) if exp.source and Path(exp.source).exists() else None
     out = []
     for i, ref in enumerate(exp.faults):
         line = doc.line_of(("faults", i)) if doc is not None else None
-        out.append(resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}")))
+        f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"))
+        if f.backend in ("chaos-mesh", "litmus"):
+            _check_kube(f, ref, namespaces, where=(exp.source, line, f"faults.{i}"))
+        out.append(f)
     return out   # distinct names: checked by load_experiment
+
+
+def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
+                where: tuple[str | Path, int | None, str]) -> None:
+    """Render one window of a Kubernetes fault as an inject would: the allow-list and the renderer's refusals."""
+    from .faults.kube import NamespaceNotAllowed, one_window, render
+    allowed = tuple(kube_namespaces() if namespaces is None else namespaces)
+    try:
+        render(one_window(f), "validate", allowed)
+    except FaultError as e:
+        hint = (f" (set {KUBE_NAMESPACES_ENV}=a,b to allow namespaces)" if isinstance(e, NamespaceNotAllowed)
+                else "")
+        file, line, key = where
+        raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}{hint}") from None
 
 
 def kube_namespaces() -> tuple[str, ...]:

@@ -72,10 +72,26 @@ class ExperimentResult:
         return d
 
     def check(self, name: str) -> Verdict:
-        """The verdict of one check by name (KeyError naming the checks there are)."""
+        """The verdict of one check by name (KeyError naming the checks there are).
+
+        An exact name wins; otherwise the verdicts whose base name is ``name`` (``latency_objective``
+        finds ``latency_objective[steady]``): one is returned as is, several are composed into one
+        (fail > unknown > pass; the worst one's figures, every one's figures as ``key[phase]``)."""
+        from .faultchecks import check_base
         for c in self.checks:
             if c.name == name:
                 return c
+        same = [c for c in self.checks if check_base(c.name) == name]
+        if len(same) == 1:
+            return same[0]
+        if same:
+            worst = combine([c.verdict for c in same])
+            first = next(c for c in same if c.verdict == worst)
+            figures = dict(first.figures)
+            for c in same:
+                figures.update({f"{k}[{c.name[len(name) + 1:-1]}]": v for k, v in c.figures.items()})
+            parts = [f"{c.name}: {c.verdict}" + (f" ({c.message})" if c.message else "") for c in same]
+            return Verdict(name, worst, figures, "; ".join(parts))
         raise KeyError(f"no check {name!r} in {self.stack}/{self.experiment} (has: {', '.join(c.name for c in self.checks)})")
 
     def assert_pass(self) -> None:

@@ -7,7 +7,11 @@ Supports cgroup v1 (``memory.limit_in_bytes``) and v2 (``memory.max``).
   original limit, move the processes back, remove the directory.  Nested under
   the service's own cgroup, so every parent limit still applies.
 * ``mode: in-place``: lower the limit of the cgroup the service already is in
-  (e.g. its container's); heal writes the remembered original back.
+  (e.g. its container's); heal writes the remembered original back.  Only for a
+  service with a cgroup of its own: services monsoon starts inherit monsoon's
+  cgroup, and lowering that one would cap pytest, Kafka and every other process
+  in it.  So in-place is refused when the cgroup (or one below it, which the
+  limit covers too) holds any process outside the target's process group.
 
 Before anything is changed a record (cgroup, limit file, original value, PIDs) is
 written to ``<state_dir>/cgroup/<run-id>/*.json``, so ``heal_all`` restores it even
@@ -28,6 +32,10 @@ from .spec import FaultSpec, MemoryPressureParams
 
 V1_UNLIMITED = 9223372036854771712  # what v1 reports for "no limit" (PAGE_COUNTER_MAX * 4096)
 PAGE = 4096
+# not "use mode: in-place": the cgroup at hand is monsoon's own, and in-place would cap monsoon with the service
+V2_DELEGATE_HINT = ("run monsoon in a leaf cgroup of a delegated subtree (e.g. systemd-run --user --scope "
+                    "-p Delegate=yes ...), or give the service a cgroup of its own (a container) and use "
+                    "mode: in-place there")
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,14 @@ class CgroupDir:
             return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
         except FileNotFoundError:
             return []
+
+    def subtree_procs(self) -> list[int]:
+        """Every process a limit on this cgroup would cap: its own and those of every cgroup below it."""
+        out = set(self.procs())
+        for d, _, files in os.walk(self.path):
+            if d != str(self.path) and "cgroup.procs" in files:
+                out.update(CgroupDir(self.version, Path(d)).procs())
+        return sorted(out)
 
     def oom_kills(self) -> int | None:
         f = self.path / ("memory.oom_control" if self.version == 1 else "memory.events")
@@ -139,7 +155,7 @@ class CgroupFS:
             sub = (cg.path / "cgroup.subtree_control")
             if "memory" not in sub.read_text().split() and cg.procs():
                 return (f"cgroup v2: {cg.path} holds processes and does not delegate the memory controller to "
-                        "children (no-internal-processes rule); run monsoon in a delegated cgroup or use mode: in-place")
+                        "children (no-internal-processes rule); " + V2_DELEGATE_HINT)
         return None
 
 
@@ -201,6 +217,7 @@ class CgroupBackend:
                     "created": True, "original": "max" if cur.version == 2 else str(V1_UNLIMITED),
                     "pids": pids, "limit_bytes": want}
         else:
+            self._check_own_cgroup(fault, svc, cur, pids)
             target = cur
             data = {"service": svc, "version": cur.version, "cgroup": str(cur.path), "parent": None,
                     "created": False, "original": cur.read_limit(), "pids": pids, "limit_bytes": want}
@@ -232,6 +249,20 @@ class CgroupBackend:
         return handle
 
     @staticmethod
+    def _check_own_cgroup(fault: FaultSpec, svc: str, cg: CgroupDir, members: list[int]) -> None:
+        """mode: in-place only on a cgroup that holds nothing but the service's process group."""
+        others = sorted(set(cg.subtree_procs()) - set(members))
+        if not others:
+            return
+        me = os.getpid()
+        who = ", ".join(str(x) + (" (monsoon itself)" if x == me else "") for x in others[:8])
+        raise FaultError(
+            f"{fault.name}: mode: in-place would lower the memory limit of {cg.path}, which also holds "
+            f"{len(others)} process(es) outside {svc}'s process group (pid {who}{', ...' if len(others) > 8 else ''}): "
+            "the limit would cap them too (monsoon, pytest, the other services). Use mode: child (the default), or "
+            "give the service a cgroup of its own (a container) for in-place")
+
+    @staticmethod
     def _move(pid: int, path: Path) -> None:
         try:
             (path / "cgroup.procs").write_text(str(pid))
@@ -249,7 +280,7 @@ class CgroupBackend:
                 sub.write_text("+memory")
             except OSError as e:
                 raise FaultError(f"cgroup v2: cannot enable the memory controller for children of {path}: {e} "
-                                 "(a cgroup holding processes cannot delegate; use mode: in-place)") from None
+                                 f"(a cgroup holding processes cannot delegate; {V2_DELEGATE_HINT})") from None
 
     def _restore(self, rec: dict) -> None:
         cg = CgroupDir(rec["version"], Path(rec["cgroup"]))

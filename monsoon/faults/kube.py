@@ -20,6 +20,20 @@ Rendered kinds:
 
 ``tests/integration/test_manifest_contract.py`` checks every rendered kind with
 the upstream Chaos Mesh API types and webhooks (``tests/contract``).
+
+Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
+``poll_interval`` s; ``clock``/``sleep`` are parameters for tests):
+
+* inject — Chaos Mesh: ``status.conditions[type=AllInjected].status == "True"``;
+  Litmus (a ChaosEngine has no conditions): an entry of ``status.experiments[]``
+  whose ``status`` is ``Running`` or ``Completed``, or ``status.engineStatus ==
+  "completed"`` (``initialized`` alone only says the operator took the engine).
+* heal — every object is gone (404).  A Litmus engine is first patched to
+  ``spec.engineState: stop`` (the operator aborts its experiments) and then
+  deleted.  A Chaos Mesh object still there after ``heal_timeout`` with a
+  ``deletionTimestamp`` (its finalizer cannot recover a pod) is annotated
+  ``chaos-mesh.chaos-mesh.org/cleanFinalizer: forced`` and polled again; the
+  evidence says it was forced.
 """
 from __future__ import annotations
 
@@ -27,8 +41,9 @@ import hashlib
 import math
 import os
 import re
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -43,6 +58,12 @@ PLURALS = {"PodChaos": "podchaos", "NetworkChaos": "networkchaos", "StressChaos"
            "Schedule": "schedules", "ChaosEngine": "chaosengines"}
 LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown")
 KILL_KINDS = ("pod-kill", "kafka-broker-restart")
+# chaos-mesh controllers/common: AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
+CLEAN_FINALIZER = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
+CLEAN_FINALIZER_FORCED = "forced"
+# litmus chaos-operator api/litmuschaos/v1alpha1: status.experiments[].status (ExperimentStatus)
+LITMUS_RAN = ("running", "completed", "execution successful")
+LITMUS_FAILED = ("chaosexperiment not found", "forcefully aborted", "skipped")
 
 
 class NamespaceNotAllowed(FaultError):
@@ -226,13 +247,20 @@ class KubeBackend:
     """chaos-mesh / litmus: one class, ``flavor`` picks the renderer."""
 
     def __init__(self, flavor: str, allowed_namespaces: Iterable[str], *, out_dir: Path | None = None,
-                 apply: bool | None = None):
+                 apply: bool | None = None, inject_timeout: float = 60.0, heal_timeout: float = 60.0,
+                 poll_interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Any] = time.sleep):
         if flavor not in ("chaos-mesh", "litmus"):
             raise ValueError(f"flavor must be chaos-mesh or litmus, not {flavor!r}")
         self.name = flavor
         self.allowed = tuple(allowed_namespaces)
         self.out_dir = out_dir
         self.apply = cluster_configured() if apply is None else apply
+        self.inject_timeout = inject_timeout
+        self.heal_timeout = heal_timeout
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.sleep = sleep
         self._api = None
         self._handles: dict[str, Handle] = {}
 
@@ -270,9 +298,32 @@ class KubeBackend:
 
     def heal(self, handle: Handle) -> None:
         if not handle.data.get("dry_run"):
+            self._stop_engines(handle.data["objects"])
             self._delete(handle.data["objects"])
         handle.healed = True
         self._handles.pop(handle.id, None)
+
+    @staticmethod
+    def _ref(o: dict) -> tuple[str, str, str]:
+        return o["metadata"]["namespace"], PLURALS[o["kind"]], o["metadata"]["name"]
+
+    def _patch(self, o: dict, body: dict) -> bool:
+        """Merge-patch one object; False when it is already gone."""
+        group, version = self._gv()
+        ns, plural, name = self._ref(o)
+        try:
+            self._custom().patch_namespaced_custom_object(group, version, ns, plural, name, body)
+            return True
+        except Exception as e:  # kubernetes.client.ApiException; 404 = already gone
+            if getattr(e, "status", None) != 404:
+                raise
+            return False
+
+    def _stop_engines(self, objs: list[dict]) -> None:
+        """Litmus: ``spec.engineState: stop`` before the delete, so the operator aborts the running chaos."""
+        for o in objs:
+            if o["kind"] == "ChaosEngine":
+                self._patch(o, {"spec": {"engineState": "stop"}})
 
     def _delete(self, objs: list[dict]) -> None:
         group, version = self._gv()
@@ -284,6 +335,54 @@ class KubeBackend:
             except Exception as e:  # kubernetes.client.ApiException; 404 = already gone
                 if getattr(e, "status", None) != 404:
                     raise
+
+    def _get(self, o: dict) -> dict | None:
+        """The live object; None when it is gone (404)."""
+        group, version = self._gv()
+        ns, plural, name = self._ref(o)
+        try:
+            return self._custom().get_namespaced_custom_object(group, version, ns, plural, name)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise
+
+    def _poll(self, probe: Callable[[], tuple[bool, Any]], timeout: float) -> tuple[bool, Any, int, float]:
+        """Call ``probe`` -> (done, value) until done or ``timeout``: (done, last value, polls, seconds)."""
+        t0 = self.clock()
+        polls = 0
+        while True:
+            polls += 1
+            done, value = probe()
+            waited = self.clock() - t0
+            if done or waited >= timeout:
+                return done, value, polls, round(waited, 3)
+            self.sleep(max(0.0, min(self.poll_interval, timeout - waited)))
+
+    def _await_gone(self, objs: list[dict]) -> tuple[bool, dict]:
+        """Poll until every object is gone; a Chaos Mesh object stuck in deletion gets its finalizer forced."""
+        def present() -> list[tuple[dict, dict]]:
+            return [(o, x) for o in objs if (x := self._get(o)) is not None]
+
+        def name(o: dict) -> str:
+            return f"{o['kind']}/{o['metadata']['name']}"
+        gone, left, polls, waited = self._poll(lambda: (not (p := present()), p), self.heal_timeout)
+        ev: dict[str, Any] = {"method": "api", "present": not gone, "polls": polls, "waited_s": waited}
+        if gone:
+            return True, ev
+        stuck = [(o, x) for o, x in left if (x.get("metadata") or {}).get("deletionTimestamp")]
+        ev["deletion_pending"] = [name(o) for o, _ in stuck]
+        ev["finalizers"] = sorted({f for _, x in stuck for f in (x["metadata"].get("finalizers") or [])})
+        if len(stuck) < len(left):
+            ev["not_deleting"] = [name(o) for o, x in left if not (x.get("metadata") or {}).get("deletionTimestamp")]
+        if self.name != "chaos-mesh" or not stuck:
+            return False, ev
+        for o, _ in stuck:   # Chaos Mesh's documented way out of a finalizer that cannot recover its pods
+            self._patch(o, {"metadata": {"annotations": {CLEAN_FINALIZER: CLEAN_FINALIZER_FORCED}}})
+        ev["forced_finalizer"] = True
+        gone, _, polls2, waited2 = self._poll(lambda: (not present(), None), self.heal_timeout)
+        ev.update(present=not gone, polls=polls + polls2, waited_s=round(waited + waited2, 3))
+        return gone, ev
 
     def _listed(self, run_id: str | None) -> list[dict]:
         """This flavour's objects of a run (of every run: ``None``) in the allowed namespaces, by their label."""
@@ -311,8 +410,13 @@ class KubeBackend:
                 h.healed = True
                 self._handles.pop(h.id, None)
         objs = self._listed(run_id)
-        self._delete(objs) if objs else None
-        return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']} deleted" for o in objs]
+        if not objs:
+            return []
+        self._stop_engines(objs)
+        self._delete(objs)
+        gone, ev = self._await_gone(objs)
+        forced = " (finalizer forced)" if ev.get("forced_finalizer") else ""
+        return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']} deleted{forced}" for o in objs]
 
     def census(self, run_id: str) -> list[str]:
         return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']}" for o in self._listed(run_id)]
@@ -321,20 +425,53 @@ class KubeBackend:
         if handle.data.get("dry_run"):
             return Landing(None, {"method": "dry-run", "file": handle.data.get("file"),
                                   "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in handle.data["objects"]]})
-        group, version = self._gv()
-        api = self._custom()
+        if handle.healed:   # the heal landed when every object is gone
+            gone, ev = self._await_gone(handle.data["objects"])
+            return Landing(gone, ev)
         o = handle.data["objects"][0]
-        try:
-            live = api.get_namespaced_custom_object(group, version, o["metadata"]["namespace"], PLURALS[o["kind"]],
-                                                    o["metadata"]["name"])
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return Landing(handle.healed, {"method": "api", "present": False})
-            raise
-        if handle.healed:
-            return Landing(False, {"method": "api", "present": True})
-        conds = {c.get("type"): c.get("status") for c in (live.get("status", {}).get("conditions") or [])}
-        ev = {"method": "api", "present": True, "conditions": conds}
-        if "AllInjected" in conds:
-            return Landing(conds["AllInjected"] == "True", ev)
-        return Landing(None, ev)
+
+        def probe() -> tuple[bool, tuple[bool | None, dict]]:
+            live = self._get(o)
+            if live is None:   # deleted behind monsoon's back, or refused
+                return True, (False, {"present": False})
+            landed, ev, done = self._litmus_state(live) if self.name == "litmus" else self._chaos_mesh_state(live)
+            return done, (landed, ev)
+        _, (landed, ev), polls, waited = self._poll(probe, self.inject_timeout)
+        return Landing(landed, {"method": "api", "present": ev.pop("present", True), **ev, "polls": polls,
+                                "waited_s": waited})
+
+    @staticmethod
+    def _chaos_mesh_state(live: dict) -> tuple[bool | None, dict, bool]:
+        """(landed, evidence, decided) of a Chaos Mesh object; an undecided one is polled again."""
+        conds = {c.get("type"): c.get("status") for c in ((live.get("status") or {}).get("conditions") or [])}
+        ev: dict[str, Any] = {"conditions": conds}
+        if conds.get("AllInjected") == "True":
+            return True, ev, True
+        if "AllInjected" in conds:   # the controller works on it: not injected (yet)
+            ev["pending"] = f"AllInjected is {conds['AllInjected']}"
+            return False, ev, False
+        ev["pending"] = "no AllInjected condition (is the Chaos Mesh controller running?)"
+        return None, ev, False
+
+    @staticmethod
+    def _litmus_state(live: dict) -> tuple[bool | None, dict, bool]:
+        """(landed, evidence, decided) of a Litmus ChaosEngine, from ``status.engineStatus`` and
+        ``status.experiments[].status``/``verdict`` (it has no conditions)."""
+        st = live.get("status") or {}
+        engine = st.get("engineStatus")
+        exps = [{"name": e.get("name"), "status": e.get("status"), "verdict": e.get("verdict")}
+                for e in (st.get("experiments") or [])]
+        ev: dict[str, Any] = {"engineStatus": engine, "experiments": exps}
+        statuses = [str(e["status"] or "").lower() for e in exps]
+        verdicts = [str(e["verdict"] or "").lower() for e in exps]
+        if any(x in LITMUS_FAILED for x in statuses) or engine == "stopped":
+            return False, ev, True
+        if any(v in ("fail", "error") for v in verdicts):
+            # a failed verdict may be a failed probe as well as a failed injection: the ChaosResult says which
+            ev["pending"] = "an experiment has verdict Fail/Error (see its ChaosResult): chaos not proven"
+            return None, ev, engine == "completed"
+        if any(x in LITMUS_RAN for x in statuses) or engine == "completed":
+            return True, ev, True
+        ev["pending"] = ("the operator took the engine (initialized) but no experiment runs yet"
+                         if engine == "initialized" else "no engineStatus (is the Litmus chaos-operator running?)")
+        return None, ev, False

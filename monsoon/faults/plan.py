@@ -14,6 +14,13 @@ times (seconds from the plan's start) and writes one timeline event per action::
 KeyboardInterrupt when nobody else handles it) — stops the scheduler, heals every
 fault still in place, calls ``heal_all(run_id)`` on every backend in use (which
 also catches what a crashed earlier run left) and takes a ``census``.
+
+An action the scheduler is in the middle of is waited for, as long as its own
+bounds allow (a heal first waits up to ``inject_check_timeout`` — longer when the
+fault's own restart/verify timeouts are — for its inject's landing check, then
+``action_timeout`` for the backend call), never cut off at a fixed time; a heal
+whose action overstays even that is taken over by the final heal.  Every heal
+writes its ``heal`` event before the census, the last scheduled one included.
 """
 from __future__ import annotations
 
@@ -56,7 +63,8 @@ class FaultPlan:
     def __init__(self, faults: Sequence[FaultSpec], backends: Mapping[str, FaultBackend], timeline: Any, *,
                  ctx: FaultContext, horizon: float, clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], bool] | None = None, verify: bool = True,
-                 verify_workers: int = 4, handle_sigterm: bool = True):
+                 verify_workers: int = 4, handle_sigterm: bool = True, inject_check_timeout: float = 120.0,
+                 action_timeout: float = 60.0, idle_grace: float = 5.0):
         missing = sorted({f.backend for f in faults} - set(backends))
         if missing:
             raise ValueError(f"no backend for {', '.join(missing)} (have: {', '.join(sorted(backends)) or 'none'})")
@@ -73,7 +81,13 @@ class FaultPlan:
         self._pool = ThreadPoolExecutor(max_workers=verify_workers, thread_name_prefix="fault-verify")
         self._lock = threading.Lock()
         self.live: dict[tuple[int, int], Handle] = {}
+        self._healing: dict[tuple[int, int], Handle] = {}   # a scheduled heal under way (off `live`)
         self._inject_checks: dict[tuple[int, int], Future] = {}
+        self.inject_check_timeout = inject_check_timeout
+        self.action_timeout = action_timeout
+        self.idle_grace = idle_grace
+        self._busy_until: float | None = None   # time.monotonic() by which the scheduler's action is due to end
+        self._taken_over = False                # the final heal owns every handle now
         self.events: list[dict] = []
         self.errors: list[str] = []
         self.leftovers: dict[str, list[str]] = {}
@@ -111,7 +125,24 @@ class FaultPlan:
 
         def job() -> None:
             self._event(a, a.fault, a.window, a.phase, a.t, effective, self._verify(backend, handle))
-        return self._pool.submit(job)
+        try:
+            return self._pool.submit(job)
+        except RuntimeError:   # the pool is already shut down: measure here, the event is still written
+            job()
+            return None
+
+    # --- bounds
+    def _check_bound(self, fault: FaultSpec) -> float:
+        """How long an inject's landing check may take: the plan's default, or the fault's own waits
+        (a pod kill's restart_timeout, a backend's inject_timeout) when they are longer."""
+        p = fault.params
+        own = float(getattr(p, "restart_timeout", 0) or 0) + float(getattr(p, "verify_timeout", 0) or 0)
+        own = max(own, float(getattr(self.backends.get(fault.backend), "inject_timeout", 0) or 0))
+        return max(self.inject_check_timeout, own + 10.0) if own else self.inject_check_timeout
+
+    def _bound(self, a: Action) -> float:
+        """How long the scheduler may be busy with one action."""
+        return self.action_timeout + (self._check_bound(a.fault) if a.phase == "heal" else 0.0)
 
     # --- actions
     def _do(self, a: Action) -> None:
@@ -126,31 +157,50 @@ class FaultPlan:
                 return
             eff = self.now()
             with self._lock:
-                self.live[a.key] = handle
+                late = self._taken_over
+                if not late:
+                    self.live[a.key] = handle
+            if late:   # the inject overstayed its bound and the final heal is over: undo it at once
+                self.errors.append(f"inject {a.fault.name} returned after the final heal: healed at once")
+                try:
+                    backend.heal(handle)
+                except Exception as e:
+                    self.errors.append(f"heal {a.fault.name}: {e}")
+                return
             fut = self._after(backend, handle, a, eff)
             if fut is not None:
                 self._inject_checks[a.key] = fut
             return
         with self._lock:
             handle = self.live.pop(a.key, None)
-        if handle is None:
-            return   # the inject failed: nothing to heal
+            if handle is None:
+                return   # the inject failed: nothing to heal
+            self._healing[a.key] = handle
         fut = self._inject_checks.pop(a.key, None)
         if fut is not None:   # judge the inject before undoing it
             try:
-                fut.result(timeout=120)
+                fut.result(timeout=self._check_bound(a.fault))
             except Exception:
                 pass
+        with self._lock:
+            if self._healing.get(a.key) is not handle:
+                return   # the final heal took it over
         try:
             backend.heal(handle)
         except Exception as e:
             self.errors.append(f"heal {a.fault.name}: {e}")
             with self._lock:
-                self.live[a.key] = handle          # the final heal retries it
-            self._event(a, a.fault, a.window, "heal", a.t, self.now(),
-                        Landing(False, {"method": "heal", "error": f"{e.__class__.__name__}: {e}"}))
+                mine = self._healing.pop(a.key, None) is handle
+                if mine:
+                    self.live[a.key] = handle          # the final heal retries it
+            if mine:
+                self._event(a, a.fault, a.window, "heal", a.t, self.now(),
+                            Landing(False, {"method": "heal", "error": f"{e.__class__.__name__}: {e}"}))
             return
-        self._after(backend, handle, a, self.now())
+        with self._lock:
+            mine = self._healing.pop(a.key, None) is handle
+        if mine:   # else the final heal took it over and writes its event
+            self._after(backend, handle, a, self.now())
 
     def run(self) -> None:
         """Execute the schedule in the calling thread until done or stopped."""
@@ -163,9 +213,15 @@ class FaultPlan:
                     break
                 if self._wait(min(delay, 1.0)) or self._stop.is_set():
                     return
-            if self._stop.is_set():
-                return
-            self._do(a)
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._busy_until = time.monotonic() + self._bound(a)
+            try:
+                self._do(a)
+            finally:
+                with self._lock:
+                    self._busy_until = None
 
     def start(self) -> "FaultPlan":
         self.t0 = self.clock()
@@ -184,17 +240,41 @@ class FaultPlan:
             self.errors.append(f"scheduler: {e.__class__.__name__}: {e}")
 
     # --- the final heal
+    def _join_scheduler(self) -> None:
+        """Wait for the scheduler to stop: as long as the action it is in may take, a short grace when idle."""
+        t = self._thread
+        if t is None or t is threading.current_thread():
+            return
+        idle_until = time.monotonic() + self.idle_grace
+        while t.is_alive():
+            with self._lock:
+                busy = self._busy_until
+            if busy is not None:
+                idle_until = time.monotonic() + self.idle_grace   # once the action ends: a grace to leave
+            left = (busy if busy is not None else idle_until) - time.monotonic()
+            if left <= 0:
+                self.errors.append("scheduler: still busy past its action's bound; the final heal takes over")
+                return
+            t.join(timeout=min(left, 1.0))
+
     def heal_all(self) -> dict[str, list[str]]:
         """Stop scheduling, heal what is live, sweep every backend for the run, take the census."""
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        self._join_scheduler()
         with self._lock:
-            live = sorted(self.live.items())
+            self._taken_over = True
+            live = sorted([*self.live.items(), *self._healing.items()], key=lambda kv: kv[0])
             self.live.clear()
+            self._healing.clear()
         for (i, w), handle in live:
             fault = self.faults[i]
             backend = self.backends[fault.backend]
+            fut = self._inject_checks.pop((i, w), None)
+            if fut is not None:   # judge the inject before undoing it, as a scheduled heal does
+                try:
+                    fut.result(timeout=self._check_bound(fault))
+                except Exception:
+                    pass
             try:
                 backend.heal(handle)
                 landing = self._verify(backend, handle) if self.verify_enabled else None

@@ -16,6 +16,7 @@ deletes them again on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import socket
@@ -259,6 +260,104 @@ def throughput_kib_s(addr: tuple[str, int], nbytes: int, timeout: float = 30.0) 
         return got / 1024 / max(time.perf_counter() - t0, 1e-6)
 
 
+# Bandwidth through a proxy to an upstream that is not an echo server: the upstream's own protocol probe,
+# pipelined.  N requests back to back on one connection make N replies (a Kafka ApiVersions reply is a few
+# hundred bytes, a Mongo hello as much): enough bytes that the toxic's rate decides how long they take.
+BURST_SAMPLE = 32          # requests of the first, sizing burst
+BURST_TARGET_S = 0.5       # size the measured burst to take about this long at the limit
+BURST_MIN_S = 0.25         # a transfer shorter than this at the limit cannot be told apart by one timed burst
+BURST_MAX_REQUESTS = 4096
+BURST_MARGIN = 3.0         # the unlimited path must be this many times faster than the limit to judge it
+
+
+@dataclass(frozen=True)
+class Burst:
+    requests: int
+    sent: int
+    received: int
+    seconds: float         # first byte sent -> last byte received
+    closed: bool           # the peer closed the connection (it answers one request per connection)
+
+
+def _send_quietly(s: socket.socket, data: bytes) -> None:
+    try:
+        s.sendall(data)
+    except OSError:
+        pass   # the peer closed early: what came back says so
+
+
+def burst_transfer(addr: tuple[str, int], payload: bytes, n: int, *, expect: int | None = None,
+                   idle: float = 0.3, timeout: float = 10.0) -> Burst:
+    """``payload`` ``n`` times back to back on one connection; read the replies until ``expect`` bytes came
+    (without ``expect``: until the peer closes or stays quiet ``idle`` s after its first byte), timed from the
+    first byte sent to the last byte received."""
+    data = payload * n
+    with socket.create_connection(addr, timeout=timeout) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        sender = threading.Thread(target=_send_quietly, args=(s, data), daemon=True)
+        sender.start()
+        got, t_last, closed = 0, t0, False
+        while expect is None or got < expect:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                break
+            s.settimeout(min(left, idle) if expect is None and got else left)
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except OSError:
+                closed = True
+                break
+            if not chunk:
+                closed = True
+                break
+            got += len(chunk)
+            t_last = time.perf_counter()
+        sender.join(1.0)
+    return Burst(n, len(data), got, max(t_last - t0, 1e-6), closed)
+
+
+def bandwidth_plan(addr: tuple[str, int], probe: str, rate_kbps: float, stream: str) -> dict:
+    """Before the toxic: how many pipelined ``probe`` requests the limit would visibly slow, and how fast the
+    unlimited path moves them.  ``{"why": ...}`` when no honest measure is possible for this upstream."""
+    payload = PROBE_PAYLOADS.get(probe)
+    if payload is None:
+        return {"why": f"probe {probe!r}: no request to time for this upstream (only the toxic in the API is seen)"}
+    try:
+        first = burst_transfer(addr, payload, BURST_SAMPLE)
+    except OSError as e:
+        return {"why": f"the {probe} probe could not connect through the proxy before the fault: {e}"}
+    if first.received == 0:
+        return {"why": f"the upstream answered nothing to {BURST_SAMPLE} pipelined {probe} requests"}
+    down = first.received if first.closed else first.received / first.requests   # bytes per request
+    up = len(payload)
+    direction = "up" if stream == "upstream" or (stream == "both" and up > down) else "down"
+    rate = rate_kbps * 1024
+    if first.closed:   # it answers once per connection: the burst cannot grow
+        n = first.requests
+    else:
+        n = max(1, min(BURST_MAX_REQUESTS, math.ceil(rate * BURST_TARGET_S / (down if direction == "down" else up))))
+    try:
+        base = burst_transfer(addr, payload, n)
+    except OSError as e:
+        return {"why": f"the {probe} probe failed before the fault: {e}"}
+    moved = base.received if direction == "down" else base.sent
+    plan = {"requests": n, "expect": base.received, "direction": direction, "bytes": moved,
+            "baseline_kib_s": round(moved / 1024 / base.seconds, 1)}
+    at_limit = moved / rate
+    if base.received == 0 or at_limit < BURST_MIN_S:
+        what = "one reply per connection" if first.closed else f"at most {BURST_MAX_REQUESTS} requests"
+        plan["why"] = (f"the {probe} upstream moves only {moved} bytes {direction} for {n} pipelined request(s) "
+                       f"({what}): {at_limit * 1000:.0f} ms at {rate_kbps} KiB/s, too little to time")
+    elif plan["baseline_kib_s"] < BURST_MARGIN * rate_kbps:
+        plan["why"] = (f"without the fault the {probe} upstream already moves only {plan['baseline_kib_s']} KiB/s "
+                       f"through the proxy: too close to the {rate_kbps} KiB/s limit to tell them apart")
+    return plan
+
+
 # ------------------------------------------------------------------ backend
 
 class ToxiproxyBackend:
@@ -322,6 +421,8 @@ class ToxiproxyBackend:
         p = fault.params
         if isinstance(p, LatencyParams) or isinstance(p, BandwidthParams):
             handle.data["baseline_ms"] = self._measure(proxy.address, probe)
+            if isinstance(p, BandwidthParams) and probe != "echo":   # sized and timed before the toxic
+                handle.data["bandwidth"] = bandwidth_plan(proxy.address, probe, p.rate_kbps, p.stream)
             streams = ("downstream", "upstream") if p.stream == "both" else (p.stream,)
             if isinstance(p, LatencyParams):
                 ttype, attrs = "latency", {"latency": p.latency_ms, "jitter": p.jitter_ms}
@@ -426,7 +527,25 @@ class ToxiproxyBackend:
                 ev.update(method="probe:echo-throughput", kib_s=round(kib_s, 1), limit_kib_s=p.rate_kbps)
                 limited = kib_s <= p.rate_kbps * 1.5
                 return Landing(limited == want and bool(present) == want, ev)
-            return Landing(None if bool(present) == want else False, ev)
+            plan = handle.data.get("bandwidth") or {"why": "no throughput baseline was taken at the inject"}
+            if "why" in plan:   # say so: only the API was looked at
+                ev["error"] = f"throughput not measured: {plan['why']}"
+                return Landing(None if bool(present) == want else False, ev)
+            rate = p.rate_kbps * 1024
+            try:
+                m = burst_transfer(proxy.address, PROBE_PAYLOADS[probe], plan["requests"],
+                                   expect=max(1, int(plan["expect"] * 0.95)),   # replies may vary by a few bytes
+                                   timeout=max(10.0, 4 * plan["bytes"] / rate))
+            except OSError as e:
+                ev["error"] = f"throughput probe {probe} failed: {e}"
+                return Landing(None if bool(present) == want else False, ev)
+            moved = m.received if plan["direction"] == "down" else m.sent
+            kib_s = moved / 1024 / m.seconds
+            ev.update(method=f"probe:{probe}-throughput", kib_s=round(kib_s, 1), limit_kib_s=p.rate_kbps,
+                      baseline_kib_s=plan["baseline_kib_s"], requests=plan["requests"], bytes=moved,
+                      direction=plan["direction"], seconds=round(m.seconds, 3))
+            limited = kib_s <= p.rate_kbps * 1.5
+            return Landing(limited == want and bool(present) == want, ev)
         return Landing(None, {"method": "none", **api})
 
     def _verify_down(self, handle: Handle, proxy: Proxy, p: DependencyDownParams, api: dict) -> Landing:

@@ -65,21 +65,10 @@ def toxiproxy(tmp_path):
         log.close()
 
 
-@pytest.fixture
-def echo_server():
+def tcp_server(serve):
+    """A local TCP server handing each connection to ``serve(conn)`` on its own thread: (address, close)."""
     srv = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
-
-    def serve(conn):
-        with conn:
-            while True:
-                try:
-                    data = conn.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                conn.sendall(data)
 
     def accept():
         srv.settimeout(0.2)
@@ -93,10 +82,35 @@ def echo_server():
             threading.Thread(target=serve, args=(c,), daemon=True).start()
     t = threading.Thread(target=accept, daemon=True)
     t.start()
-    yield f"127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join(2)
-    srv.close()
+
+    def close():
+        stop.set()
+        t.join(2)
+        srv.close()
+    return f"127.0.0.1:{srv.getsockname()[1]}", close
+
+
+def received(conn):
+    """What a connection receives, chunk by chunk, until the peer closes it (or it breaks)."""
+    with conn:
+        while True:
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            yield data
+
+
+@pytest.fixture
+def echo_server():
+    def serve(conn):
+        for data in received(conn):
+            conn.sendall(data)
+    address, close = tcp_server(serve)
+    yield address
+    close()
 
 
 RUN = "t-20250101-abcd"
@@ -193,6 +207,68 @@ def test_bandwidth_limits_throughput(routed):
     be.heal(h)
     healed = be.verify(h)
     assert healed.landed is True and healed.evidence["kib_s"] > 1000
+
+
+def framed_server(reply_size: int, one_reply_per_connection: bool = False):
+    """A request/response server with Kafka's framing (4-byte big-endian size, then the body): every framed
+    request gets a ``reply_size``-byte framed reply, pipelined requests one after the other."""
+    body = b"r" * (reply_size - 4)
+    reply = len(body).to_bytes(4, "big") + body
+
+    def serve(conn):
+        buf = b""
+        for data in received(conn):
+            buf += data
+            while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                buf = buf[4 + int.from_bytes(buf[:4], "big"):]
+                try:
+                    conn.sendall(reply)
+                except OSError:   # the probe has what it needed and hung up
+                    return
+                if one_reply_per_connection:
+                    return
+    return tcp_server(serve)
+
+
+@pytest.mark.parametrize("stream", ["downstream", "upstream"])
+def test_bandwidth_is_measured_through_the_proxy_on_a_request_reply_upstream(toxiproxy, stream):
+    """The shipped bandwidth profile probes Kafka: its pipelined requests are timed, not just the API read."""
+    upstream, close = framed_server(reply_size=400 if stream == "downstream" else 8)
+    try:
+        be = ToxiproxyBackend(toxiproxy)
+        be.route(RUN, ("platform", "kafka"), f"127.0.0.1:{free_port()}", upstream)
+        f = FaultSpec(name="bw", kind="bandwidth", target="platform->kafka", backend="toxiproxy",
+                      params={"rate_kbps": 16, "stream": stream, "probe": "kafka"}, schedule={"at": 0, "duration": 30})
+        h = be.inject(f, FaultContext(run_id=RUN))
+        plan = h.data["bandwidth"]
+        assert "why" not in plan and plan["baseline_kib_s"] > 48, plan
+        land = be.verify(h)
+        print(f"\nbandwidth 16 KiB/s {stream} through a kafka-framed upstream: {land.evidence}")
+        assert land.landed is True and land.evidence["method"] == "probe:kafka-throughput"
+        assert land.evidence["kib_s"] <= 24 and land.evidence["direction"] == stream[:-len("stream")]
+        be.heal(h)
+        healed = be.verify(h)
+        assert healed.landed is True and healed.evidence["kib_s"] > 24 and be.census(RUN) == []
+    finally:
+        close()
+
+
+def test_bandwidth_on_an_upstream_too_small_to_time_says_so(toxiproxy):
+    upstream, close = framed_server(reply_size=40, one_reply_per_connection=True)
+    try:
+        be = ToxiproxyBackend(toxiproxy)
+        be.route(RUN, ("platform", "kafka"), f"127.0.0.1:{free_port()}", upstream)
+        f = FaultSpec(name="bw", kind="bandwidth", target="platform->kafka", backend="toxiproxy",
+                      params={"rate_kbps": 64, "probe": "kafka"}, schedule={"at": 0, "duration": 30})
+        h = be.inject(f, FaultContext(run_id=RUN))
+        land = be.verify(h)
+        assert land.landed is None and land.evidence["toxics_present"]
+        assert land.evidence["error"].startswith("throughput not measured: ") and "too little to time" in \
+            land.evidence["error"]
+        be.heal(h)
+        assert be.census(RUN) == []
+    finally:
+        close()
 
 
 def test_missing_proxy_is_a_clear_error(toxiproxy):

@@ -235,3 +235,66 @@ def test_plugin_dry_run_still_fails_on_a_bad_fault(pytester, tmp_path):
     res = pytester.runpytest("--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
     res.assert_outcomes(failed=1)
     assert f"{p}:{FAULTS_LINE}: faults.0: " in res.stdout.str() and "unknown service 'mongo'" in res.stdout.str()
+
+
+# ------------------------------------------------------- Kubernetes faults: the allow-list before the stack
+
+KUBE_KILL = """\
+- profile: pod-kill
+  backend: {backend}
+  target: {{namespace: {ns}, labelSelector: {{app: hono-adapter}}}}
+"""
+
+
+@pytest.mark.parametrize("backend", ["chaos-mesh", "litmus"])
+def test_a_namespace_off_the_allow_list_fails_when_the_faults_are_resolved(tmp_path, monkeypatch, backend):
+    p = experiment(tmp_path, KILL + KUBE_KILL.format(backend=backend, ns="iot"))
+    exp = load_experiment(p)                       # valid on its own: the allow-list is the environment's
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "staging, lab")
+    e = spec_error(experiment_faults, exp, "quick", load_stack("kafka"))
+    assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE + KILL.count("\n"), "faults.1")
+    assert "namespace 'iot' is not on the allow-list (lab, staging)" in str(e)
+    assert "MONSOON_KUBE_NAMESPACES" in str(e)
+    monkeypatch.delenv("MONSOON_KUBE_NAMESPACES")
+    assert "empty: no namespace allowed" in str(spec_error(experiment_faults, exp, "quick"))
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "iot")
+    kill, kube = experiment_faults(exp, "quick", load_stack("kafka"))
+    assert kube.backend == backend and kube.target.kube.namespace == "iot"
+    assert experiment_faults(exp, "quick", namespaces=["iot"])[1].backend == backend
+
+
+def test_a_kubernetes_fault_its_backend_cannot_render_fails_before_the_stack(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "iot")
+    p = experiment(tmp_path, "- profile: network-latency\n  backend: chaos-mesh\n  params: {stream: upstream}\n"
+                             "  target: {namespace: iot, labelSelector: {app: x}}\n")
+    e = spec_error(experiment_faults, load_experiment(p), "quick")
+    assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE, "faults.0") and "select the client pods" in str(e)
+
+
+def test_the_dry_run_of_a_namespace_off_the_allow_list_fails_instead_of_printing_refused(tmp_path, monkeypatch):
+    from monsoon.runner import run_experiment
+    monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "staging")
+    p = experiment(tmp_path, KUBE_KILL.format(backend="chaos-mesh", ns="iot"))
+    e = spec_error(lambda: run_experiment(load_stack("kafka"), load_experiment(p), "quick", tmp_path / "out",
+                                          run_id="r-dry", dry_run=True))
+    assert e.key == "faults.0" and "not on the allow-list" in str(e)
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------- ExperimentResult.check: per-phase latency_objective names
+
+def test_result_check_finds_a_check_by_its_base_name(tmp_path):
+    from monsoon.checks import Verdict
+    from monsoon.runner import ExperimentResult
+    r = ExperimentResult("s", "e", "quick", tmp_path, checks=[
+        Verdict("no_oom", "pass"),
+        Verdict("latency_objective[steady]", "pass", {"p99_ms": 40.0}, "p99 40 ms"),
+        Verdict("latency_objective[burst]", "fail", {"p99_ms": 900.0}, "p99 900 ms")])
+    assert r.check("latency_objective[burst]").verdict == "fail"          # an exact name wins
+    both = r.check("latency_objective")                                    # every phase of it, composed
+    assert both.verdict == "fail" and both.name == "latency_objective"
+    assert "latency_objective[steady]" in both.message and "latency_objective[burst]" in both.message
+    one = ExperimentResult("s", "e", "quick", tmp_path, checks=[Verdict("latency_objective[all]", "pass", {"x": 1})])
+    assert one.check("latency_objective") is one.checks[0]                 # a single one is itself
+    with pytest.raises(KeyError, match="no check 'latency' .*has: latency_objective\\[all\\]"):
+        one.check("latency")

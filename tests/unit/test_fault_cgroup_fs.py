@@ -95,3 +95,52 @@ def test_no_memory_controller_is_a_clear_error(tmp_path):
 def test_limit_values():
     assert limit_bytes("max") is None and limit_bytes("9223372036854771712") is None
     assert limit_bytes("67108864\n") == 64 << 20
+
+
+# ------------------------------------------ mode: in-place only on a cgroup the service has to itself
+
+def test_in_place_is_refused_when_the_cgroup_holds_other_processes(tmp_path):
+    """Services inherit monsoon's cgroup: lowering its limit in place would cap monsoon and everything else."""
+    svc_pid = 4_000_000 + os.getpid() % 1000          # no such process: its process group is itself alone
+    fs, cg = fake_tree(tmp_path, 2, svc_pid)
+    (cg / "cgroup.procs").write_text(f"{svc_pid}\n{os.getpid()}\n")   # monsoon (this pytest) sits beside it
+    be = CgroupBackend(state_dir=tmp_path / "state", fs=fs)
+    with pytest.raises(FaultError) as e:
+        be.inject(mp(64), FaultContext(run_id="r3", stack=OneService(svc_pid)))
+    msg = str(e.value)
+    assert f"{os.getpid()} (monsoon itself)" in msg and "outside svc's process group" in msg
+    assert "mode: child" in msg
+    assert (cg / "memory.max").read_text() == "max\n"                 # nothing was touched
+    assert not (tmp_path / "state" / "cgroup" / "r3").exists() and be.census("r3") == []
+
+
+def test_in_place_counts_the_processes_of_cgroups_below_too(tmp_path):
+    svc_pid = 4_100_000 + os.getpid() % 1000
+    fs, cg = fake_tree(tmp_path, 1, svc_pid)
+    sub = cg / "kafka"
+    sub.mkdir()
+    (sub / "cgroup.procs").write_text("4242\n")
+    with pytest.raises(FaultError, match=r"1 process\(es\) outside svc's process group \(pid 4242\)"):
+        CgroupBackend(state_dir=tmp_path / "state", fs=fs).inject(mp(64), FaultContext(run_id="r4",
+                                                                                       stack=OneService(svc_pid)))
+    assert (cg / "memory.limit_in_bytes").read_text() == "9223372036854771712\n"
+
+
+def test_v2_hints_no_longer_recommend_in_place_on_monsoons_own_cgroup(tmp_path, monkeypatch):
+    pid = os.getpid()
+    fs, cg = fake_tree(tmp_path, 2, pid)
+    (cg / "cgroup.subtree_control").write_text("\n")
+    msg = fs.available()
+    assert msg and "no-internal-processes" in msg
+    assert "or use mode: in-place" not in msg and "a cgroup of its own" in msg and "Delegate=yes" in msg
+
+    real = type(cg).write_text
+
+    def refuse(self, *a, **kw):
+        if self.name == "cgroup.subtree_control":
+            raise OSError(16, "Device or resource busy")
+        return real(self, *a, **kw)
+    monkeypatch.setattr(type(cg), "write_text", refuse)
+    with pytest.raises(FaultError) as e:
+        CgroupBackend._delegate_v2(cg)
+    assert "use mode: in-place)" not in str(e.value) and "a cgroup of its own" in str(e.value)

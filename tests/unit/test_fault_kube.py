@@ -157,6 +157,15 @@ class FakeCustomObjectsApi:
 
     def __init__(self):
         self.store: dict[tuple[str, str, str, str, str], dict] = {}
+        self.calls: list[tuple] = []          # (verb, plural, name[, body]) in call order
+        self.controller = None                # called with (api, key, obj) before every GET: the operator's work
+
+    def finalize(self, key) -> None:
+        """What the operator does when its finalizer is done: drop it; the server then removes the object."""
+        o = self.store[key]
+        o["metadata"]["finalizers"] = []
+        if o["metadata"].get("deletionTimestamp"):
+            del self.store[key]
 
     @staticmethod
     def _error(status: int, reason: str):
@@ -183,15 +192,42 @@ class FakeCustomObjectsApi:
                           if (g, ver, ns, pl) == (group, version, namespace, plural) and matches(o)]}
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
-        if self.store.pop((group, version, namespace, plural, name), None) is None:
+        self.calls.append(("delete", plural, name))
+        key = (group, version, namespace, plural, name)
+        o = self.store.get(key)
+        if o is None:
             raise self._error(404, "NotFound")
+        if o["metadata"].get("finalizers"):     # the API server only marks it; the finalizer's owner removes it
+            o["metadata"].setdefault("deletionTimestamp", "2025-01-01T00:00:00Z")
+        else:
+            del self.store[key]
         return {"status": "Success"}
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
+        key = (group, version, namespace, plural, name)
+        self.calls.append(("get", plural, name))
+        if self.controller is not None and key in self.store:
+            self.controller(self, key, self.store[key])
         try:
-            return self.store[(group, version, namespace, plural, name)]
+            return self.store[key]
         except KeyError:
             raise self._error(404, "NotFound") from None
+
+    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body, **kw):
+        """A JSON merge patch (the client's default content type for custom objects)."""
+        self.calls.append(("patch", plural, name, body))
+        key = (group, version, namespace, plural, name)
+        if key not in self.store:
+            raise self._error(404, "NotFound")
+
+        def merge(dst: dict, src: dict) -> None:
+            for k, v in src.items():
+                if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                    merge(dst[k], v)
+                else:
+                    dst[k] = v
+        merge(self.store[key], yaml.safe_load(yaml.safe_dump(body)))
+        return self.store[key]
 
     def runs(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -204,7 +240,7 @@ def test_the_fake_api_has_the_signatures_of_the_real_client():
     import inspect
     kubernetes = pytest.importorskip("kubernetes")
     for m in ("create_namespaced_custom_object", "list_namespaced_custom_object",
-              "delete_namespaced_custom_object", "get_namespaced_custom_object"):
+              "delete_namespaced_custom_object", "get_namespaced_custom_object", "patch_namespaced_custom_object"):
         real = [p for p in inspect.signature(getattr(kubernetes.client.CustomObjectsApi, m)).parameters.values()
                 if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
         fake = [p for p in inspect.signature(getattr(FakeCustomObjectsApi, m)).parameters.values()
@@ -242,7 +278,8 @@ def cluster(tmp_path, monkeypatch):
 
 def inject_as_a_run_does(run_id: str, flavor: str, kind: str, params: dict, out_dir, ns: str = "iot") -> None:
     from monsoon.chaos import kube_namespaces
-    be = KubeBackend(flavor, kube_namespaces(), out_dir=out_dir)   # as chaos.build_backends makes it
+    be = KubeBackend(flavor, kube_namespaces(), out_dir=out_dir,   # as chaos.build_backends makes it;
+                     inject_timeout=0)                             # no operator here: one read, no waiting
     assert be.apply                                                # a cluster is configured: applied, not dry
     target = {**SEL, "namespace": ns}
     h = be.inject(spec(kind, flavor, params, target=target), FaultContext(run_id=run_id, out_dir=out_dir))
@@ -291,3 +328,188 @@ def test_heal_says_so_when_a_cluster_is_configured_but_no_namespace_is_allowed(c
     rep = heal_everything("r-kube", state_root=tmp)
     assert any("MONSOON_KUBE_NAMESPACES is empty" in n for n in rep.notes)
     assert len(api.runs()["r-kube"]) == 1
+
+
+# ------------------------------------- landing is polled: operators take their time (fake clock, no sleeping)
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s
+
+
+def polled_backend(flavor: str, api: FakeCustomObjectsApi, clock: FakeClock, **kw) -> KubeBackend:
+    be = KubeBackend(flavor, ["iot"], apply=True, clock=clock, sleep=clock.sleep, poll_interval=1.0,
+                     inject_timeout=kw.pop("inject_timeout", 30), heal_timeout=kw.pop("heal_timeout", 30), **kw)
+    be._api = api
+    return be
+
+
+def after_gets(n: int, action):
+    """A controller that does ``action(obj)`` from the n-th GET of an object on."""
+    seen: dict = {}
+
+    def controller(api, key, obj):
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] >= n:
+            action(api, key, obj)
+    return controller
+
+
+def all_injected(api, key, obj):
+    obj["status"] = {"conditions": [{"type": "Selected", "status": "True"}, {"type": "AllInjected", "status": "True"}]}
+
+
+def test_chaos_mesh_inject_is_polled_until_all_injected():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    api.controller = after_gets(3, all_injected)          # the first two reads find no status yet
+    be = polled_backend("chaos-mesh", api, clock)
+    h = be.inject(spec("network-latency", "chaos-mesh", {"latency_ms": 100}), FaultContext(run_id="r1"))
+    land = be.verify(h)
+    assert land.landed is True and land.evidence["conditions"]["AllInjected"] == "True"
+    assert land.evidence["polls"] == 3 and clock.sleeps == [1.0, 1.0]
+
+
+def test_chaos_mesh_inject_not_injected_by_the_timeout_did_not_land():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    api.controller = lambda a, k, o: o.update(status={"conditions": [{"type": "AllInjected", "status": "False"}]})
+    be = polled_backend("chaos-mesh", api, clock, inject_timeout=10)
+    h = be.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r1"))
+    land = be.verify(h)
+    assert land.landed is False and land.evidence["waited_s"] == 10 and land.evidence["polls"] == 11
+    assert "AllInjected is False" in land.evidence["pending"]
+
+
+@pytest.mark.parametrize("status,landed", [
+    ({"engineStatus": "initialized", "experiments": [{"name": "pod-delete", "status": "Running", "verdict": "Awaited"}]},
+     True),
+    ({"engineStatus": "completed", "experiments": [{"name": "pod-delete", "status": "Completed", "verdict": "Pass"}]},
+     True),
+    ({"engineStatus": "initialized", "experiments": [{"name": "pod-delete", "status": "ChaosExperiment Not Found"}]},
+     False),
+])
+def test_litmus_inject_is_judged_on_engine_and_experiment_status(status, landed):
+    """A ChaosEngine has no AllInjected condition: its status.engineStatus and experiments[].status say it."""
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    api.controller = after_gets(2, lambda a, k, o: o.update(status=status))
+    be = polled_backend("litmus", api, clock)
+    h = be.inject(spec("pod-kill", "litmus", {}), FaultContext(run_id="r1"))
+    land = be.verify(h)
+    assert land.landed is landed and land.evidence["polls"] == 2
+    assert land.evidence["engineStatus"] == status["engineStatus"]
+
+
+def test_litmus_engine_initialized_but_no_experiment_running_is_not_proof():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    api.controller = lambda a, k, o: o.update(status={"engineStatus": "initialized", "experiments": [
+        {"name": "pod-delete", "status": "Waiting for Job Creation", "verdict": "Awaited"}]})
+    be = polled_backend("litmus", api, clock, inject_timeout=5)
+    h = be.inject(spec("pod-kill", "litmus", {}), FaultContext(run_id="r1"))
+    land = be.verify(h)
+    assert land.landed is None and land.evidence["waited_s"] == 5 and "no experiment runs" in land.evidence["pending"]
+
+
+def with_finalizer(api):
+    for o in api.store.values():
+        o["metadata"]["finalizers"] = ["chaos-mesh/records"]
+
+
+def test_chaos_mesh_heal_waits_for_the_finalizer_to_finish():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("chaos-mesh", api, clock)
+    h = be.inject(spec("network-latency", "chaos-mesh", {"latency_ms": 100}), FaultContext(run_id="r1"))
+    with_finalizer(api)
+    # the controller recovers the pods and drops its finalizer on the third read after the delete
+    api.controller = after_gets(3, lambda a, k, o: o["metadata"].get("deletionTimestamp") and a.finalize(k))
+    be.heal(h)
+    land = be.verify(h)
+    assert land.landed is True and land.evidence["present"] is False and land.evidence["polls"] == 3
+    assert "forced_finalizer" not in land.evidence and not [c for c in api.calls if c[0] == "patch"]
+    assert be.census("r1") == []
+
+
+def test_chaos_mesh_heal_stuck_in_its_finalizer_is_forced_with_the_clean_finalizer_annotation():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("chaos-mesh", api, clock, heal_timeout=20)
+    h = be.inject(spec("network-latency", "chaos-mesh", {"latency_ms": 100}), FaultContext(run_id="r1"))
+    with_finalizer(api)
+
+    def controller(a, key, o):   # cannot recover the pod: only the forced annotation lets it go
+        if (o["metadata"].get("annotations") or {}).get("chaos-mesh.chaos-mesh.org/cleanFinalizer") == "forced":
+            a.finalize(key)
+    api.controller = controller
+    be.heal(h)
+    land = be.verify(h)
+    patches = [c for c in api.calls if c[0] == "patch"]
+    assert patches == [("patch", "networkchaos", h.data["objects"][0]["metadata"]["name"],
+                        {"metadata": {"annotations": {"chaos-mesh.chaos-mesh.org/cleanFinalizer": "forced"}}})]
+    assert land.landed is True and land.evidence["forced_finalizer"] is True
+    assert land.evidence["finalizers"] == ["chaos-mesh/records"] and land.evidence["waited_s"] >= 20
+    assert be.census("r1") == []
+
+
+def test_a_heal_that_never_goes_did_not_land_and_says_why():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("chaos-mesh", api, clock, heal_timeout=5)
+    h = be.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r1"))
+    with_finalizer(api)                                   # and nobody ever removes it, forced or not
+    be.heal(h)
+    land = be.verify(h)
+    assert land.landed is False and land.evidence["forced_finalizer"] is True
+    assert land.evidence["deletion_pending"] == [f"PodChaos/{h.data['objects'][0]['metadata']['name']}"]
+    assert be.census("r1")                                # still there: the census says so
+
+
+def test_litmus_heal_stops_the_engine_before_deleting_it():
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("litmus", api, clock)
+    h = be.inject(spec("network-latency", "litmus", {"latency_ms": 100}), FaultContext(run_id="r1"))
+    name = h.data["objects"][0]["metadata"]["name"]
+    for o in api.store.values():
+        o["metadata"]["finalizers"] = ["chaosengine.litmuschaos.io/finalizer"]
+
+    def operator(a, key, o):   # on stop it aborts the experiment and drops its finalizer
+        if o["spec"]["engineState"] == "stop":
+            o.setdefault("status", {})["engineStatus"] = "stopped"
+            if o["metadata"].get("deletionTimestamp"):
+                a.finalize(key)
+    api.controller = operator
+    be.heal(h)
+    mutations = [c[:3] + ((c[3],) if len(c) > 3 else ()) for c in api.calls if c[0] in ("patch", "delete")]
+    assert mutations == [("patch", "chaosengines", name, {"spec": {"engineState": "stop"}}),
+                         ("delete", "chaosengines", name)]
+    assert be.verify(h).landed is True and be.census("r1") == []
+
+
+def test_litmus_heal_never_forces_a_finalizer():
+    """Dropping Litmus's finalizer would leave its chaos (netem) in place: a stuck engine is a failed heal."""
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("litmus", api, clock, heal_timeout=4)
+    h = be.inject(spec("pod-kill", "litmus", {}), FaultContext(run_id="r1"))
+    for o in api.store.values():
+        o["metadata"]["finalizers"] = ["chaosengine.litmuschaos.io/finalizer"]
+    be.heal(h)
+    land = be.verify(h)
+    assert land.landed is False and "forced_finalizer" not in land.evidence
+    assert [c[0] for c in api.calls if c[0] in ("patch", "delete")] == ["patch", "delete"]
+
+
+def test_heal_all_stops_litmus_engines_and_waits_for_them(tmp_path):
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("litmus", api, clock)
+    be.inject(spec("pod-kill", "litmus", {}), FaultContext(run_id="r1"))
+    for o in api.store.values():
+        o["metadata"]["finalizers"] = ["chaosengine.litmuschaos.io/finalizer"]
+    api.controller = after_gets(2, lambda a, k, o: o["metadata"].get("deletionTimestamp") and a.finalize(k))
+    fresh = polled_backend("litmus", api, clock)          # after a crash: no handles
+    done = fresh.heal_all("r1")
+    assert len(done) == 1 and done[0].endswith("deleted")
+    assert [c[0] for c in api.calls if c[0] in ("patch", "delete")] == ["patch", "delete"]
+    assert api.store == {} and fresh.census("r1") == []

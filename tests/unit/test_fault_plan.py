@@ -204,3 +204,105 @@ def test_events_are_json_lines(setup):
     plan.heal_all()
     for line in tl.path.read_text().splitlines():
         json.loads(line)
+
+
+# ------------------------------------------- a slow teardown: in-flight actions are waited for, every heal written
+
+class VirtualThread:
+    """The scheduler thread as heal_all sees it, its join timeouts counted in virtual seconds: what blocks it
+    (``release``) ends after ``block_s`` of them, so a 45 s inject check takes no real 45 s."""
+
+    def __init__(self, real, release, block_s):
+        self.real, self.release, self.block_s, self.waited = real, release, block_s, 0.0
+
+    def is_alive(self):
+        return self.real.is_alive()
+
+    def join(self, timeout=None):
+        self.waited += float("inf") if timeout is None else timeout
+        if self.waited >= self.block_s:
+            self.release.set()
+            self.real.join(10)
+
+
+def test_heal_all_waits_for_a_heal_blocked_on_a_slow_inject_check(tmp_path):
+    """SIGTERM just after a broker restart: the scheduled heal waits (up to its check bound) for the restart's
+    landing check, for longer than 30 s; the final heal must wait for it, and its heal event must be written."""
+    tl = Timeline(tmp_path / "timeline.jsonl")
+    release, in_heal = threading.Event(), threading.Event()
+
+    class SlowCheck(RecordingBackend):
+        def verify(self, h):
+            if not h.healed:
+                in_heal.wait(5)
+                release.wait(15)        # the inject's landing check: 45 (virtual) seconds
+            return super().verify(h)
+    be = SlowCheck(FakeClock())
+    plan = FaultPlan([fault("restart", 0, 0.2)], {"process": be}, tl, ctx=FaultContext(run_id="r1"), horizon=10,
+                     handle_sigterm=False)
+    plan.start()
+    real = plan._thread
+    for _ in range(500):            # the scheduler is in the heal action, waiting for the inject's check
+        if [op for op, *_ in be.log] == ["inject"] and plan.now() > 0.4:
+            break
+        threading.Event().wait(0.01)
+    in_heal.set()
+    plan._thread = VirtualThread(real, release, block_s=45)
+    safety = threading.Timer(5, release.set)   # without the fix heal_all would otherwise hang on the pool
+    safety.start()
+    try:
+        left = plan.heal_all()
+    finally:
+        safety.cancel()
+        release.set()
+        real.join(10)
+    tl.close()
+    evs = read_events(tl.path)
+    faults = [(e["phase"], e["window"], e["landed"]) for e in evs if e["type"] == "fault"]
+    assert sorted(faults) == [("heal", 0, True), ("inject", 0, True)]
+    assert plan._thread.waited >= 45                       # waited past the old fixed 30 s
+    kinds = [e["type"] for e in evs]
+    assert kinds.index("fault-census") > max(i for i, e in enumerate(evs) if e["type"] == "fault")
+    assert left == {} and not be.in_place and not any("shutdown" in x for x in plan.errors)
+
+
+def test_a_heal_verified_after_the_pool_is_gone_still_writes_its_event(setup):
+    """The last scheduled heal can come after the verification pool shut down: measured inline, still written."""
+    clock, tl, be, ctx = setup
+    plan = plan_of([fault("a", 1, 5)], be, tl, ctx, clock)
+    plan.t0 = clock()
+    plan._pool.shutdown(wait=True)
+    plan.run()
+    evs = [e for e in read_events(tl.path) if e["type"] == "fault"]
+    assert [(e["phase"], e["landed"]) for e in evs] == [("inject", True), ("heal", True)]
+    assert not plan.errors
+
+
+def test_a_heal_hung_past_its_bound_is_taken_over_by_the_final_heal(tmp_path):
+    tl = Timeline(tmp_path / "timeline.jsonl")
+    entered, hang = threading.Event(), threading.Event()
+
+    class HangingHeal(RecordingBackend):
+        name = "toxiproxy"
+
+        def heal(self, h):
+            if threading.current_thread().name == "fault-plan":   # the scheduled heal's backend call hangs
+                entered.set()
+                hang.wait(5)
+            super().heal(h)
+    be = HangingHeal(FakeClock())
+    f = FaultSpec(name="lat", kind="network-latency", target="a->b", backend="toxiproxy",
+                  params={"latency_ms": 10, "probe": "none"}, schedule={"at": 0, "duration": 0.1})
+    plan = FaultPlan([f], {"toxiproxy": be}, tl, ctx=FaultContext(run_id="r1"), horizon=10, handle_sigterm=False,
+                     inject_check_timeout=0.2, action_timeout=0.3, idle_grace=0.2)
+    plan.start()
+    assert entered.wait(5)
+    try:
+        left = plan.heal_all()
+    finally:
+        hang.set()
+        plan._thread.join(5)
+    tl.close()
+    heals = [e for e in read_events(tl.path) if e["type"] == "fault" and e["phase"] == "heal"]
+    assert [(e["window"], e["landed"], e.get("final")) for e in heals] == [(0, True, True)]   # one, by the final heal
+    assert left == {} and any("still busy" in x for x in plan.errors)
