@@ -34,9 +34,17 @@ class _KeyFigures(dict):
 
 
 KEY_FIGURES = _KeyFigures({
-    "no_oom": ("oom_events", "restarts"),
+    "no_oom": ("oom_events", "restarts", "heap_headroom_pct"),
     "no_acked_loss": ("acked", "acked_lost", "duplicates"),
-    "lag_recovers_within": ("peak_lag", "recovery_s"),
+    "no_duplicates": ("duplicates",),
+    "no_unexpected": ("unexpected",),
+    "lag_recovers_within": ("peak_lag", "recovery_s", "predicted_drain_s", "observed_drain_s"),
+    "lag_bounded": ("peak_lag", "predicted_drain_s", "observed_drain_s"),
+    "consumer_not_stalled": ("worst_status", "stalled_partitions"),
+    "error_budget": ("budget_consumed_pct", "worst_burn_rate"),
+    "no_memory_leak": ("heap_slope_mb_per_h", "rss_slope_mb_per_h"),
+    "gc_time_fraction": ("worst_gc_fraction",),
+    "no_thread_leak": ("threads_per_reconnect",),
     "faults_landed": ("faults_injected", "faults_landed", "faults_healed", "max_downtime_s"),
     "throughput_drop": ("throughput_drop_pct", "baseline_msg_s", "during_faults_msg_s"),
     "latency_objective": ("p99_ms", "p50_ms", "samples"),

@@ -30,7 +30,8 @@ Progress = Callable[[str], None]
 # summary.json: per experiment, these figures of its checks side by side
 HEADLINE = ("acked", "acked_lost", "oom_events", "peak_lag", "recovery_s", "faults_injected", "faults_landed",
             "faults_healed", "faults_left_in_place", "max_downtime_s", "throughput_drop_pct", "late_pct",
-            "pacing_error_pct")
+            "pacing_error_pct", "duplicates", "budget_consumed_pct", "heap_headroom_pct", "predicted_drain_s",
+            "observed_drain_s")
 
 
 @dataclass

@@ -298,3 +298,18 @@ def test_result_check_finds_a_check_by_its_base_name(tmp_path):
     assert one.check("latency_objective") is one.checks[0]                 # a single one is itself
     with pytest.raises(KeyError, match="no check 'latency' .*has: latency_objective\\[all\\]"):
         one.check("latency")
+
+
+def test_headline_figures_lift_the_new_checks_numbers_and_the_checklist_shows_them():
+    from pathlib import Path
+    from monsoon.checks import Verdict
+    from monsoon.report import KEY_FIGURES
+    from monsoon.runner import ExperimentResult
+    r = ExperimentResult("kafka", "soak", "quick", Path("."), checks=[
+        Verdict("no_acked_loss", "pass", {"acked": 10, "acked_lost": 0, "duplicates": 0}, ""),
+        Verdict("error_budget", "fail", {"budget_consumed_pct": 140.0, "worst_burn_rate": 9.0}, ""),
+        Verdict("lag_recovers_within", "pass", {"peak_lag": 5.0, "predicted_drain_s": 12.0,
+                                                "observed_drain_s": 14.0}, "")])
+    h = r.headline()
+    assert h["budget_consumed_pct"] == 140.0 and h["predicted_drain_s"] == 12.0 and h["observed_drain_s"] == 14.0
+    assert "budget_consumed_pct" in KEY_FIGURES["error_budget"] and "heap_slope_mb_per_h" in KEY_FIGURES["no_memory_leak"]
