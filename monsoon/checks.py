@@ -8,6 +8,7 @@ can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
 from __future__ import annotations
 
 import inspect
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -100,9 +101,11 @@ def settled_at(series: list[tuple[float, float]], start: float, tol: float, grac
     rec = above = None
     peak = 0.0
     relapse = None
-    for t, v in series:
-        if t < start or (stop is not None and t >= stop):
+    for t, v in series:   # sorted by time
+        if t < start:
             continue
+        if stop is not None and t >= stop:
+            break
         if v <= tol:
             if rec is None:
                 rec = t
@@ -201,22 +204,24 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     relapses = []
     pend = []   # (window, seconds observed before the next window or the end, lag then, next window start)
     starts = sorted(w.start for w in wins)
+    ts = [t for t, _ in series]   # sorted: each window looks only at its own slice
     for w in wins:
-        during = [v for t, v in series if w.start <= t]
-        peak = max(during) if during else 0.0
+        since = series[bisect_left(ts, w.start):]
+        peak = max((v for _, v in since), default=0.0)
         end = w.end
         if w.kind in KILL_KINDS:   # a killed service builds its backlog once it is back: measure from then
             down = downtime(run.events, w)
             end = max(end, w.start + down) if down is not None else end
         stop = next((s for s in starts if s > w.start), None)
-        rec, relapse = settled_at(series, end, tol, grace, stop)
+        lo, hi = bisect_left(ts, end), (bisect_left(ts, stop) if stop is not None else len(series))
+        seen = series[lo:hi]
+        rec, relapse = settled_at(series[lo:], end, tol, grace, stop)
         if relapse is not None:
             relapses.append((w, relapse))
         if rec is not None:
-            crash = _emptied_by_crash(run, [(t, v) for t, v in series if t >= w.start], rec, tol)
+            crash = _emptied_by_crash(run, since, rec, tol)
             if crash is not None and ("exit", crash["service"], crash["t"]) not in explained:
                 crashed.append((w, crash))
-        seen = [(t, v) for t, v in series if end <= t and (stop is None or t < stop)]
         last = seen[-1] if seen else (end, float("nan"))
         recs.append((w, None if rec is None else rec - end, peak))
         if rec is None:
@@ -286,6 +291,11 @@ def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: floa
 CHECKS: dict[str, Callable[..., Verdict]] = {
     "lag_recovers_within": lag_recovers_within,
 }
+
+
+def check_base(name: str) -> str:
+    """The registered check behind a verdict's name: ``latency_objective[steady]`` -> ``latency_objective``."""
+    return name.split("[", 1)[0]
 
 
 def validate_check(name: str, params: dict[str, Any]) -> None:

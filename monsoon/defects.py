@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from .faultchecks import check_base
+from .checks import check_base
 from .specs import REPO
 
 FLAG_PREFIX = "DEFECT_"

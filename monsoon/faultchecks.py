@@ -28,11 +28,6 @@ KILL_EXIT_WITHIN_S = 60.0      # a SIGTERM'd service's exit is the kill's if it 
 LATENCY_DEFAULT_DURING = "faults"
 
 
-def check_base(name: str) -> str:
-    """The registered check behind a verdict's name: ``latency_objective[steady]`` -> ``latency_objective``."""
-    return name.split("[", 1)[0]
-
-
 def latency_objective_name(during: str = LATENCY_DEFAULT_DURING) -> str:
     """``latency_objective`` for the default ``during``, ``latency_objective[<during>]`` for a phase or ``all``."""
     return "latency_objective" if during == LATENCY_DEFAULT_DURING else f"latency_objective[{during}]"

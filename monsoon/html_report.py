@@ -268,12 +268,10 @@ class Plotter:
     def _gc_pauses(self, run_dir: Path | None) -> list[tuple[float, float, float]]:
         """(timeline t, MB after GC, pause s) of every GC pause in the experiment's GC logs (every JVM life),
         mapped onto the timeline clock through the events' wall times."""
-        from .memory import _wall_offset, gc_logs
-        off = _wall_offset(self.ev) if run_dir is not None else None
-        if off is None:
+        from .memory import timeline_gc_pauses
+        if run_dir is None:
             return []
-        return sorted((p.wall - off, p.after_mb, p.pause_ms / 1000.0)
-                      for ps in gc_logs(run_dir).values() for p in ps if p.wall is not None)
+        return [(t, p.after_mb, p.pause_ms / 1000.0) for t, p in timeline_gc_pauses(run_dir, self.ev)]
 
     def _load_series(self, field: str, positive: bool = False) -> tuple[list[float], list[float]]:
         t, y = [], []

@@ -189,8 +189,8 @@ def ols_slope(points: list[tuple[float, float]]) -> Slope | None:
     return pooled_slope([points]) if len(points) >= 3 else None
 
 
-def back_half(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points in the second half of the series' time span."""
+def back_half(points: list[tuple]) -> list[tuple]:
+    """The points (time first) in the second half of the series' time span."""
     if not points:
         return []
     pts = sorted(points)
@@ -210,9 +210,8 @@ def heap_after_gc(pauses: list[GcPause]) -> tuple[list[list[tuple[float, float]]
         return [], "GC log lines have neither a time nor an uptime decorator"
     halves = []
     for jvm in sorted({p.jvm for p in pauses}):
-        pts = [((p.wall if use_wall else p.uptime_s), p.after_mb, p.kind) for p in pauses if p.jvm == jvm]
-        mid = (pts[0][0] + pts[-1][0]) / 2.0
-        halves.append([p for p in pts if p[0] >= mid])
+        halves.append(back_half([((p.wall if use_wall else p.uptime_s), p.after_mb, p.kind)
+                                 for p in pauses if p.jvm == jvm]))
     full = [[(x, y) for x, y, k in h if k.startswith("Full")] for h in halves]
     if sum(len(f) for f in full) >= MIN_POINTS:
         return [f for f in full if f], "heap after full GC"
@@ -305,6 +304,16 @@ def _wall_offset(events) -> float | None:
     return offs[len(offs) // 2] if offs else None
 
 
+def timeline_gc_pauses(run_dir: Path, events) -> list[tuple[float, GcPause]]:
+    """Every GC pause of a run's GC logs (every service, every JVM life) with its time on the timeline clock
+    (its ``time`` decorator mapped through the events' wall times), in time order; [] when it cannot be mapped."""
+    off = _wall_offset(events)
+    if off is None:
+        return []
+    return sorted(((p.wall - off, p) for ps in gc_logs(run_dir).values() for p in ps if p.wall is not None),
+                  key=lambda x: x[0])
+
+
 def gc_fractions(run: RunData) -> tuple[str, list[tuple[str, float, float, float]]]:
     """(source, [(phase, gc seconds, wall seconds, fraction)]) per phase (or the whole run)."""
     series = run.events.series("metrics", "gc_seconds")
@@ -320,11 +329,10 @@ def gc_fractions(run: RunData) -> tuple[str, list[tuple[str, float, float, float
             gc, wall = _counter_increase(pts), pts[-1][0] - pts[0][0]
             out.append((n, gc, wall, gc / wall))
         return "gc_seconds counter", out
-    off = _wall_offset(run.events)
-    pauses = [p for ps in gc_logs(run.dir).values() for p in ps if p.wall is not None]
-    if not pauses or off is None:
+    pauses = timeline_gc_pauses(run.dir, run.events)
+    if not pauses:
         return "", []
-    ts = [(p.wall - off, p.pause_ms / 1000.0) for p in pauses]
+    ts = [(t, p.pause_ms / 1000.0) for t, p in pauses]
     if not phases:
         phases = [("run", ts[0][0], ts[-1][0])]
     for n, a, b in phases:

@@ -193,6 +193,16 @@ MAX_PER_WORKER = 19_900     # connections one worker holds under a 20,000 open-f
 PER_SOURCE = 20_000         # connections per source address to one host:port (the ephemeral range is ~28k)
 
 
+def workers_problem(n_devices: int, workers: int, key: str = "load.workers") -> str | None:
+    """Why ``n_devices`` cannot be spread over ``workers`` native workers (None: they can); ``key`` names the
+    setting to raise."""
+    per_worker = -(-n_devices // workers)
+    if per_worker <= MAX_PER_WORKER:
+        return None
+    return (f"{n_devices:,} devices over {workers} worker(s) is {per_worker:,} connections per worker: at most "
+            f"{MAX_PER_WORKER:,} fit under the open-file limit; set {key} >= {-(-n_devices // MAX_PER_WORKER)}")
+
+
 def loopback_sources(host: str, n_devices: int) -> list[str]:
     """For a loopback target with more devices than one source address can connect (emqtt-bench's
     ``--ifaddr``): 127.0.0.2, 127.0.0.3, ... one per 20,000 devices; none otherwise (the kernel picks)."""
@@ -254,11 +264,9 @@ class NativeFleet:
         self.payload = payload if payload is not None else Payload()
         self.n_workers = int(workers)
         self.source_addrs = list(source_addrs) or loopback_sources(host, len(self.devices))
-        per_worker = -(-len(self.devices) // self.n_workers)
-        if per_worker > MAX_PER_WORKER:
-            raise ValueError(f"{len(self.devices):,} devices over {self.n_workers} worker(s) is {per_worker:,} "
-                             f"connections per worker: at most {MAX_PER_WORKER:,} fit under the open-file limit; "
-                             f"set load.workers >= {-(-len(self.devices) // MAX_PER_WORKER)}")
+        problem = workers_problem(len(self.devices), self.n_workers)
+        if problem:
+            raise ValueError(problem)
         self.connect_rate = float(connect_rate)
         self._binary = binary
         self._workers: list[_Worker] = []

@@ -16,8 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from .checks import combine
-from .faultchecks import check_base
+from .checks import check_base, combine
 
 
 class _KeyFigures(dict):

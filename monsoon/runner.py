@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, combine, evaluate
+from .checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, Verdict, check_base, combine, evaluate
 from .accounting import SENT_FILE, stored_source, write_sent
 from .hdrlog import LATENCY_FILE
 from .collectors import Sampler, collectors_for
@@ -78,7 +78,6 @@ class ExperimentResult:
         An exact name wins; otherwise the verdicts whose base name is ``name`` (``latency_objective``
         finds ``latency_objective[steady]``): one is returned as is, several are composed into one
         (fail > unknown > pass; the worst one's figures, every one's figures as ``key[phase]``)."""
-        from .faultchecks import check_base
         for c in self.checks:
             if c.name == name:
                 return c

@@ -776,10 +776,11 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
                     "the calibrated capacity): drop it or write base_rate: auto")
     if spec.load.workers > 1 and spec.load.engine != "native":
         raise _fail(doc, ("load", "workers"), "workers > 1 needs engine: native (the python fleet is one process)")
-    if spec.load.engine == "native" and -(-spec.load.devices // spec.load.workers) > 19_900:
-        raise _fail(doc, ("load", "workers"), f"{spec.load.devices:,} devices over {spec.load.workers} worker(s): "
-                    f"a native worker holds at most 19,900 connections (open-file limit); set workers >= "
-                    f"{-(-spec.load.devices // 19_900)}")
+    if spec.load.engine == "native":
+        from .native import workers_problem
+        problem = workers_problem(spec.load.devices, spec.load.workers, key="workers")
+        if problem:
+            raise _fail(doc, ("load", "workers"), problem)
     if spec.load.workers > spec.load.devices:
         raise _fail(doc, ("load", "workers"), f"{spec.load.workers} workers for {spec.load.devices} devices: "
                     "every worker needs at least one device")

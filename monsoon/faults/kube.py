@@ -307,17 +307,21 @@ class KubeBackend:
     def _ref(o: dict) -> tuple[str, str, str]:
         return o["metadata"]["namespace"], PLURALS[o["kind"]], o["metadata"]["name"]
 
-    def _patch(self, o: dict, body: dict) -> bool:
-        """Merge-patch one object; False when it is already gone."""
+    def _call(self, verb: str, o: dict, *body: dict) -> Any:
+        """``<verb>_namespaced_custom_object`` on one object; None when it is gone (404)."""
         group, version = self._gv()
         ns, plural, name = self._ref(o)
         try:
-            self._custom().patch_namespaced_custom_object(group, version, ns, plural, name, body)
-            return True
+            return getattr(self._custom(), f"{verb}_namespaced_custom_object")(group, version, ns, plural, name,
+                                                                              *body)
         except Exception as e:  # kubernetes.client.ApiException; 404 = already gone
             if getattr(e, "status", None) != 404:
                 raise
-            return False
+            return None
+
+    def _patch(self, o: dict, body: dict) -> None:
+        """Merge-patch one object (nothing when it is already gone)."""
+        self._call("patch", o, body)
 
     def _stop_engines(self, objs: list[dict]) -> None:
         """Litmus: ``spec.engineState: stop`` before the delete, so the operator aborts the running chaos."""
@@ -326,26 +330,12 @@ class KubeBackend:
                 self._patch(o, {"spec": {"engineState": "stop"}})
 
     def _delete(self, objs: list[dict]) -> None:
-        group, version = self._gv()
-        api = self._custom()
         for o in objs:
-            try:
-                api.delete_namespaced_custom_object(group, version, o["metadata"]["namespace"], PLURALS[o["kind"]],
-                                                    o["metadata"]["name"])
-            except Exception as e:  # kubernetes.client.ApiException; 404 = already gone
-                if getattr(e, "status", None) != 404:
-                    raise
+            self._call("delete", o)
 
     def _get(self, o: dict) -> dict | None:
         """The live object; None when it is gone (404)."""
-        group, version = self._gv()
-        ns, plural, name = self._ref(o)
-        try:
-            return self._custom().get_namespaced_custom_object(group, version, ns, plural, name)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return None
-            raise
+        return self._call("get", o)
 
     def _poll(self, probe: Callable[[], tuple[bool, Any]], timeout: float) -> tuple[bool, Any, int, float]:
         """Call ``probe`` -> (done, value) until done or ``timeout``: (done, last value, polls, seconds)."""
@@ -414,7 +404,7 @@ class KubeBackend:
             return []
         self._stop_engines(objs)
         self._delete(objs)
-        gone, ev = self._await_gone(objs)
+        _, ev = self._await_gone(objs)
         forced = " (finalizer forced)" if ev.get("forced_finalizer") else ""
         return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']} deleted{forced}" for o in objs]
 

@@ -140,6 +140,15 @@ class FaultPlan:
         own = max(own, float(getattr(self.backends.get(fault.backend), "inject_timeout", 0) or 0))
         return max(self.inject_check_timeout, own + 10.0) if own else self.inject_check_timeout
 
+    def _await_inject_check(self, key: tuple[int, int], fault: FaultSpec) -> None:
+        """Wait (within its bound) for the landing check of an inject, so it is judged before the heal."""
+        fut = self._inject_checks.pop(key, None)
+        if fut is not None:
+            try:
+                fut.result(timeout=self._check_bound(fault))
+            except Exception:
+                pass   # the check writes its own event; a failed one is judged there
+
     def _bound(self, a: Action) -> float:
         """How long the scheduler may be busy with one action."""
         return self.action_timeout + (self._check_bound(a.fault) if a.phase == "heal" else 0.0)
@@ -176,12 +185,7 @@ class FaultPlan:
             if handle is None:
                 return   # the inject failed: nothing to heal
             self._healing[a.key] = handle
-        fut = self._inject_checks.pop(a.key, None)
-        if fut is not None:   # judge the inject before undoing it
-            try:
-                fut.result(timeout=self._check_bound(a.fault))
-            except Exception:
-                pass
+        self._await_inject_check(a.key, a.fault)   # judge the inject before undoing it
         with self._lock:
             if self._healing.get(a.key) is not handle:
                 return   # the final heal took it over
@@ -269,12 +273,7 @@ class FaultPlan:
         for (i, w), handle in live:
             fault = self.faults[i]
             backend = self.backends[fault.backend]
-            fut = self._inject_checks.pop((i, w), None)
-            if fut is not None:   # judge the inject before undoing it, as a scheduled heal does
-                try:
-                    fut.result(timeout=self._check_bound(fault))
-                except Exception:
-                    pass
+            self._await_inject_check((i, w), fault)   # judge the inject before undoing it, as a scheduled heal does
             try:
                 backend.heal(handle)
                 landing = self._verify(backend, handle) if self.verify_enabled else None
