@@ -55,3 +55,16 @@ def test_lag_is_exact_and_the_collector_survives_a_broker_restart(tmp_path):
             time.sleep(0.2)
         col.close()
         assert back is not None and back["lag"] == 50, (errors, back)
+
+
+def test_a_cluster_id_that_starts_with_a_dash_still_starts_the_broker(tmp_path):
+    """1 random cluster id in 64 starts with '-': passed as '-t ID' it read as an option and
+    the broker exited during start-up (a CI run lost its Mongo-slowdown scenario to it)."""
+    from confluent_kafka.admin import AdminClient
+    cid = "-AbCdEfGhIjKlMnOpQrStu"
+    spec = stack_file(tmp_path, KAFKA.replace("  restart: always\n", f"  env: {{KAFKA_CLUSTER_ID: '{cid}'}}\n"),
+                      name="dash")
+    with Stack(spec, tmp_path / "run", run_id="dash-id") as st:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{st.ports['kafka']}"})
+        meta = admin.list_topics(timeout=30)
+        assert meta.cluster_id == cid, meta.cluster_id
