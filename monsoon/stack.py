@@ -119,17 +119,23 @@ class Service:
     starts: int = 0
     exits: list[dict] = field(default_factory=list)
     supervisor: threading.Thread | None = None
+    sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc and self.proc.poll() is None else None
 
 
-def exit_cause(code: int, log_tail: str) -> tuple[str, bool]:
-    """Human cause of an exit and whether it was an out-of-memory death."""
+def exit_cause(code: int, log_tail: str, sent: int | None = None) -> tuple[str, bool]:
+    """Human cause of an exit and whether it was an out-of-memory death.
+
+    ``sent`` is the signal monsoon itself sent the service (a pod-kill fault): an exit by that
+    signal is named as monsoon's kill, not guessed at (an OutOfMemoryError in the log still wins)."""
     oom_in_log = any(p.search(log_tail) for p in OOM_PATTERNS)
     if code == 3 and oom_in_log:
         return "java.lang.OutOfMemoryError (JVM exit 3)", True
+    if sent is not None and code == 128 + sent and not oom_in_log:
+        return f"killed by monsoon with {signal.Signals(sent).name} (exit {code})", False
     if code == 137:
         return ("SIGKILL (exit 137) after OutOfMemoryError in log" if oom_in_log
                 else "SIGKILL (exit 137): killed, possibly by the kernel OOM killer"), oom_in_log
@@ -253,6 +259,7 @@ class Stack:
             except PermissionError:
                 raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
         svc.starts += 1
+        svc.sent = None
         self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts)
 
     def _start_service(self, name: str) -> None:
@@ -304,7 +311,7 @@ class Stack:
             code = _norm(proc.wait())
             if self._stopping.is_set():
                 return
-            cause, oom = exit_cause(code, _tail(svc.log_path))
+            cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent)
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
             svc.exits.append(ev)
             self.on_event("service", service=svc.name, event="exit", **ev)
@@ -331,6 +338,8 @@ class Stack:
     def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
         svc = self.services[service]
         if svc.proc and svc.proc.poll() is None:
+            if sig not in (signal.SIGSTOP, signal.SIGCONT):
+                svc.sent = int(sig)
             os.killpg(svc.proc.pid, sig)
 
     def log_path(self, service: str) -> Path:

@@ -143,4 +143,5 @@ def test_kill_capability_and_exit_cause_of_sigkill(tmp_path):
         assert st.pid("a") not in (None, pid)
     exits = [f for t, f in events if t == "service" and f["event"] == "exit"]
     assert exits[0]["code"] == 137 and exits[0]["oom"] is False
+    assert exits[0]["cause"] == "killed by monsoon with SIGKILL (exit 137)", exits[0]
     assert find_leftovers("rt-7") == []

@@ -14,6 +14,7 @@ import pytest
 from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, evaluate, validate_check
 from monsoon.collectors import CgroupOomCollector, DockerCollector, KubePodsCollector, collectors_for
 from monsoon.faults.cgroup import CgroupFS
+from monsoon.stack import exit_cause
 from monsoon.oom import cgroup_evidence, heap_headroom, no_oom, parse_docker_inspect, parse_pods
 from unit.helpers import RunBuilder
 
@@ -649,3 +650,16 @@ def test_headroom_reads_the_gc_logs_the_jvm_rotated_away_at_each_restart(tmp_pat
     (tmp_path / "services" / "platform" / "gc.log.lck").write_text("not a log\n")
     v = no_oom(run(b))
     assert v.figures["heap_headroom_pct"] == 3.1 and v.figures["heap_peak_after_gc_mb"] == 62
+
+
+@pytest.mark.parametrize("code, log, sent, cause, oom", [
+    (137, "", 9, "killed by monsoon with SIGKILL (exit 137)", False),
+    (137, "", None, "SIGKILL (exit 137): killed, possibly by the kernel OOM killer", False),
+    (137, "java.lang.OutOfMemoryError: Java heap space", 9,
+     "SIGKILL (exit 137) after OutOfMemoryError in log", True),
+    (137, "", 15, "SIGKILL (exit 137): killed, possibly by the kernel OOM killer", False),  # sent TERM, died of KILL
+    (143, "", 15, "killed by monsoon with SIGTERM (exit 143)", False),
+    (3, "java.lang.OutOfMemoryError: Java heap space", 9, "java.lang.OutOfMemoryError (JVM exit 3)", True),
+])
+def test_exit_cause_names_monsoons_own_kill_and_never_hides_an_oom(code, log, sent, cause, oom):
+    assert exit_cause(code, log, sent) == (cause, oom)
