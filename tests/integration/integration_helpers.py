@@ -1,4 +1,5 @@
 """Shared helpers of the integration tests."""
+import signal
 import time
 
 
@@ -12,3 +13,10 @@ def wait_for(pred, timeout: float, what: str, interval: float = 0.25):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT. A session started in the background by a
+    script (``cmd &``, nohup) inherits SIGINT as ignored, and Python then installs no Ctrl-C handler: the
+    child would never see the test's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from monsoon.cli import analyze
-from monsoon.stack import find_leftovers, port_open
+from monsoon.stack import find_leftovers, port_open, reap
 from monsoon.timeline import read_events
-from integration_helpers import wait_for
+from integration_helpers import sigint_default, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,8 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
     run_id = f"interrupt-{stack}"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
                              f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_default)
     exp_dir = runs / run_id / f"{stack}--burst-x10"
     timeline = exp_dir / "timeline.jsonl"
     try:
@@ -45,8 +46,10 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    left = find_leftovers(run_id)
+    reap(run_id)                    # a failure here must not leave a loaded stack running under later tests
     assert proc.returncode != 0, out
-    assert find_leftovers(run_id) == [], out
+    assert left == [], out
     events = read_events(timeline)
     ports = next(e["ports"] for e in events if e.get("op") == "stack-start")
     assert not [p for p in ports.values() if port_open("127.0.0.1", p)]

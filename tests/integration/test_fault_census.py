@@ -18,7 +18,8 @@ from monsoon.chaos import run_ids_in_place
 from monsoon.cli import analyze
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
 from monsoon.faults.process import proc_state
-from monsoon.stack import find_leftovers
+from monsoon.specs import REPO
+from monsoon.stack import find_leftovers, reap
 from monsoon.timeline import read_events
 from integration_helpers import wait_for
 
@@ -54,7 +55,9 @@ def test_census(monsoon):
 
 
 
-def test_sigterm_mid_fault_heals_everything(tmp_path):
+def start_census_run(tmp_path, what: str):
+    """The census experiment under pytest in a subprocess, interrupted at a seeded random moment (0-25 s)
+    after its faults landed: (process, run id, runs dir, timeline, faults, delay, seed)."""
     seed = int(os.environ.get("MONSOON_CENSUS_SEED", random.randrange(1 << 30)))
     rnd = random.Random(seed)
     cgroup_ok = CgroupFS().available() is None
@@ -62,19 +65,26 @@ def test_sigterm_mid_fault_heals_everything(tmp_path):
     exp.write_text(EXPERIMENT % {"cgroup": CGROUP if cgroup_ok else ""})
     (tmp_path / "test_it.py").write_text(SCENARIO.replace("{exp}", str(exp)))
     runs = tmp_path / "runs"
-    run_id = f"census-{seed}"
+    run_id = f"census-{what}-{seed}"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
                              f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timeline = runs / run_id / "kafka-registry--census" / "timeline.jsonl"
-    n_faults = 3 if cgroup_ok else 2
-    delay = rnd.uniform(0.0, 25.0)
+    return proc, run_id, runs, timeline, 3 if cgroup_ok else 2, rnd.uniform(0.0, 25.0), seed
+
+
+def wait_for_faults(proc, timeline, n_faults: int) -> None:
+    """Every fault injected (and its landing judged)."""
+    wait_for(lambda: proc.poll() is None and timeline.exists()
+             and sum(e["type"] == "fault" and e.get("phase") == "inject" for e in read_events(timeline)) >= n_faults,
+             240, f"{n_faults} faults injected")
+
+
+def test_sigterm_mid_fault_heals_everything(tmp_path):
+    proc, run_id, runs, timeline, n_faults, delay, seed = start_census_run(tmp_path, "term")
     try:
-        # every fault injected (and its landing judged), then a random moment inside the window
-        wait_for(lambda: timeline.exists() and sum(e["type"] == "fault" and e.get("phase") == "inject"
-                                                   for e in read_events(timeline)) >= n_faults,
-                 240, f"{n_faults} faults injected")
-        time.sleep(delay)
+        wait_for_faults(proc, timeline, n_faults)
+        time.sleep(delay)          # a random moment inside the window
         paused = [p for p in find_leftovers(run_id) if proc_state(p) in ("T", "t")]
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
@@ -105,3 +115,38 @@ def test_sigterm_mid_fault_heals_everything(tmp_path):
     s = analyze(runs / run_id)
     names = {c["name"] for c in s["results"][0]["checks"]}
     assert {"no_acked_loss", "faults_landed"} <= names
+
+
+def test_kill_9_mid_fault_then_heal_run_id_leaves_nothing(tmp_path):
+    """kill -9 gives monsoon no chance to heal: every fault stays in place and every service keeps running.
+    `monsoon heal --run-id` must then undo all of it, and the run directory must still be analysable."""
+    proc, run_id, runs, timeline, n_faults, delay, seed = start_census_run(tmp_path, "kill")
+    try:
+        wait_for_faults(proc, timeline, n_faults)
+        time.sleep(delay)
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+        info = f"seed={seed} delay={delay:.1f}s (re-run with MONSOON_CENSUS_SEED={seed})\n{out[-3000:]}"
+        # the faults really were left in place: postgres frozen, the run's faults on record, services alive
+        left = find_leftovers(run_id)
+        assert any(proc_state(p) in ("T", "t") for p in left), info
+        assert run_id in run_ids_in_place(), info
+        if n_faults == 3:
+            assert CgroupBackend().census(run_id) != [], info
+        healed = subprocess.run([sys.executable, "-m", "monsoon.cli", "heal", "--run-id", run_id], cwd=REPO,
+                                env={k: v for k, v in os.environ.items() if k != "MONSOON_RUN_ID"},
+                                capture_output=True, text=True, timeout=180)
+        info += f"\n--- heal (exit {healed.returncode}):\n{healed.stdout[-3000:]}{healed.stderr[-2000:]}"
+        assert healed.returncode == 0, info
+        wait_for(lambda: find_leftovers(run_id) == [], 30, "the run's processes to be gone")
+        assert CgroupBackend().census(run_id) == [], info
+        assert run_id not in run_ids_in_place(), info
+    finally:
+        reap(run_id)                # whatever the assertions say, leave nothing running
+    # the run directory is still analysable: its faults are on record, and with no census from the run
+    # itself, faults_landed cannot say they healed
+    s = analyze(runs / run_id)
+    checks = {c["name"]: c for c in s["results"][0]["checks"]}
+    assert {"no_acked_loss", "faults_landed"} <= set(checks), checks
+    fl = checks["faults_landed"]
+    assert fl["verdict"] == "unknown" and fl["figures"]["faults_injected"] == n_faults, fl

@@ -26,8 +26,10 @@ def plugin_like_sigterm(signum, frame):
 
 @pytest.fixture
 def plugin_handlers():
+    """SIGTERM as the plugin sets it, and SIGINT as Python sets it in a session started from a terminal (a
+    session started by a script in the background inherits SIGINT ignored, and Python then leaves it so)."""
     old = signal.signal(signal.SIGTERM, plugin_like_sigterm)
-    old_int = signal.getsignal(signal.SIGINT)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGTERM, old)
     signal.signal(signal.SIGINT, old_int)
