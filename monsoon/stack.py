@@ -41,6 +41,14 @@ EventSink = Callable[..., Any]
 class StackError(RuntimeError):
     """The stack could not be started; the message says which service and why."""
 
+    port_taken = False    # a service died at start-up because its port was taken meanwhile (start() retries)
+
+
+# what a server prints when its port is taken: Python, the JVM, Go, Postgres, mosquitto
+PORT_TAKEN = re.compile(r"Address already in use|BindException|EADDRINUSE|could not bind|"
+                        r"bind: address already", re.I)
+START_ATTEMPTS = 3
+
 
 def _noop(*_a: Any, **_k: Any) -> None:
     return None
@@ -210,19 +218,34 @@ class Stack:
             raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
 
     def start(self) -> "Stack":
+        """Start every service in dependency order, each once ready.
+
+        Ports are chosen free, then released for the services to bind: another process can take one in
+        between. A service that dies at start-up saying its address is in use makes the stack stop and
+        start again on new ports (up to START_ATTEMPTS times in all, each with its own stack-start event)."""
         self.preflight()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        self.ports = allocate_ports(self.spec)
-        self.ctx = self._base_ctx()
-        self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports)
-        try:
-            for name in self.spec.start_order():
-                self._start_service(name)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.ports = allocate_ports(self.spec)
+            self.ctx = self._base_ctx()
+            self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports, attempt=attempt)
+            try:
+                for name in self.spec.start_order():
+                    self._start_service(name)
+                return self
+            except StackError as e:
+                self.stop()
+                if not e.port_taken or attempt == START_ATTEMPTS:
+                    raise
+                self.on_event("op", op="stack-retry", stack=self.spec.name, attempt=attempt,
+                              reason=str(e).splitlines()[0])
+                self.services = {}
+                self._stopping.clear()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def __enter__(self) -> "Stack":
         return self.start()
@@ -301,9 +324,13 @@ class Stack:
 
     def _died(self, svc: Service, t0: float) -> StackError:
         code = _norm(svc.proc.returncode)
-        return StackError(f"service {svc.name!r} exited with code {code} during start-up "
-                          f"after {time.monotonic() - t0:.1f}s; last log lines of {svc.log_path}:\n"
-                          + _last_lines(svc.log_path))
+        this_start = _tail(svc.log_path).rpartition("--- monsoon: start #")[2]
+        taken = PORT_TAKEN.search(this_start) is not None
+        err = StackError(f"service {svc.name!r} exited with code {code} during start-up "
+                         f"after {time.monotonic() - t0:.1f}s" + (" (its address was in use)" if taken else "")
+                         + f"; last log lines of {svc.log_path}:\n" + _last_lines(svc.log_path))
+        err.port_taken = taken
+        return err
 
     def _supervise(self, svc: Service) -> None:
         while not self._stopping.is_set():

@@ -145,3 +145,53 @@ def test_kill_capability_and_exit_cause_of_sigkill(tmp_path):
     assert exits[0]["code"] == 137 and exits[0]["oom"] is False
     assert exits[0]["cause"] == "killed by monsoon with SIGKILL (exit 137)", exits[0]
     assert find_leftovers("rt-7") == []
+
+
+# binds the port of service a (taken: a real EADDRINUSE) while the marker file is missing, then its own port
+STEAL = ("import os,socket,sys,time;m=sys.argv[3];first=not os.path.exists(m);open(m,'a').close();"
+         "s=socket.socket();s.bind(('127.0.0.1',int(sys.argv[1] if first else sys.argv[2])));s.listen();"
+         "print('listening',flush=True);time.sleep(300)")
+
+
+def stealer(marker, always=False):
+    return f"""\
+b:
+  command: ["{PY}", "-c", "{STEAL.replace("first=not", "first=True or not") if always else STEAL}", \
+"{{port:a}}", "{{port:b}}", "{marker}"]
+  ready: {{tcp: "127.0.0.1:{{port:b}}", timeout: 10}}
+  depends_on: [a]
+"""
+
+
+def test_a_port_taken_at_start_up_restarts_the_stack_on_new_ports(tmp_path):
+    spec = stack_file(tmp_path, listen_service("a") + stealer(tmp_path / "marker"))
+    events = []
+    with Stack(spec, tmp_path / "run", run_id="rt-port", on_event=lambda t, **f: events.append((t, f))) as st:
+        assert port_open("127.0.0.1", st.ports["b"])
+        ops = [f for t, f in events if t == "op"]
+        starts = [f for f in ops if f["op"] == "stack-start"]
+        assert [f["attempt"] for f in starts] == [1, 2] and starts[-1]["ports"] == st.ports
+        retry = next(f for f in ops if f["op"] == "stack-retry")
+        assert "'b' exited with code 1 during start-up" in retry["reason"] and "address was in use" in retry["reason"]
+        assert len(find_leftovers("rt-port")) == 3   # a (and its child) and b of the second attempt only
+    assert "Address already in use" in (tmp_path / "run" / "logs" / "b.log").read_text()
+    assert find_leftovers("rt-port") == []
+
+
+def test_a_port_that_stays_taken_fails_after_three_attempts_and_other_deaths_at_once(tmp_path):
+    spec = stack_file(tmp_path, listen_service("a") + stealer(tmp_path / "marker", always=True))
+    events = []
+    with pytest.raises(StackError, match=r"'b' exited with code 1 during start-up .*\(its address was in use\)"):
+        Stack(spec, tmp_path / "run", run_id="rt-port3", on_event=lambda t, **f: events.append((t, f))).start()
+    assert sum(f["op"] == "stack-start" for t, f in events if t == "op") == 3
+    assert find_leftovers("rt-port3") == []
+    # a start-up death for another reason is not retried
+    spec = stack_file(tmp_path, listen_service("a") + f"""\
+b:
+  command: ["{PY}", "-c", "import sys; sys.exit(4)"]
+  ready: {{tcp: "127.0.0.1:{{port:b}}", timeout: 10}}
+""", name="other")
+    events.clear()
+    with pytest.raises(StackError, match=r"'b' exited with code 4 during start-up after [0-9.]+s; last log"):
+        Stack(spec, tmp_path / "run2", run_id="rt-port4", on_event=lambda t, **f: events.append((t, f))).start()
+    assert sum(f["op"] == "stack-start" for t, f in events if t == "op") == 1
