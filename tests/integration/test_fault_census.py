@@ -34,11 +34,11 @@ profiles:
 faults:
   - profile: process-pause
     target: postgres
-    schedule: {at: 5, duration: 60}
+    schedule: {at: 5, duration: %(duration)s}
   - profile: network-latency
     target: platform->kafka
     params: {latency_ms: 100, jitter_ms: 0, probe: kafka}
-    schedule: {at: 5, duration: 60}
+    schedule: {at: 5, duration: %(duration)s}
 %(cgroup)s
 checks:
   - no_acked_loss
@@ -46,7 +46,7 @@ checks:
 CGROUP = """  - profile: memory-pressure
     target: platform
     params: {limit_mb: 900}
-    schedule: {at: 5, duration: 60}
+    schedule: {at: 5, duration: %(duration)s}
 """
 SCENARIO = '''
 def test_census(monsoon):
@@ -55,14 +55,15 @@ def test_census(monsoon):
 
 
 
-def start_census_run(tmp_path, what: str):
-    """The census experiment under pytest in a subprocess, interrupted at a seeded random moment (0-25 s)
-    after its faults landed: (process, run id, runs dir, timeline, faults, delay, seed)."""
+def start_census_run(tmp_path, what: str, duration: int = 60):
+    """The census experiment under pytest in a subprocess, its faults live for ``duration`` seconds from 5 s
+    into the load: (process, run id, runs dir, timeline, faults, a seeded delay of 0-25 s, seed)."""
     seed = int(os.environ.get("MONSOON_CENSUS_SEED", random.randrange(1 << 30)))
     rnd = random.Random(seed)
     cgroup_ok = CgroupFS().available() is None
     exp = tmp_path / "census.yaml"
-    exp.write_text(EXPERIMENT % {"cgroup": CGROUP if cgroup_ok else ""})
+    exp.write_text(EXPERIMENT % {"cgroup": CGROUP % {"duration": duration} if cgroup_ok else "",
+                                 "duration": duration})
     (tmp_path / "test_it.py").write_text(SCENARIO.replace("{exp}", str(exp)))
     runs = tmp_path / "runs"
     run_id = f"census-{what}-{seed}"
@@ -73,11 +74,22 @@ def start_census_run(tmp_path, what: str):
     return proc, run_id, runs, timeline, 3 if cgroup_ok else 2, rnd.uniform(0.0, 25.0), seed
 
 
+def wait_event(proc, timeline, pred, n: int, what: str) -> None:
+    """Until ``n`` events of the run's timeline match ``pred``; fails at once if the run ended first."""
+    def seen() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}:\n{proc.stdout.read()[-3000:]}")
+        return timeline.exists() and sum(1 for e in read_events(timeline) if pred(e)) >= n
+    wait_for(seen, 240, what, interval=0.1)
+
+
+def is_inject(e) -> bool:
+    return e["type"] == "fault" and e.get("phase") == "inject"
+
+
 def wait_for_faults(proc, timeline, n_faults: int) -> None:
     """Every fault injected (and its landing judged)."""
-    wait_for(lambda: proc.poll() is None and timeline.exists()
-             and sum(e["type"] == "fault" and e.get("phase") == "inject" for e in read_events(timeline)) >= n_faults,
-             240, f"{n_faults} faults injected")
+    wait_event(proc, timeline, is_inject, n_faults, f"{n_faults} faults injected")
 
 
 def test_sigterm_mid_fault_heals_everything(tmp_path):
@@ -150,3 +162,53 @@ def test_kill_9_mid_fault_then_heal_run_id_leaves_nothing(tmp_path):
     assert {"no_acked_loss", "faults_landed"} <= set(checks), checks
     fl = checks["faults_landed"]
     assert fl["verdict"] == "unknown" and fl["figures"]["faults_injected"] == n_faults, fl
+
+
+START_ORDER = ("postgres", "kafka", "mongo", "infinispan", "toxiproxy", "routes", "platform")
+
+
+@pytest.mark.parametrize("moment", ["start-up", "injecting", "healing"])
+def test_sigterm_during_start_up_an_inject_or_a_heal_leaves_nothing(tmp_path, moment):
+    """The interrupt lands while the stack is still starting (as a random service starts), while the faults
+    are being injected (just after the first inject event), or while the scheduled heals run (just after the
+    first one): still no fault, process or cgroup record is left, and the run directory is analysable."""
+    proc, run_id, runs, timeline, n_faults, _, seed = start_census_run(tmp_path, moment, duration=10)
+    rnd = random.Random(seed)
+    service = rnd.choice(START_ORDER)
+    trigger = {
+        "start-up": (lambda e: e["type"] == "service" and e.get("event") == "start" and e["service"] == service,
+                     f"{service} to start"),
+        "injecting": (is_inject, "the first inject"),
+        "healing": (lambda e: e["type"] == "fault" and e.get("phase") == "heal" and not e.get("final"),
+                    "the first scheduled heal"),
+    }[moment]
+    delay = rnd.uniform(0.0, 0.5)
+    out = ""
+    try:
+        wait_event(proc, timeline, trigger[0], 1, trigger[1])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            out = proc.communicate()[0]
+        left = find_leftovers(run_id)
+        reap(run_id)
+    info = (f"seed={seed} moment={moment} ({trigger[1]}) +{delay:.2f}s "
+            f"(re-run with MONSOON_CENSUS_SEED={seed})\n{out[-4000:]}")
+    assert proc.returncode != 0, info
+    assert left == [], info
+    assert CgroupBackend().census(run_id) == [], info
+    assert run_id not in run_ids_in_place(), info
+    events = read_events(timeline)
+    census = [e for e in events if e["type"] == "fault-census"]
+    if moment == "start-up":
+        assert not [e for e in events if e["type"] == "fault"], info    # the plan never started
+    else:
+        assert census and census[0]["leftovers"] == {} and census[0]["errors"] == [], (census, info)
+        injects = {(e["name"], e["window"]) for e in events if is_inject(e)}
+        heals = {(e["name"], e["window"]) for e in events if e["type"] == "fault" and e.get("phase") == "heal"}
+        assert injects and injects <= heals, (injects, heals, info)   # whatever went in came out
+    s = analyze(runs / run_id)
+    assert {"no_acked_loss", "faults_landed"} <= {c["name"] for c in s["results"][0]["checks"]}, info
