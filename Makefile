@@ -58,7 +58,7 @@ infinispan:
 	@tools/install-infinispan
 
 # the native load core (Rust): monsoon-loadgen
-LOADGEN_DIR := monsoon/native/loadgen
+LOADGEN_DIR := monsoon/load/loadgen
 LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
 loadgen: $(LOADGEN)
 $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/Cargo.toml $(LOADGEN_DIR)/Cargo.lock
@@ -77,15 +77,15 @@ test: setup
 test-unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
-# DEFECTS_ARGS: e.g. --only a,d  --repeats 1  (see python -m monsoon.defects --help)
+# DEFECTS_ARGS: e.g. --only a,d  --repeats 1  (see python -m monsoon.selftest.defects --help)
 DEFECTS_ARGS ?=
 defects: setup
-	@$(PY) -m monsoon.defects $(DEFECTS_ARGS)
+	@$(PY) -m monsoon.selftest.defects $(DEFECTS_ARGS)
 
-# BENCH_ARGS: e.g. --quick (see python -m monsoon.bench --help)
+# BENCH_ARGS: e.g. --quick (see python -m monsoon.selftest.bench --help)
 BENCH_ARGS ?=
 bench-load: venv loadgen debs
-	@$(PY) -m monsoon.bench $(BENCH_ARGS)
+	@$(PY) -m monsoon.selftest.bench $(BENCH_ARGS)
 
 reap: venv
 	$(PY) -m monsoon.cli reap

@@ -6,10 +6,24 @@ import json
 import sys
 from pathlib import Path
 
-from . import report
-from .checks import evaluate
-from .runner import ExperimentResult
-from .timeline import Events
+from monsoon.checks.registry import evaluate
+from monsoon.faults.heal import heal_everything
+from monsoon.faults.kube import to_yaml
+from monsoon.faults.resolve import kube_namespaces
+from monsoon.load.kube_job import LoadJobError, job_for_experiment
+from monsoon.paths import REPO
+from monsoon.report.checklist import checklist
+from monsoon.report.result import ExperimentResult
+from monsoon.report.write import write as write_report
+from monsoon.run import calibrate
+from monsoon.rundir import RESULT_FILE, new_run_id
+from monsoon.run.validate import load_checked
+from monsoon.spec.fault import load_fault
+from monsoon.spec.stack import load_stack
+from monsoon.spec.yamlio import SpecError
+from monsoon.stack.reaper import reap
+from monsoon.timeline.store import Events
+
 
 
 def analyze(run_dir: Path) -> dict:
@@ -25,16 +39,16 @@ def analyze(run_dir: Path) -> dict:
         profile = meta.get("profile", profile)
         run_id = meta.get("run_id", run_id)
         res = ExperimentResult(meta.get("stack", "?"), meta.get("experiment", sub.name), profile, sub)
-        old = sub / "result.json"
+        old = sub / RESULT_FILE
         if old.exists():
             res.error = json.loads(old.read_text()).get("error")
         res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])])
         res.base_rate = meta.get("base_rate_auto")
-        (sub / "result.json").write_text(json.dumps(res.to_dict(), indent=2))
+        (sub / RESULT_FILE).write_text(json.dumps(res.to_dict(), indent=2))
         results.append(res.to_dict())
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
-    s, md = report.write(run_dir, run_id, profile, results)
+    s, md = write_report(run_dir, run_id, profile, results)
     return s
 
 
@@ -69,8 +83,6 @@ def story_problems(summary: dict) -> list[str]:
 def demo(extra: list[str]) -> int:
     """Run the burst scenarios under pytest, print the checklist, and say whether the story was reproduced."""
     import subprocess
-    from .session import new_run_id
-    from .specs import REPO
     run_id = new_run_id()
     cmd = [sys.executable, "-m", "pytest", "-m", "burst", str(REPO / "pytest"), "-p", "no:cacheprovider",
            "--monsoon-run-id", run_id, *extra]
@@ -95,13 +107,8 @@ def demo(extra: list[str]) -> int:
 
 
 def load_job(args) -> int:
-    from .chaos import kube_namespaces
-    from .faults.kube import to_yaml
-    from .loadjob import LoadJobError, job_for_experiment
-    from .session import new_run_id
-    from .yamlio import SpecError
     try:
-        objs = job_for_experiment(args.experiment, host=args.host, port=args.port, profile=args.profile,
+        objs = job_for_experiment(load_checked(args.experiment), host=args.host, port=args.port, profile=args.profile,
                                   shards=args.shards, image=args.image, namespace=args.namespace,
                                   allowed_namespaces=set(kube_namespaces()) | set(args.allow_namespace),
                                   run_id=args.run_id or new_run_id(), base_rate=args.base_rate)
@@ -149,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--keep-processes", action="store_true", help="heal faults but leave the run's processes running")
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
-    from . import calibrate
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
                          description="Starts STACK, ramps the rate geometrically (--start-rate, x--factor per step of "
                          "--step-seconds) and stops at the first step the stack does not keep up with (stored or "
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "analyze":
         s = analyze(args.run_dir)
-        print(report.checklist(s))
+        print(checklist(s))
         return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
     if args.cmd == "checklist":
         p = Path(args.run_dir) / "checklist.md"
@@ -195,13 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         print(p.read_text())
         return 0
     if args.cmd == "validate":
-        from .faults.spec import load_fault
-        from .specs import load_experiment, load_stack
-        from .yamlio import SpecError
         bad = 0
         loaders = {"stacks": ("stack", load_stack), "fault-profiles": ("fault profile", load_fault)}
         for f in args.files:
-            kind, load = loaders.get(f.resolve().parent.name, ("experiment", load_experiment))
+            kind, load = loaders.get(f.resolve().parent.name, ("experiment", load_checked))
             try:
                 load(f)
                 print(f"ok   {f} ({kind})")
@@ -210,7 +213,6 @@ def main(argv: list[str] | None = None) -> int:
                 bad += 1
         return 1 if bad else 0
     if args.cmd == "heal":
-        from .chaos import heal_everything
         done, census, notes = heal_everything(None if args.all else args.run_id,
                                               toxiproxy_apis=args.toxiproxy_api,
                                               reap_processes=not args.keep_processes)
@@ -225,7 +227,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"STILL IN PLACE {rid} {x}")
         return 1 if census else 0
     if args.cmd == "reap":
-        from .stack import reap
         pids = reap(args.run_id)
         print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
         return 0

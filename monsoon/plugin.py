@@ -4,14 +4,20 @@ Only hooks, options and fixtures live here; the logic is in plain modules.
 """
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from .session import MonsoonSession
-from .specs import PROFILES
+from monsoon import hookspec
+from monsoon.checks.registry import register_check
+from monsoon.report.result import DryRunSkipped, RunFailed
+from monsoon.run.shield import sigterm_as_interrupt
+from monsoon.session import MonsoonSession
+from monsoon.spec.base import PROFILES
+
+
+
 
 MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
@@ -82,15 +88,30 @@ def pytest_configure(config: pytest.Config) -> None:
         def flush(self) -> None:
             pass
 
+    def on_result(result, session) -> None:
+        config.pluginmanager.hook.pytest_monsoon_result(result=result, session=session)
+
     config.stash[SESSION_KEY] = MonsoonSession(profile=profile, runs_dir=runs,
                                                run_id=config.getoption("--monsoon-run-id"), progress=progress,
-                                               dry_run=config.getoption("--monsoon-dry-run"), live=Terminal())
-    if threading.current_thread() is threading.main_thread():
-        # SIGTERM unwinds like Ctrl-C, so every fault heals and every process stops; during that teardown
-        # (final heal, census, stack stop) the runner's TeardownShield holds further SIGINT/SIGTERM back
-        def on_term(signum, frame):
-            raise KeyboardInterrupt(f"monsoon: received {signal.Signals(signum).name}")
-        signal.signal(signal.SIGTERM, on_term)
+                                               dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
+                                               on_result=on_result)
+    sigterm_as_interrupt("monsoon")
+    config.pluginmanager.hook.pytest_monsoon_add_checks(register=register_check)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspec)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """A scenario's ``result.assert_pass()`` fails with the numbers and no traceback; after a dry run it skips."""
+    try:
+        return (yield)
+    except RunFailed as e:
+        pytest.fail(str(e), pytrace=False)
+    except DryRunSkipped as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture

@@ -1,25 +1,75 @@
-"""A monsoon session: one run id, one run directory, many experiment results."""
+"""A monsoon session: one run id, one run directory, many experiment results.
+
+The session is where a run is prepared: both specs validated (:func:`monsoon.run.validate.validate`),
+``base_rate: auto`` resolved to a calibrated x1 (calibrating first when there is no fresh calibration),
+and only then a :class:`~monsoon.run.experiment.RunContext` handed to the runner.
+"""
 from __future__ import annotations
 
+import json
 import os
-import secrets
 import threading
-import time
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import report
-from .runner import ExperimentResult, run_experiment
-from .specs import REPO, load_experiment, load_stack
+from monsoon.faults.resolve import describe
+from monsoon.load.shapes import check_shape
+from monsoon.observe.progress import Progress
+from monsoon.paths import REPO
+from monsoon.report.result import ExperimentResult
+from monsoon.report.write import write as write_report
+from monsoon.run.calibrate import resolve_experiment
+from monsoon.run.experiment import RunContext, run_experiment
+from monsoon.run.validate import validate
+from monsoon.rundir import RESULT_FILE, new_run_id, point_latest
+from monsoon.spec.experiment import ExperimentSpec, load_experiment
+from monsoon.spec.stack import StackSpec, load_stack
+from monsoon.spec.yamlio import SpecError
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *, run_id: str,
+            progress: Progress = lambda s: None, progress_every: float = 5.0, stop: threading.Event | None = None,
+            dry_run: bool = False, calibration_dir: Path | None = None, live: TextIO | None = None,
+            faults: list | None = None) -> ExperimentResult:
+    """Validate, resolve ``base_rate: auto``, then run one experiment (``dry_run``: print what would be done,
+    start nothing). A bad spec raises SpecError before anything starts; a calibration that fails gives a
+    result with an error (verdict unknown). ``faults``: validate() already ran and gave these. See :func:`monsoon.run.experiment.run_experiment` for the rest."""
+    out_dir = Path(out_dir)
+    if faults is None:
+        faults = validate(stack_spec, exp, profile)   # a bad fault, env or check fails here, before anything starts
+    base_rate = None
+    if exp.load.auto:   # base_rate: auto: x1 = base_fraction x the calibrated capacity (calibrates first if needed)
+        try:
+            exp, base_rate = resolve_experiment(stack_spec, exp, profile, out_dir, run_id=run_id, progress=progress,
+                                                stop=stop, dry_run=dry_run, cal_dir=calibration_dir)
+        except Exception as e:   # could not calibrate: the run did not run (verdict unknown)
+            result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, error=f"{type(e).__name__}: {e}")
+            progress(f"[{stack_spec.name}/{exp.name}] ERROR {result.error}")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+            return result
+        if exp.load.shape.kind == "python" and not dry_run:
+            try:   # its rates depend on the calibrated x1: sampled now, before anything starts
+                check_shape(exp.load.shape, exp.load.base_rate, exp.durations(profile), profile)
+            except ValueError as e:
+                raise SpecError(exp.source, None, "load.shape",
+                                f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
+    if dry_run:
+        result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=base_rate)
+        result.dry_run = describe(stack_spec, exp, profile, faults, run_id)
+        if base_rate:
+            result.dry_run = result.dry_run.replace(f"x1 = {exp.load.base_rate:g} msg/s", base_rate["describe"])
+        progress(result.dry_run)
+        return result
+    return run_experiment(RunContext(stack_spec, exp, profile, out_dir, run_id, faults=faults, base_rate=base_rate,
+                                     progress=progress, progress_every=progress_every,
+                                     stop=stop or threading.Event(), live=live))
 
 
 class MonsoonSession:
     def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
-                 progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None):
+                 progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None,
+                 on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None):
         self.profile = profile
         self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
         self.run_id = run_id or new_run_id()
@@ -28,6 +78,7 @@ class MonsoonSession:
         self.stop = threading.Event()
         self.dry_run = dry_run
         self.live = live      # a terminal for the live load panel (None: plain progress lines)
+        self.on_result = on_result   # sees each result before the report is written (pytest_monsoon_result)
 
     @property
     def run_dir(self) -> Path:
@@ -37,21 +88,23 @@ class MonsoonSession:
         """Validate both specs, then run the experiment against a fresh stack."""
         stack_spec = load_stack(stack)
         exp = load_experiment(experiment)
-        exp.durations(self.profile)  # fail before starting anything
+        faults = validate(stack_spec, exp, self.profile)   # fail before starting anything
         if self.dry_run:
-            return run_experiment(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
-                                  run_id=self.run_id, progress=self.progress, dry_run=True)
+            return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+                           run_id=self.run_id, progress=self.progress, dry_run=True, faults=faults)
         out = self.run_dir / f"{stack_spec.name}--{exp.name}"
         n = 2
         while out.exists():
             out = self.run_dir / f"{stack_spec.name}--{exp.name}-{n}"
             n += 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        report.point_latest(self.run_dir)
+        point_latest(self.run_dir)
         try:
-            result = run_experiment(stack_spec, exp, self.profile, out, run_id=self.run_id,
-                                    progress=self.progress, stop=self.stop, live=self.live)
+            result = run_one(stack_spec, exp, self.profile, out, run_id=self.run_id,
+                             progress=self.progress, stop=self.stop, live=self.live, faults=faults)
             self.results.append(result)
+            if self.on_result is not None:
+                self.on_result(result, self)
             return result
         finally:  # an interrupted run still leaves a report of what finished
             self.write_report()
@@ -59,4 +112,4 @@ class MonsoonSession:
     def write_report(self) -> tuple[dict, str] | None:
         if not self.run_dir.exists():
             return None
-        return report.write(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results])
+        return write_report(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results])

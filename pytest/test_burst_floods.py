@@ -10,7 +10,8 @@ FAILS x10 (OutOfMemoryError, acked messages lost); the Kafka stack passes both.
 """
 import pytest
 
-from monsoon.specs import REPO, load_experiment
+from monsoon.paths import REPO
+from monsoon.spec.experiment import load_experiment
 
 STACKS = ["inmemory", "kafka"]
 EXPERIMENTS = sorted(p.stem for p in (REPO / "experiments").glob("burst-*.yaml")

@@ -8,9 +8,12 @@
 * :mod:`.kube`      — Chaos Mesh / Litmus manifests (dry-run unless a cluster is configured)
 * :mod:`.plan`      — ``FaultPlan``: schedule, timeline events, final heal, census
 """
-from .base import FaultBackend, FaultContext, FaultError, Handle, Landing
-from .plan import FaultPlan
-from .spec import KINDS, FaultSpec, load_fault, load_profiles
+
+from monsoon.faults.base import FaultBackend, FaultContext, FaultError, Handle, Landing
+from monsoon.faults.plan import FaultPlan
+from monsoon.spec.fault import FaultSpec, KINDS, load_fault, load_profiles
+
+
 
 __all__ = ["FaultBackend", "FaultContext", "FaultError", "FaultPlan", "FaultSpec", "Handle", "KINDS", "Landing",
            "load_fault", "load_profiles"]

@@ -12,15 +12,17 @@ A backend injects one kind of fault and can always take it back:
 from __future__ import annotations
 
 import itertools
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .spec import FaultSpec
+from monsoon.spec.fault import FaultSpec
+from monsoon.stack.reaper import check_run_id
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+
 _seq = itertools.count(1)
 
 
@@ -28,11 +30,6 @@ class FaultError(RuntimeError):
     """A fault could not be injected (or healed); the message says why and what to do."""
 
 
-def check_run_id(run_id: str) -> str:
-    """Run ids end up in proxy names, cgroup directory names and Kubernetes labels."""
-    if not RUN_ID_RE.match(run_id) or "__" in run_id:
-        raise ValueError(f"run id {run_id!r}: use letters, digits, '-', '_', '.' (max 63, no '__')")
-    return run_id
 
 
 @dataclass

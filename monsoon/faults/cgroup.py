@@ -26,9 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import FaultContext, FaultError, Handle, Landing, check_run_id
-from .process import group_members
-from .spec import FaultSpec, MemoryPressureParams
+from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
+from monsoon.faults.process import group_members
+from monsoon.paths import CACHE
+from monsoon.spec.fault import FaultSpec, MemoryPressureParams
+from monsoon.stack.reaper import check_run_id
+
 
 V1_UNLIMITED = 9223372036854771712  # what v1 reports for "no limit" (PAGE_COUNTER_MAX * 4096)
 PAGE = 4096
@@ -163,7 +166,6 @@ class CgroupBackend:
     name = "cgroup"
 
     def __init__(self, state_dir: Path | None = None, fs: CgroupFS | None = None, stack=None):
-        from ..stack import CACHE
         self.state_root = Path(state_dir) if state_dir else CACHE / "fault-state"
         self.fs = fs or CgroupFS()
         self.stack = stack

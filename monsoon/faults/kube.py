@@ -37,20 +37,21 @@ Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
 
-from .base import FaultContext, FaultError, Handle, Landing, check_run_id
-from .spec import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
+from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
+from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
+from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 
-RUN_LABEL = "monsoon.io/run-id"
+
+
+
 FAULT_LABEL = "monsoon.io/fault"
 CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
 LITMUS = ("litmuschaos.io", "v1alpha1")
@@ -70,16 +71,8 @@ class NamespaceNotAllowed(FaultError):
     pass
 
 
-def _short(s: str, limit: int = 63) -> str:
-    """``s`` cut to ``limit`` characters; a cut one ends in a hash of the whole, so distinct inputs stay distinct."""
-    if len(s) <= limit:
-        return s
-    return s[:limit - 9].rstrip("-_.") + "-" + hashlib.sha256(s.encode()).hexdigest()[:8]
 
 
-def _dns_name(*parts: str) -> str:
-    # 63, not the 253 a name may have: Chaos Mesh and Litmus copy the name into label values of what they create
-    return _short(re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-"))
 
 
 def _dur(seconds: float) -> str:

@@ -31,8 +31,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .base import FaultBackend, FaultContext, Handle, Landing
-from .spec import FaultSpec
+from monsoon.faults.base import FaultBackend, FaultContext, Handle, Landing
+from monsoon.spec.fault import FaultSpec
+
+
+
 
 
 @dataclass(frozen=True, order=True)

@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from .base import FaultContext, FaultError, Handle, Landing, wait_for
-from .spec import FaultSpec, PodKillParams, ProcessPauseParams
+from monsoon.faults.base import FaultContext, FaultError, Handle, Landing, wait_for
+from monsoon.spec.fault import FaultSpec, PodKillParams, ProcessPauseParams
+from monsoon.stack.reaper import find_leftovers
+
 
 PROC = Path("/proc")
 
@@ -55,7 +57,6 @@ def group_members(pgid: int) -> list[int]:
 
 def run_processes(run_id: str) -> list[int]:
     """Live PIDs whose environment says MONSOON_RUN_ID=<run_id>."""
-    from ..stack import find_leftovers
     return find_leftovers(run_id)
 
 

@@ -30,8 +30,12 @@ from typing import Any, Iterable
 
 import requests
 
-from .base import FaultContext, FaultError, Handle, Landing, check_run_id
-from .spec import BandwidthParams, DependencyDownParams, FaultSpec, LatencyParams
+from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
+from monsoon.spec.fault import BandwidthParams, DependencyDownParams, FaultSpec, LatencyParams
+from monsoon.stack.reaper import check_run_id
+
+
+
 
 DEFAULT_API = "http://127.0.0.1:8474"
 

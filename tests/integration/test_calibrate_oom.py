@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monsoon.session import MonsoonSession
-from monsoon.timeline import read_events
+from monsoon.timeline.store import read_events
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from monsoon.specs import REPO
-from monsoon.stack import find_leftovers
+from monsoon.paths import REPO
+from monsoon.stack.reaper import find_leftovers
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from monsoon.cli import analyze
-from monsoon.stack import find_leftovers, port_open, reap
-from monsoon.timeline import read_events
-from integration_helpers import sigint_default, wait_for
+from monsoon.stack.reaper import find_leftovers, reap
+from monsoon.stack.ports import port_open
+from monsoon.timeline.store import read_events
+from tests.integration.helpers import sigint_default, wait_for
 
 pytestmark = pytest.mark.integration
 

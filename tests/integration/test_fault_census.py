@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from monsoon.chaos import run_ids_in_place
+from monsoon.faults.heal import run_ids_in_place
 from monsoon.cli import analyze
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
 from monsoon.faults.process import proc_state
-from monsoon.specs import REPO
-from monsoon.stack import find_leftovers, reap
-from monsoon.timeline import read_events
-from integration_helpers import wait_for
+from monsoon.paths import REPO
+from monsoon.stack.reaper import find_leftovers, reap
+from monsoon.timeline.store import read_events
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import pytest
 
 from monsoon.faults.base import FaultContext, FaultError
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
-from monsoon.faults.spec import FaultSpec
-from monsoon.specs import StackSpec
-from monsoon.stack import Stack
+from monsoon.spec.fault import FaultSpec
+from monsoon.spec.stack import StackSpec
+from monsoon.stack.supervisor import Stack
 
 FS = CgroupFS()
 REASON = FS.available()

@@ -11,10 +11,10 @@ import pytest
 from monsoon.faults.base import FaultContext
 from monsoon.faults.plan import FaultPlan
 from monsoon.faults.process import ProcessBackend, group_members, proc_state, run_processes
-from monsoon.faults.spec import FaultSpec
-from monsoon.specs import StackSpec
-from monsoon.stack import Stack
-from monsoon.timeline import Timeline, read_events
+from monsoon.spec.fault import FaultSpec
+from monsoon.spec.stack import StackSpec
+from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline, read_events
 
 # a parent with a child in its process group: a "pod" of two processes
 WORKER = ("import subprocess, sys, time; "

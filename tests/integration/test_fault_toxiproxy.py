@@ -22,11 +22,10 @@ import requests
 
 from monsoon.faults.base import FaultContext, FaultError
 from monsoon.faults.plan import FaultPlan
-from monsoon.faults.spec import FaultSpec
-from monsoon.faults.toxiproxy import (PROBE_PAYLOADS, ToxiproxyBackend, can_connect, median_rtt, proxy_name,
-                                      run_prefix)
-from monsoon.specs import REPO
-from monsoon.timeline import Timeline, read_events
+from monsoon.spec.fault import FaultSpec
+from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, can_connect, median_rtt, proxy_name, run_prefix
+from monsoon.paths import REPO
+from monsoon.timeline.store import Timeline, read_events
 
 CACHE = Path(os.environ.get("MONSOON_CACHE", REPO / ".cache"))
 SERVER = shutil.which("toxiproxy-server") or str(CACHE / "bin" / "toxiproxy-server")
@@ -322,9 +321,9 @@ SIGTERM_SCRIPT = textwrap.dedent("""
     import sys, time
     from monsoon.faults.base import FaultContext
     from monsoon.faults.plan import FaultPlan
-    from monsoon.faults.spec import FaultSpec
+    from monsoon.spec.fault import FaultSpec
     from monsoon.faults.toxiproxy import ToxiproxyBackend
-    from monsoon.timeline import Timeline
+    from monsoon.timeline.store import Timeline
     api, run, tl_path = sys.argv[1:4]
     f = FaultSpec(name="lat", kind="network-latency", target="platform->echo", backend="toxiproxy",
                   params={"latency_ms": 250, "probe": "echo"}, schedule={"at": 0, "duration": 3600})

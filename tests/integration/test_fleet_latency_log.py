@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.hdrlog import phase_histograms, read_intervals
-from monsoon.load import Device, MqttFleet
-from monsoon.shapes import Steady
+from monsoon.timeline.hdrlog import phase_histograms, read_intervals
+from monsoon.stack.provision import Device
+from monsoon.load.mqtt import MqttFleet
+from monsoon.load.shapes import Steady
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("/usr/sbin/mosquitto")
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto binary not found")

@@ -23,8 +23,11 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from monsoon.load import Device, FleetConnectError, FleetTotals, MqttFleet, SecondStats
-from monsoon.shapes import Steady
+from monsoon.stack.provision import Device
+from monsoon.load.stats import FleetConnectError
+from monsoon.load.stats import FleetTotals, SecondStats
+from monsoon.load.mqtt import MqttFleet
+from monsoon.load.shapes import Steady
 
 MOSQUITTO = shutil.which("mosquitto") or (
     "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None

@@ -24,9 +24,9 @@ import requests
 
 from monsoon.faults.process import proc_state
 from monsoon.faults.toxiproxy import proxy_name, toxic_name
-from monsoon.specs import REPO
-from monsoon.stack import find_leftovers
-from integration_helpers import wait_for
+from monsoon.paths import REPO
+from monsoon.stack.reaper import find_leftovers
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from monsoon import html_report, report
-from monsoon.checks import evaluate
+from monsoon.report import html as html_report, checklist as report
+from monsoon.checks.registry import evaluate
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 needs_chromium = pytest.mark.skipif(

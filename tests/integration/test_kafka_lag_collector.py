@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from monsoon.collectors import KafkaLagCollector
-from monsoon.specs import REPO
-from monsoon.stack import Stack
+from monsoon.observe.collectors import KafkaLagCollector
+from monsoon.paths import REPO
+from monsoon.stack.supervisor import Stack
 
-from test_stack_runtime import stack_file
+from tests.integration.test_stack_runtime import stack_file
 
 pytestmark = pytest.mark.integration
 

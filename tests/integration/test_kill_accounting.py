@@ -11,17 +11,20 @@ import time
 import psycopg
 import pytest
 
-from monsoon.accounting import account, stored_source, write_sent
-from monsoon.checks import ACKED_FILE, STORED_FILE, TIMELINE_FILE, RunData
-from monsoon.accounting import no_acked_loss
-from monsoon.transports import build_fleet
-from monsoon.provision import TbRestProvisioner, device_names
-from monsoon.shapes import Steady
-from monsoon.specs import load_stack
-from monsoon.stack import Stack
-from monsoon.timeline import Timeline
+from monsoon.timeline.accounting import account
+from monsoon.observe.storage import stored_source
+from monsoon.rundir import write_sent
+from monsoon.rundir import ACKED_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.checks.base import RunData
+from monsoon.checks.loss import no_acked_loss
+from monsoon.load.fleet import build_fleet
+from monsoon.stack.provision import TbRestProvisioner, device_names
+from monsoon.load.shapes import Steady
+from monsoon.spec.stack import load_stack
+from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline
 
-from integration_helpers import wait_for
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monsoon.faults.kube import RUN_LABEL, render, to_yaml
-from monsoon.faults.spec import FaultSpec
-from monsoon.specs import REPO
+from monsoon.stack.reaper import RUN_LABEL
+from monsoon.faults.kube import render, to_yaml
+from monsoon.spec.fault import FaultSpec
+from monsoon.paths import REPO
 
 CONTRACT = REPO / "tests" / "contract"
 CACHE = Path(os.environ.get("MONSOON_CACHE", REPO / ".cache"))
@@ -260,7 +261,7 @@ def test_input_that_is_not_a_known_object_fails(checker):
 # ------------------------------------------------------------ the load's Indexed Job
 
 def load_job(shards: int = 4) -> list[dict]:
-    from monsoon.loadjob import render_load_job
+    from monsoon.load.kube_job import render_load_job
     config = {"devices": [{"name": f"dev-{i}", "token": f"tok-{i}"} for i in range(10)],
               "segments": [[0.0, 60.0, 400.0]], "qos": 1}
     return render_load_job(config, experiment="burst-x10", run_id=RUN_ID, shards=shards,

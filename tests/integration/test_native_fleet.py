@@ -16,13 +16,14 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
-from test_fleet_mosquitto import MOSQUITTO, Broker, free_port, make_devices, read_acked
+from tests.integration.test_fleet_mosquitto import MOSQUITTO, Broker, free_port, make_devices, read_acked
 
-from monsoon.hdrlog import read_intervals
-from monsoon.load import Schedule, SecondStats
-from monsoon.native import LoadgenBuildError, NativeFleet, ensure_loadgen, loadgen_config, shard_range
-from monsoon.payloads import Payload
-from monsoon.shapes import Stage, Stages, Steady
+from monsoon.timeline.hdrlog import read_intervals
+from monsoon.load.schedule import Schedule
+from monsoon.load.stats import SecondStats
+from monsoon.load.native import LoadgenBuildError, NativeFleet, ensure_loadgen, loadgen_config, shard_range
+from monsoon.load.payloads import Payload
+from monsoon.load.shapes import Stage, Stages, Steady
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto binary not found (apt-get install -y mosquitto)")
 TOPIC = "v1/devices/me/telemetry"
@@ -256,7 +257,7 @@ def test_sigterm_prints_totals(loadgen: Path, sink: int, tmp_path: Path) -> None
 
 
 def test_connect_nothing_listening_names_endpoint(tmp_path: Path, loadgen: Path) -> None:
-    from monsoon.load import FleetConnectError
+    from monsoon.load.stats import FleetConnectError
 
     port = free_port()
     fleet = NativeFleet(make_devices(2), "127.0.0.1", port, shape=Steady(rate=1, duration=1),
@@ -275,7 +276,8 @@ def test_the_rendered_kubernetes_job_runs_as_pods_would(broker: Broker, loadgen:
     import os
     import textwrap
 
-    from monsoon.loadjob import CONFIG_KEY, CONFIG_PATH, job_for_experiment
+    from monsoon.load.kube_job import CONFIG_KEY, CONFIG_PATH, job_for_experiment
+    from monsoon.run.validate import load_checked
 
     exp = tmp_path / "tiny.yaml"
     exp.write_text(textwrap.dedent("""\
@@ -285,7 +287,7 @@ def test_the_rendered_kubernetes_job_runs_as_pods_would(broker: Broker, loadgen:
         profiles: {quick: {warmup: 3}}
         checks: [no_acked_loss]
         """))
-    cm, job = job_for_experiment(str(exp), host="127.0.0.1", port=broker.port, profile="quick", shards=3,
+    cm, job = job_for_experiment(load_checked(str(exp)), host="127.0.0.1", port=broker.port, profile="quick", shards=3,
                                  image="monsoon-loadgen:test", namespace="load", allowed_namespaces=["load"],
                                  run_id="20261122-000000-abcd")
     config = json.loads(cm["data"][CONFIG_KEY])

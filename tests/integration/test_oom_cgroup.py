@@ -9,15 +9,16 @@ import time
 
 import pytest
 
-from monsoon.checks import FAIL, RunData
-from monsoon.collectors import CgroupOomCollector, ProcessCollector, Sampler
+from monsoon.checks.base import FAIL, RunData
+from monsoon.observe.collectors import CgroupOomCollector, ProcessCollector
+from monsoon.observe.sampler import Sampler
 from monsoon.faults.base import FaultContext
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
-from monsoon.faults.spec import FaultSpec
-from monsoon.oom import no_oom
-from monsoon.specs import StackSpec
-from monsoon.stack import Stack
-from monsoon.timeline import Timeline
+from monsoon.spec.fault import FaultSpec
+from monsoon.checks.oom import no_oom
+from monsoon.spec.stack import StackSpec
+from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline
 
 FS = CgroupFS()
 REASON = FS.available()

@@ -23,9 +23,12 @@ import psycopg
 import pytest
 import requests
 
-from monsoon.provision import TbRestProvisioner, device_names
-from monsoon.specs import REPO, load_stack
-from monsoon.stack import Stack, StackError, find_leftovers
+from monsoon.stack.provision import TbRestProvisioner, device_names
+from monsoon.paths import REPO
+from monsoon.spec.stack import load_stack
+from monsoon.stack.supervisor import Stack
+from monsoon.stack.ports import StackError
+from monsoon.stack.reaper import find_leftovers
 
 pytestmark = pytest.mark.integration
 

@@ -6,9 +6,11 @@ import os
 import psutil
 import pytest
 
-from monsoon.specs import REPO, load_stack
-from monsoon.stack import Stack, find_leftovers
-from integration_helpers import wait_for
+from monsoon.paths import REPO
+from monsoon.spec.stack import load_stack
+from monsoon.stack.supervisor import Stack
+from monsoon.stack.reaper import find_leftovers
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

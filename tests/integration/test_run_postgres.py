@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from integration_helpers import wait_for
+from tests.integration.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

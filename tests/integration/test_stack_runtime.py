@@ -7,8 +7,11 @@ import time
 
 import pytest
 
-from monsoon.specs import load_stack
-from monsoon.stack import Stack, StackError, find_leftovers, port_open
+from monsoon.spec.stack import load_stack
+from monsoon.stack.supervisor import Stack
+from monsoon.stack.ports import StackError
+from monsoon.stack.reaper import find_leftovers
+from monsoon.stack.ports import port_open
 
 PY = sys.executable
 LISTEN = ("import socket,sys,time,subprocess;"

@@ -24,16 +24,23 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from monsoon.accounting import stored_source
-from monsoon.hdrlog import read_intervals
-from monsoon.load import Device, FleetConnectError
-from monsoon.provision import TbRestProvisioner, device_names
-from monsoon.shapes import Steady
-from monsoon.specs import REPO, load_stack
-from monsoon.stack import Stack, StackError, find_leftovers
-from monsoon.transports import CoapFleet, HttpFleet, RequestTotals, build_fleet
+from monsoon.observe.storage import stored_source
+from monsoon.timeline.hdrlog import read_intervals
+from monsoon.stack.provision import Device
+from monsoon.load.stats import FleetConnectError
+from monsoon.stack.provision import TbRestProvisioner, device_names
+from monsoon.load.shapes import Steady
+from monsoon.paths import REPO
+from monsoon.spec.stack import load_stack
+from monsoon.stack.supervisor import Stack
+from monsoon.stack.ports import StackError
+from monsoon.stack.reaper import find_leftovers
+from monsoon.load.coap import CoapFleet
+from monsoon.load.http import HttpFleet
+from monsoon.load.aio import RequestTotals
+from monsoon.load.fleet import build_fleet
 
-from integration_helpers import wait_for
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

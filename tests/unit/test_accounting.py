@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import monsoon.accounting as A
-from monsoon.accounting import (PostgresSource, StoredSource, account, no_acked_loss, no_duplicates,
-                                no_unexpected, read_sent, stored_source, write_sent, write_stored_csv)
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, evaluate, validate_check
-from unit.helpers import RunBuilder
+import monsoon.timeline.accounting as A
+from monsoon.observe.storage import PostgresSource, StoredSource, stored_source, write_stored_csv
+from monsoon.timeline.accounting import account
+from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
+from monsoon.rundir import read_sent, write_sent
+from monsoon.checks.registry import CHECKS, evaluate, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from tests.unit.helpers import RunBuilder
 
 T0 = 1_700_000_000_000      # epoch ms of the first intended send
 
@@ -406,11 +409,11 @@ BENCH = textwrap.dedent("""
         return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
     d, mode = sys.argv[1], sys.argv[2]
     import numpy
-    import monsoon.checks
+    import monsoon.checks.registry
     base = hwm()
     t = time.perf_counter()
     if mode == "numpy":
-        from monsoon.accounting import account
+        from monsoon.timeline.accounting import account
         a = account(d)
         out = [a.acked, a.acked_lost, a.duplicates, a.unexpected, a.reordered]
     else:   # what no_acked_loss used to build: a set of tuples and a Counter
@@ -455,7 +458,7 @@ def test_memory_and_time_on_a_large_synthetic_run(tmp_path, capsys):
     """Default 200k rows; MONSOON_BENCH_ROWS=5000000 for the 24 h-soak-sized measurement.  Printed only."""
     rows = int(os.environ.get("MONSOON_BENCH_ROWS", "200000"))
     synthetic_run(tmp_path, rows)
-    env = dict(os.environ, PYTHONPATH=str(Path(A.__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(A.__file__).parents[2]))
     results = []
     for mode in ("numpy", "sets"):
         p = subprocess.run([sys.executable, "-c", BENCH, str(tmp_path), mode], capture_output=True, text=True,

@@ -8,9 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import monsoon.native
-from monsoon import bench
-from monsoon.load import SecondStats
+from monsoon.selftest import bench
+from monsoon.load.stats import SecondStats
 
 
 def second(t: int, target: float, sent: int) -> SecondStats:
@@ -52,7 +51,7 @@ class FakeSinks(bench.Sinks):
 
 
 def test_pacing_counts_only_what_went_out_inside_the_window(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(monsoon.native, "NativeFleet", FakeFleet)
+    monkeypatch.setattr(bench, "NativeFleet", FakeFleet)
     a = argparse.Namespace(pacing_rate=100.0, pacing_duration=5.0, pacing_devices=10)
     r = bench.phase_pacing(a, FakeSinks(), tmp_path)
     assert r["sent"] == 500                       # the whole schedule went out, 100 msg/s x 5 s ...

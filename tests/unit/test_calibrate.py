@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from monsoon import calibrate as cal
-from monsoon.calibrate import Criteria, Step, decide, judge_step, ladder_rates, measure_step
-from monsoon.specs import load_experiment, load_stack
-from monsoon.yamlio import SpecError
+from monsoon.run import calibrate as cal
+from monsoon.run.calibrate import Criteria, Step, decide, judge_step, ladder_rates, measure_step
+from monsoon.run.validate import load_checked
+from monsoon.spec.stack import load_stack
+from monsoon.spec.yamlio import SpecError
 
 
 def step(i, target, *, send=None, ack=None, stored=None, slope=0.0, p99=10.0, late=0, exits=0, seconds=8.0):
@@ -152,9 +153,9 @@ def write(tmp_path, text, name="e.yaml"):
 
 
 def test_auto_validates_without_a_stack(tmp_path):
-    exp = load_experiment(write(tmp_path, AUTO))
+    exp = load_checked(write(tmp_path, AUTO))
     assert exp.load.auto and exp.load.fraction == 0.25 and exp.load.rate_for_checks == 1.0
-    exp = load_experiment(write(tmp_path, AUTO.replace("  base_fraction: 0.25\n", "")))
+    exp = load_checked(write(tmp_path, AUTO.replace("  base_fraction: 0.25\n", "")))
     assert exp.load.fraction == 0.25 and exp.load.base_fraction is None
 
 
@@ -169,7 +170,7 @@ def test_auto_validates_without_a_stack(tmp_path):
 def test_bad_auto_input_names_file_line_and_key(tmp_path, old, new, line, key, msg):
     p = write(tmp_path, AUTO.replace(old, new), "bad.yaml")
     with pytest.raises(SpecError) as ei:
-        load_experiment(p)
+        load_checked(p)
     assert (ei.value.path, ei.value.line, ei.value.key) == (str(p), line, key), str(ei.value)
     assert msg in str(ei.value)
 
@@ -179,21 +180,21 @@ def test_auto_still_checks_the_shape_for_negative_rates(tmp_path):
     bad = bad.replace("function: 'wave:rate_at'", "function: rate_at")
     (tmp_path / "wave.py").write_text("def rate_at(t, ctx):\n    return ctx.base_rate * (1 - t)\n")
     with pytest.raises(SpecError) as ei:
-        load_experiment(write(tmp_path, bad))
+        load_checked(write(tmp_path, bad))
     assert ei.value.key == "load.shape" and "negative" in str(ei.value)
 
 
 def test_auto_accepts_a_python_shape_whose_sign_depends_on_x1_and_the_runner_checks_it(tmp_path, monkeypatch):
-    from monsoon import runner
+    import monsoon.session as runner
     shape = AUTO.replace("{kind: burst, multiplier: 10}", "{kind: python, function: rate_at, file: wave.py}")
     (tmp_path / "wave.py").write_text("def rate_at(t, ctx):\n    return ctx.base_rate - 150\n")
-    exp = load_experiment(write(tmp_path, shape))          # fine for x1 >= 150: not refused at validation
+    exp = load_checked(write(tmp_path, shape))          # fine for x1 >= 150: not refused at validation
     fixed = exp.model_copy(update={"load": exp.load.model_copy(update={"base_rate": 100.0})})
-    monkeypatch.setattr("monsoon.calibrate.resolve_experiment",
+    monkeypatch.setattr("monsoon.session.resolve_experiment",
                         lambda stack_spec, exp, profile, out_dir, **kw: (fixed, {"base_rate": 100.0}))
-    from monsoon.specs import load_stack
+    from monsoon.spec.stack import load_stack
     with pytest.raises(SpecError) as ei:                    # x1 resolved to 100: -50 msg/s, refused before start
-        runner.run_experiment(load_stack("inmemory"), exp, "quick", tmp_path / "out", run_id="t")
+        runner.run_one(load_stack("inmemory"), exp, "quick", tmp_path / "out", run_id="t")
     assert ei.value.key == "load.shape" and "base_rate: auto = 100 msg/s" in str(ei.value)
     assert "negative" in str(ei.value)
 
@@ -244,22 +245,22 @@ def test_resolve_auto_uses_a_recent_calibration_file(tmp_path):
 
 
 def test_dry_run_says_auto_and_where_the_rate_comes_from(tmp_path):
-    from monsoon.runner import run_experiment
-    exp = load_experiment(write(tmp_path, AUTO))
+    from monsoon.session import run_one
+    exp = load_checked(write(tmp_path, AUTO))
     out = tmp_path / "runs" / "rid" / "inmemory--e"
-    res = run_experiment(load_stack("inmemory"), exp, "quick", out, run_id="rid", dry_run=True,
+    res = run_one(load_stack("inmemory"), exp, "quick", out, run_id="rid", dry_run=True,
                          calibration_dir=tmp_path / "cal")
     assert "base_rate: auto (fraction 0.25 of calibrated capacity;" in res.dry_run
     assert "not yet calibrated" in res.dry_run and not out.exists()
     (tmp_path / "cal").mkdir()
     (tmp_path / "cal" / "inmemory.json").write_text(json.dumps(_record(2000.0)))
-    res = run_experiment(load_stack("inmemory"), exp, "quick", out, run_id="rid", dry_run=True,
+    res = run_one(load_stack("inmemory"), exp, "quick", out, run_id="rid", dry_run=True,
                          calibration_dir=tmp_path / "cal")
     assert "fraction 0.25 of calibrated capacity 2,000 msg/s = 500 msg/s; calibration file" in res.dry_run
 
 
 def test_result_figures_carry_the_resolved_base_rate(tmp_path):
-    from monsoon.runner import ExperimentResult
+    from monsoon.report.result import ExperimentResult
     r = ExperimentResult("inmemory", "e", "quick", tmp_path)
     r.base_rate = {"base_rate": 400.0, "capacity_msg_s": 1600.0, "fraction": 0.25, "source": "calibration-file"}
     d = r.to_dict()
@@ -281,7 +282,7 @@ def test_resolve_auto_calibrates_first_when_there_is_no_usable_file(tmp_path, mo
     (tmp_path / "cal").mkdir()
     (tmp_path / "cal" / "inmemory.json").write_text(json.dumps(_record(1600.0, host="elsewhere")))
     lines = []
-    exp = load_experiment(write(tmp_path, AUTO))
+    exp = load_checked(write(tmp_path, AUTO))
     out = tmp_path / "runs" / "rid" / "inmemory--e"
     exp2, info = cal.resolve_experiment(load_stack("inmemory"), exp, "quick", out, run_id="rid",
                                         progress=lines.append, cal_dir=tmp_path / "cal")
@@ -292,11 +293,11 @@ def test_resolve_auto_calibrates_first_when_there_is_no_usable_file(tmp_path, mo
 
 
 def test_a_failed_calibration_makes_the_run_unknown_not_a_crash(tmp_path, monkeypatch):
-    from monsoon.runner import run_experiment
+    from monsoon.session import run_one
     monkeypatch.setattr(cal, "calibrate", lambda *a, **k: {**_record(None), "result": "no step kept up: stored-rate"})
-    exp = load_experiment(write(tmp_path, AUTO))
+    exp = load_checked(write(tmp_path, AUTO))
     out = tmp_path / "runs" / "rid" / "inmemory--e"
-    res = run_experiment(load_stack("inmemory"), exp, "quick", out, run_id="rid", calibration_dir=tmp_path / "cal")
+    res = run_one(load_stack("inmemory"), exp, "quick", out, run_id="rid", calibration_dir=tmp_path / "cal")
     assert res.verdict == "unknown" and "could not calibrate inmemory: no step kept up" in res.error
     assert json.loads((out / "result.json").read_text())["verdict"] == "unknown"
     assert not (tmp_path / "cal" / "inmemory.json").exists()

@@ -1,9 +1,12 @@
 """Checks on hand-made timelines, including every case where they must fail or say unknown."""
 import pytest
 
-from monsoon.checks import (FAIL, PASS, UNKNOWN, RunData, combine, evaluate, lag_recovers_within,
-                            no_acked_loss, no_oom, validate_check)
-from unit.helpers import RunBuilder
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, combine
+from monsoon.checks.registry import evaluate, validate_check
+from monsoon.checks.lag import lag_recovers_within
+from monsoon.checks.loss import no_acked_loss
+from monsoon.checks.oom import no_oom
+from tests.unit.helpers import RunBuilder
 
 
 def run(b: RunBuilder) -> RunData:

@@ -4,11 +4,14 @@ import json
 import pytest
 import yaml
 
-from monsoon import defects as dx
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, validate_check
-from monsoon.memory import no_thread_leak
-from monsoon.specs import REPO, load_experiment, load_stack
-from unit.helpers import RunBuilder
+from monsoon.selftest import defects as dx
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.memory import no_thread_leak
+from monsoon.paths import REPO
+from monsoon.spec.experiment import load_experiment
+from monsoon.spec.stack import load_stack
+from tests.unit.helpers import RunBuilder
 
 D = {d.key: d for d in dx.DEFECTS}
 

@@ -8,11 +8,13 @@ import textwrap
 
 import pytest
 
-from monsoon.chaos import describe, experiment_faults, resolve_fault
-from monsoon.faults.spec import LatencyParams, PodKillParams
-from monsoon.specs import FaultRef, load_experiment, load_stack
-from monsoon.stack import find_leftovers
-from monsoon.yamlio import SpecError
+from monsoon.faults.resolve import describe, experiment_faults, resolve_fault
+from monsoon.spec.fault import LatencyParams, PodKillParams
+from monsoon.spec.experiment import FaultRef
+from monsoon.run.validate import load_checked
+from monsoon.spec.stack import load_stack
+from monsoon.stack.reaper import find_leftovers
+from monsoon.spec.yamlio import SpecError
 
 HEAD = """\
 name: chaos-test
@@ -60,7 +62,7 @@ LATENCY = """\
 # ------------------------------------------------------------------ resolving
 
 def test_per_profile_schedule_values_resolve_per_profile(tmp_path):
-    exp = load_experiment(experiment(tmp_path, KILL))
+    exp = load_checked(experiment(tmp_path, KILL))
     [quick] = experiment_faults(exp, "quick")
     [full] = experiment_faults(exp, "full")
     assert (quick.schedule.at, quick.schedule.repeat_every) == (30, 40)
@@ -74,7 +76,7 @@ def test_per_profile_schedule_values_resolve_per_profile(tmp_path):
 
 
 def test_params_merge_key_by_key_onto_the_profile(tmp_path):
-    exp = load_experiment(experiment(tmp_path, LATENCY))
+    exp = load_checked(experiment(tmp_path, LATENCY))
     [q] = experiment_faults(exp, "quick")
     [f] = experiment_faults(exp, "full")
     assert isinstance(q.params, LatencyParams)
@@ -87,7 +89,7 @@ def test_params_merge_key_by_key_onto_the_profile(tmp_path):
 
 
 def test_a_plain_profile_name_is_the_profile_as_shipped(tmp_path):
-    exp = load_experiment(experiment(tmp_path, "- network-latency\n- pod-kill\n"))
+    exp = load_checked(experiment(tmp_path, "- network-latency\n- pod-kill\n"))
     lat, kill = experiment_faults(exp, "quick", load_stack("kafka"))
     assert (lat.name, lat.params.latency_ms, lat.schedule.at, lat.schedule.duration) == \
            ("platform-postgres-latency", 200, 30, 60)
@@ -104,7 +106,7 @@ def test_the_profile_file_is_not_changed_by_an_override(tmp_path):
 
 def test_unknown_profile_names_the_experiment_file_line_and_key(tmp_path):
     p = experiment(tmp_path, "- profile: pod-kil\n")
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE, "faults.0")
     assert str(e).startswith(f"{p}:{FAULTS_LINE}: faults.0: ")
     assert "pod-kil" in str(e) and "pod-kill" in str(e)   # lists the available profiles
@@ -112,7 +114,7 @@ def test_unknown_profile_names_the_experiment_file_line_and_key(tmp_path):
 
 def test_the_second_fault_is_faults_1_at_its_line(tmp_path):
     p = experiment(tmp_path, KILL + "- profile: nope\n")
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert (e.line, e.key) == (FAULTS_LINE + KILL.count("\n"), "faults.1")
 
 
@@ -127,20 +129,20 @@ def test_the_second_fault_is_faults_1_at_its_line(tmp_path):
 ])
 def test_a_bad_override_names_the_experiment_file_and_line(tmp_path, faults, msg):
     p = experiment(tmp_path, faults)
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE, "faults.0")
     assert msg in str(e)
 
 
 def test_an_override_bad_for_one_profile_only_is_caught_at_load(tmp_path):
     p = experiment(tmp_path, "- profile: network-latency\n  params: {latency_ms: {quick: 50, full: 0}}\n")
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert (e.line, e.key) == (FAULTS_LINE, "faults.0") and "latency_ms" in str(e)
 
 
 def test_a_per_profile_value_missing_for_a_profile(tmp_path):
     p = experiment(tmp_path, "- profile: pod-kill\n  schedule: {at: {quick: 30}}\n")
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert (e.line, e.key) == (FAULTS_LINE, "faults.0")
     assert "faults.schedule.at" in str(e) and "'full'" in str(e)
 
@@ -149,7 +151,7 @@ def test_a_per_profile_value_missing_for_a_profile(tmp_path):
 def test_a_target_the_stack_does_not_have(tmp_path, target, bad):
     kind = "network-latency" if "->" in target else "pod-kill"
     p = experiment(tmp_path, f"- profile: {kind}\n  target: {target}\n")
-    exp = load_experiment(p)                       # valid on its own: no stack yet
+    exp = load_checked(p)                       # valid on its own: no stack yet
     e = spec_error(experiment_faults, exp, "quick", load_stack("kafka"))
     assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE, "faults.0")
     assert f"unknown service {bad!r}" in str(e) and "kafka, platform, postgres" in str(e)
@@ -157,18 +159,18 @@ def test_a_target_the_stack_does_not_have(tmp_path, target, bad):
 
 def test_duplicate_fault_names_are_refused(tmp_path):
     p = experiment(tmp_path, "- pod-kill\n- profile: pod-kill\n  schedule: {at: 50}\n")
-    e = spec_error(load_experiment, p)
+    e = spec_error(load_checked, p)
     assert e.path == str(p) and e.key == "faults.1" and e.line is not None
     assert "fault name 'platform-pod-kill' is also the name of faults.0" in str(e)
     p2 = experiment(tmp_path, "- pod-kill\n- profile: pod-kill\n  name: kill-2\n  schedule: {at: 50}\n", "ok.yaml")
-    assert [f.name for f in experiment_faults(load_experiment(p2), "quick")] == ["platform-pod-kill", "kill-2"]
+    assert [f.name for f in experiment_faults(load_checked(p2), "quick")] == ["platform-pod-kill", "kill-2"]
 
 
 # ------------------------------------------------------------------ dry run
 
 def test_describe_lists_every_fault_with_its_windows(tmp_path):
     p = experiment(tmp_path, KILL + LATENCY + "- profile: pod-kill\n  name: late-kill\n  schedule: {at: 500}\n")
-    exp, stack = load_experiment(p), load_stack("kafka")
+    exp, stack = load_checked(p), load_stack("kafka")
     faults = experiment_faults(exp, "quick", stack)
     text = describe(stack, exp, "quick", faults, "rid-1")
     assert text.startswith("DRY RUN kafka / chaos-test (quick): nothing is started")
@@ -184,15 +186,15 @@ def test_describe_lists_every_fault_with_its_windows(tmp_path):
 
 def test_describe_elides_many_windows(tmp_path):
     p = experiment(tmp_path, "- profile: pod-kill\n  schedule: {at: 0, duration: 1, repeat_every: 10}\n")
-    exp, stack = load_experiment(p), load_stack("kafka")
+    exp, stack = load_checked(p), load_stack("kafka")
     text = describe(stack, exp, "quick", experiment_faults(exp, "quick", stack), "r")
     assert "0-1s, 10-11s, 20-21s, 30-31s ... (9 windows)" in text
 
 
 INNER = '''
 import subprocess
-import monsoon.runner as runner_module
-from monsoon.stack import find_leftovers
+import monsoon.run.experiment as runner_module
+from monsoon.stack.reaper import find_leftovers
 
 
 class NoStack:
@@ -249,7 +251,7 @@ KUBE_KILL = """\
 @pytest.mark.parametrize("backend", ["chaos-mesh", "litmus"])
 def test_a_namespace_off_the_allow_list_fails_when_the_faults_are_resolved(tmp_path, monkeypatch, backend):
     p = experiment(tmp_path, KILL + KUBE_KILL.format(backend=backend, ns="iot"))
-    exp = load_experiment(p)                       # valid on its own: the allow-list is the environment's
+    exp = load_checked(p)                       # valid on its own: the allow-list is the environment's
     monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "staging, lab")
     e = spec_error(experiment_faults, exp, "quick", load_stack("kafka"))
     assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE + KILL.count("\n"), "faults.1")
@@ -267,15 +269,15 @@ def test_a_kubernetes_fault_its_backend_cannot_render_fails_before_the_stack(tmp
     monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "iot")
     p = experiment(tmp_path, "- profile: network-latency\n  backend: chaos-mesh\n  params: {stream: upstream}\n"
                              "  target: {namespace: iot, labelSelector: {app: x}}\n")
-    e = spec_error(experiment_faults, load_experiment(p), "quick")
+    e = spec_error(experiment_faults, load_checked(p), "quick")
     assert (e.path, e.line, e.key) == (str(p), FAULTS_LINE, "faults.0") and "select the client pods" in str(e)
 
 
 def test_the_dry_run_of_a_namespace_off_the_allow_list_fails_instead_of_printing_refused(tmp_path, monkeypatch):
-    from monsoon.runner import run_experiment
+    from monsoon.session import run_one
     monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "staging")
     p = experiment(tmp_path, KUBE_KILL.format(backend="chaos-mesh", ns="iot"))
-    e = spec_error(lambda: run_experiment(load_stack("kafka"), load_experiment(p), "quick", tmp_path / "out",
+    e = spec_error(lambda: run_one(load_stack("kafka"), load_checked(p), "quick", tmp_path / "out",
                                           run_id="r-dry", dry_run=True))
     assert e.key == "faults.0" and "not on the allow-list" in str(e)
     assert not (tmp_path / "out").exists()
@@ -284,8 +286,8 @@ def test_the_dry_run_of_a_namespace_off_the_allow_list_fails_instead_of_printing
 # ------------------------------------------------- ExperimentResult.check: per-phase latency_objective names
 
 def test_result_check_finds_a_check_by_its_base_name(tmp_path):
-    from monsoon.checks import Verdict
-    from monsoon.runner import ExperimentResult
+    from monsoon.checks.base import Verdict
+    from monsoon.report.result import ExperimentResult
     r = ExperimentResult("s", "e", "quick", tmp_path, checks=[
         Verdict("no_oom", "pass"),
         Verdict("latency_objective[steady]", "pass", {"p99_ms": 40.0}, "p99 40 ms"),
@@ -302,9 +304,9 @@ def test_result_check_finds_a_check_by_its_base_name(tmp_path):
 
 def test_headline_figures_lift_the_new_checks_numbers_and_the_checklist_shows_them():
     from pathlib import Path
-    from monsoon.checks import Verdict
-    from monsoon.report import KEY_FIGURES
-    from monsoon.runner import ExperimentResult
+    from monsoon.checks.base import Verdict
+    from monsoon.report.checklist import KEY_FIGURES
+    from monsoon.report.result import ExperimentResult
     r = ExperimentResult("kafka", "soak", "quick", Path("."), checks=[
         Verdict("no_acked_loss", "pass", {"acked": 10, "acked_lost": 0, "duplicates": 0}, ""),
         Verdict("error_budget", "fail", {"budget_consumed_pct": 140.0, "worst_burn_rate": 9.0}, ""),

@@ -7,7 +7,7 @@ import pytest
 
 from monsoon.faults.base import FaultContext, FaultError
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS, limit_bytes
-from monsoon.faults.spec import FaultSpec
+from monsoon.spec.fault import FaultSpec
 
 
 def fake_tree(tmp_path, version, pid):

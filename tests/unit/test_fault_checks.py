@@ -11,11 +11,14 @@ import types
 import pytest
 
 import monsoon
-from monsoon.checks import FAIL, PASS, UNKNOWN, RunData, evaluate, lag_recovers_within, no_oom
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.registry import evaluate
+from monsoon.checks.lag import lag_recovers_within
+from monsoon.checks.oom import no_oom
 from monsoon.cli import analyze
-from monsoon.faultchecks import (explained_by_kill, fault_windows, faults_landed, latency_objective,
-                                 throughput_drop)
-from unit.helpers import RunBuilder
+from monsoon.timeline.views import explained_by_kill, fault_windows
+from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
+from tests.unit.helpers import RunBuilder
 
 WALL0 = 1_700_000_000.0   # the meta event's wall clock at timeline t=0
 
@@ -298,8 +301,8 @@ def test_latency_objective_names_its_verdict_by_phase_and_keeps_the_plain_name_f
 
 
 def test_per_phase_latency_objectives_get_their_own_checklist_rows_and_defect_matrix_entries(tmp_path):
-    from monsoon.defects import Defect, clean_entry, defect_entry
-    from monsoon.report import checklist, summary
+    from monsoon.selftest.defects import Defect, clean_entry, defect_entry
+    from monsoon.report.checklist import checklist, summary
     r = latency_run(tmp_path, inside_ms=2000, outside_ms=20)
     vs = evaluate(r.dir, [("latency_objective", {"max_ms": 500}),
                           ("latency_objective", {"max_ms": 500, "during": "warmup"}),

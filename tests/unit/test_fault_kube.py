@@ -3,8 +3,9 @@ import yaml
 import pytest
 
 from monsoon.faults.base import FaultContext, FaultError
-from monsoon.faults.kube import RUN_LABEL, KubeBackend, NamespaceNotAllowed, render, to_yaml
-from monsoon.faults.spec import FaultSpec
+from monsoon.stack.reaper import RUN_LABEL
+from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, render, to_yaml
+from monsoon.spec.fault import FaultSpec
 
 SEL = {"namespace": "iot", "labelSelector": {"app": "hono-adapter", "tier": "edge"}}
 
@@ -254,8 +255,8 @@ def cluster(tmp_path, monkeypatch):
     """A configured cluster (a kubeconfig, the real client's config loading) whose API is the fake; the
     allow-list from MONSOON_KUBE_NAMESPACES; nothing else of this machine in reach of heal_everything."""
     kubernetes = pytest.importorskip("kubernetes")
-    import monsoon.chaos as chaos
-    import monsoon.stack as stack_mod
+    import monsoon.faults.heal as chaos
+    import monsoon.stack.reaper as stack_mod
     cfg = tmp_path / "kubeconfig"
     cfg.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
@@ -270,14 +271,16 @@ def cluster(tmp_path, monkeypatch):
     api = FakeCustomObjectsApi()
     monkeypatch.setattr(kubernetes.client, "CustomObjectsApi", lambda *a, **k: api)
     owners: dict = {}
-    monkeypatch.setattr(stack_mod, "process_owners", lambda: dict(owners))
-    monkeypatch.setattr(stack_mod, "reap", lambda rid=None: [])
+    for mod in (stack_mod, chaos):   # the reaper, and heal_everything's own reference
+        monkeypatch.setattr(mod, "process_owners", lambda: dict(owners))
+    for mod in (stack_mod, chaos):   # the reaper, and heal_everything's own reference
+        monkeypatch.setattr(mod, "reap", lambda rid=None: [])
     monkeypatch.setattr(chaos, "_toxiproxy_apis_of_runs", lambda: [])
     return api, owners, tmp_path
 
 
 def inject_as_a_run_does(run_id: str, flavor: str, kind: str, params: dict, out_dir, ns: str = "iot") -> None:
-    from monsoon.chaos import kube_namespaces
+    from monsoon.faults.resolve import kube_namespaces
     be = KubeBackend(flavor, kube_namespaces(), out_dir=out_dir,   # as chaos.build_backends makes it;
                      inject_timeout=0)                             # no operator here: one read, no waiting
     assert be.apply                                                # a cluster is configured: applied, not dry
@@ -288,7 +291,7 @@ def inject_as_a_run_does(run_id: str, flavor: str, kind: str, params: dict, out_
 
 
 def test_heal_run_id_deletes_the_labelled_objects_of_a_killed_run(cluster):
-    from monsoon.chaos import heal_everything
+    from monsoon.faults.heal import heal_everything
     api, _, tmp = cluster
     inject_as_a_run_does("r-kube", "chaos-mesh", "pod-kill", {}, tmp)
     inject_as_a_run_does("r-kube", "litmus", "network-latency", {"latency_ms": 200}, tmp, ns="lab")
@@ -305,8 +308,8 @@ def test_heal_run_id_deletes_the_labelled_objects_of_a_killed_run(cluster):
 
 
 def test_heal_all_finds_kubernetes_only_runs_by_their_label_and_skips_live_ones(cluster, monkeypatch):
-    import monsoon.chaos as chaos
-    from monsoon.chaos import heal_everything
+    import monsoon.faults.heal as chaos
+    from monsoon.faults.heal import heal_everything
     api, owners, tmp = cluster
     inject_as_a_run_does("r-gone", "chaos-mesh", "pod-kill", {}, tmp)
     inject_as_a_run_does("r-gone-too", "litmus", "pod-kill", {}, tmp, ns="lab")
@@ -321,7 +324,7 @@ def test_heal_all_finds_kubernetes_only_runs_by_their_label_and_skips_live_ones(
 
 
 def test_heal_says_so_when_a_cluster_is_configured_but_no_namespace_is_allowed(cluster, monkeypatch):
-    from monsoon.chaos import heal_everything
+    from monsoon.faults.heal import heal_everything
     api, _, tmp = cluster
     inject_as_a_run_does("r-kube", "chaos-mesh", "pod-kill", {}, tmp)
     monkeypatch.setenv("MONSOON_KUBE_NAMESPACES", "")

@@ -6,8 +6,8 @@ import pytest
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.faults.plan import FaultPlan, schedule
-from monsoon.faults.spec import FaultSpec
-from monsoon.timeline import Timeline, read_events
+from monsoon.spec.fault import FaultSpec
+from monsoon.timeline.store import Timeline, read_events
 
 
 def fault(name, at, duration, repeat=None, times=None, backend="process", target="svc", kind="process-pause"):

@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
-from monsoon.faults.spec import KINDS, PROFILES_DIR, FaultSpec, LatencyParams, Schedule, load_fault, load_profiles
-from monsoon.yamlio import SpecError
+from monsoon.spec.fault import KINDS, PROFILES_DIR, FaultSpec, LatencyParams, Schedule, load_fault, load_profiles
+from monsoon.spec.yamlio import SpecError
 
 SHIPPED = ["pod-kill", "process-pause", "network-latency", "dependency-down", "bandwidth", "mongo-slowdown",
            "infinispan-slowdown", "kafka-broker-restart", "memory-pressure"]

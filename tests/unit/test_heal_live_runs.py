@@ -8,12 +8,14 @@ import sys
 
 import pytest
 
-import monsoon.chaos as chaos
-import monsoon.stack as stack_mod
-from monsoon.chaos import heal_everything, live_runs
+import monsoon.faults.heal as chaos
+import monsoon.stack.reaper as stack_mod
+from monsoon.faults.heal import heal_everything, live_runs
 from monsoon.cli import main as cli_main
-from monsoon.specs import load_stack
-from monsoon.stack import OWNER_ENV, Stack, allocate_ports, process_owners
+from monsoon.spec.stack import load_stack
+from monsoon.stack.reaper import OWNER_ENV, process_owners
+from monsoon.stack.supervisor import Stack
+from monsoon.stack.ports import allocate_ports
 
 NO_PID = 10**9   # above any pid_max: fake processes that no signal can reach
 
@@ -98,10 +100,12 @@ def machine(monkeypatch, tmp_path):
     owners: dict[int, tuple[str, int | None]] = {}
     proc = FakeProc({})
     reaped: list[str] = []
-    monkeypatch.setattr(stack_mod, "process_owners", lambda: dict(owners))
+    for mod in (stack_mod, chaos):   # the reaper, and heal_everything's own reference
+        monkeypatch.setattr(mod, "process_owners", lambda: dict(owners))
     monkeypatch.setattr(chaos, "_proc_stat", proc)
     monkeypatch.setattr(chaos, "_toxiproxy_apis_of_runs", lambda: [])
-    monkeypatch.setattr(stack_mod, "reap", lambda rid=None: reaped.append(rid) or [])
+    for mod in (stack_mod, chaos):   # the reaper, and heal_everything's own reference
+        monkeypatch.setattr(mod, "reap", lambda rid=None: reaped.append(rid) or [])
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return owners, proc.table, reaped, tmp_path

@@ -1,5 +1,5 @@
 """The teardown shield: a second Ctrl-C / SIGTERM during the final heal, census or stack stop is recorded
-and reported afterwards, never raised in the middle of it (monsoon.runner.TeardownShield)."""
+and reported afterwards, never raised in the middle of it (monsoon.run.shield.TeardownShield)."""
 from __future__ import annotations
 
 import os
@@ -11,9 +11,9 @@ import pytest
 
 from monsoon.faults.base import FaultContext
 from monsoon.faults.plan import FaultPlan
-from monsoon.runner import TeardownShield
-from monsoon.timeline import Timeline, read_events
-from test_fault_plan import RecordingBackend, fault
+from monsoon.run.shield import TeardownShield
+from monsoon.timeline.store import Timeline, read_events
+from tests.unit.test_fault_plan import RecordingBackend, fault
 
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                                 reason="signal handlers need the main thread")

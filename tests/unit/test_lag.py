@@ -1,11 +1,11 @@
 """Burrow's consumer-lag rules, lag in seconds, drain time and the lag checks, on hand-made timelines."""
 import pytest
 
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, validate_check
-from monsoon.lag import (ERR, OK, REWIND, STALL, STOP, WARN, Entry, consumer_not_stalled, drain_time,
-                         evaluate_window, group_status, lag_bounded, lag_seconds, lag_seconds_series,
-                         partition_statuses, predicted_drain_s, PartitionStatus)
-from unit.helpers import RunBuilder
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.burrow import ERR, OK, REWIND, STALL, STOP, WARN, Entry, evaluate_window, group_status, partition_statuses, PartitionStatus
+from monsoon.checks.lag import consumer_not_stalled, drain_time, lag_bounded, lag_seconds, lag_seconds_series, predicted_drain_s
+from tests.unit.helpers import RunBuilder
 
 P = "tb_rule_engine-0"
 

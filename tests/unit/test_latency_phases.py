@@ -5,11 +5,11 @@ import csv
 import numpy as np
 import pytest
 
-from monsoon.checks import FAIL, PASS, UNKNOWN, RunData
-from monsoon.faultchecks import latency_objective
-from monsoon.hdrlog import (LATENCY_FILE, IntervalLogWriter, new_histogram, percentile_ms, phase_histograms,
-                            read_intervals)
-from unit.helpers import RunBuilder
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.faults import latency_objective
+from monsoon.rundir import LATENCY_FILE
+from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram, percentile_ms, phase_histograms, read_intervals
+from tests.unit.helpers import RunBuilder
 
 PHASES = [("warmup", 0, 10), ("burst", 10, 20), ("recovery", 20, 30)]
 SCALE_MS = {"warmup": 20.0, "burst": 400.0, "recovery": 60.0}

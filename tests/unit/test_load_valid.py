@@ -6,13 +6,14 @@ import threading
 
 import pytest
 
-from monsoon.checks import CHECKS, RunData, validate_check
-from monsoon.load import Device
-from monsoon.loadchecks import load_valid
-from monsoon.shapes import Ramp, Spike
-from monsoon.transports import AsyncFleet
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.base import RunData
+from monsoon.stack.provision import Device
+from monsoon.checks.load import load_valid
+from monsoon.load.shapes import Ramp, Spike
+from monsoon.load.aio import AsyncFleet
 
-from helpers import RunBuilder
+from tests.unit.helpers import RunBuilder
 
 
 def run(tmp_path, seconds, *, late=0, dropped=0, target=100.0):

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from monsoon.faults.kube import RUN_LABEL
-from monsoon.loadjob import LoadJobError, render_load_job
+from monsoon.stack.reaper import RUN_LABEL
+from monsoon.load.kube_job import LoadJobError, render_load_job
 
 CONFIG = {"devices": [{"name": f"d{i}", "token": f"t{i}"} for i in range(6)], "segments": [[0, 10, 50.0]]}
 

@@ -4,10 +4,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, validate_check
-from monsoon.memory import (back_half, gc_time_fraction, heap_after_gc, no_memory_leak, ols_slope,
-                            parse_gc_log)
-from unit.helpers import RunBuilder
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.memory import back_half, gc_time_fraction, heap_after_gc, no_memory_leak, ols_slope, parse_gc_log
+from tests.unit.helpers import RunBuilder
 
 # A real-looking Parallel GC unified log (-Xlog:gc*:file=...:time,uptime,level,tags), JDK 17
 SAMPLE = """\
@@ -237,7 +237,7 @@ def test_memory_checks_are_registered_and_validated():
 
 def test_gc_logs_read_the_files_the_jvm_rotated_at_each_restart_oldest_first(tmp_path):
     import os
-    from monsoon.memory import gc_logs
+    from monsoon.checks.memory import gc_logs
     d = tmp_path / "services" / "platform"
     d.mkdir(parents=True)
     # the JVM renames gc.log at every start; numbers are reused, so age decides the order

@@ -1,4 +1,4 @@
-"""monsoon.native without the binary: config rendering from a shape, shard ranges, and the
+"""monsoon.load.native without the binary: config rendering from a shape, shard ranges, and the
 payload parts the native core composes (checked against Payload.renderer byte for byte)."""
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from monsoon.load import Device, Schedule
-from monsoon.native import NativeFleet, loadgen_config, shard_range
-from monsoon.payloads import Payload
-from monsoon.shapes import Ramp, Stage, Stages, Steady
+from monsoon.stack.provision import Device
+from monsoon.load.schedule import Schedule
+from monsoon.load.native import NativeFleet, loadgen_config, shard_range
+from monsoon.load.payloads import Payload
+from monsoon.load.shapes import Ramp, Stage, Stages, Steady
 
 
 def compose(spec: dict, idx: int, name: str, seq: int, ts: int, sent_ms: int) -> bytes:
@@ -104,7 +105,7 @@ def test_native_fleet_validates_like_mqtt_fleet(tmp_path) -> None:
 
 def test_missing_cargo_names_what_to_install(tmp_path, monkeypatch) -> None:
     """A checkout without a built binary on a machine without cargo: the error says what to do."""
-    import monsoon.native as native
+    import monsoon.load.native as native
 
     crate = tmp_path / "loadgen"
     (crate / "src").mkdir(parents=True)
@@ -120,16 +121,16 @@ def test_missing_cargo_names_what_to_install(tmp_path, monkeypatch) -> None:
 
 
 def test_loopback_targets_spread_over_source_addresses_past_one_address_worth():
-    from monsoon.native import loopback_sources
+    from monsoon.load.native import loopback_sources
     assert loopback_sources("127.0.0.1", 20_000) == []
     assert loopback_sources("127.0.0.1", 50_000) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert loopback_sources("10.1.2.3", 50_000) == []          # a remote target: the kernel picks
 
 
 def test_too_many_devices_per_native_worker_is_refused(tmp_path):
-    from monsoon.load import Device
-    from monsoon.native import NativeFleet
-    from monsoon.shapes import Steady
+    from monsoon.stack.provision import Device
+    from monsoon.load.native import NativeFleet
+    from monsoon.load.shapes import Steady
     devs = [Device(f"d{i}", "") for i in range(40_000)]
     with pytest.raises(ValueError, match="set load.workers >= 3"):
         NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv")

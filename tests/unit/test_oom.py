@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, evaluate, validate_check
-from monsoon.collectors import CgroupOomCollector, DockerCollector, KubePodsCollector, collectors_for
+from monsoon.checks.registry import CHECKS, evaluate, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.observe.collectors import CgroupOomCollector, DockerCollector, KubePodsCollector, collectors_for
 from monsoon.faults.cgroup import CgroupFS
-from monsoon.stack import exit_cause
-from monsoon.oom import cgroup_evidence, heap_headroom, no_oom, parse_docker_inspect, parse_pods
-from unit.helpers import RunBuilder
+from monsoon.stack.supervisor import exit_cause
+from monsoon.checks.oom import cgroup_evidence, heap_headroom, no_oom
+from monsoon.observe.parsers import parse_docker_inspect, parse_pods
+from tests.unit.helpers import RunBuilder
 
 CG = "/sys/fs/cgroup/memory/monsoon/m_r__platform"
 
@@ -69,8 +71,8 @@ def every_second(a: int, b: int, n_at: dict[int, int] | None = None, start: int 
 # ================================================================ process angle (unchanged behaviour)
 
 def test_the_check_lives_in_oom_and_is_still_registered():
-    import monsoon.checks
-    assert CHECKS["no_oom"] is no_oom and monsoon.checks.no_oom is no_oom
+    import monsoon.checks.registry
+    assert CHECKS["no_oom"] is no_oom and monsoon.checks.registry.no_oom is no_oom
     validate_check("no_oom", {})
     validate_check("no_oom", {"min_headroom_pct": 10})
     with pytest.raises(ValueError, match="min_headroom_pct must be a number"):
@@ -621,7 +623,7 @@ def test_evaluate_passes_min_headroom_pct_through(tmp_path):
 # ================================================================ collectors_for
 
 def test_collectors_for_adds_the_oom_collectors_from_the_observe_section(tmp_path, monkeypatch, caplog):
-    from monsoon.specs import StackSpec
+    from monsoon.spec.stack import StackSpec
     spec = StackSpec.model_validate({
         "name": "s", "services": {"platform": {"command": ["true"]}}, "devices": {"port": "1"},
         "provisioning": {"kind": "none"}, "storage": {"dsn": "x", "loss_query": "x"},

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from monsoon.payloads import PROFILES, Payload, TemplateError, compile_template
+from monsoon.spec.payload import TemplateError, compile_template
+from monsoon.load.payloads import Payload
 
 TS, SENT = 1_700_000_000_000, 1_700_000_000_007
 TEMPLATE = ('{"ts": {ts}, "values": {"device": "{device}", "seq": {seq}, "sent": {sent_ms}, '
@@ -114,15 +115,15 @@ def test_bad_payload_parameters(kwargs, needle) -> None:
 
 
 def test_profiles_listed_match_the_spec_literal() -> None:
-    from monsoon.specs import PAYLOAD_PROFILES, PayloadSpec
-    assert PROFILES == PAYLOAD_PROFILES
-    assert set(PayloadSpec.model_fields["profile"].annotation.__args__) == set(PROFILES)
+    from monsoon.spec.payload import PAYLOAD_PROFILES, PayloadSpec
+    assert set(PayloadSpec.model_fields["profile"].annotation.__args__) == set(PAYLOAD_PROFILES)
 
 
 def test_fleet_gives_each_device_its_renderer(tmp_path) -> None:
     pytest.importorskip("paho.mqtt")
-    from monsoon.load import Device, MqttFleet
-    from monsoon.shapes import Steady
+    from monsoon.stack.provision import Device
+    from monsoon.load.mqtt import MqttFleet
+    from monsoon.load.shapes import Steady
     devs = [Device(f"dev-{i}", f"tok-{i}") for i in range(3)]
     fleet = MqttFleet(devs, "127.0.0.1", 1, shape=Steady(1, 1), acked_path=tmp_path / "a.csv",
                       payload=Payload("industrial-plc", datapoints=5))

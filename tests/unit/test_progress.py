@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import io
 
-from monsoon.load import SecondStats
-from monsoon.progress import LoadProgress, progress_fields
+from monsoon.load.stats import SecondStats
+from monsoon.observe.progress import LoadProgress, progress_fields
 
 
 class Clock:

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from monsoon.load import Device
-from monsoon.provision import NoProvisioner, ProvisionError, TbRestProvisioner, device_names
+from monsoon.stack.provision import Device
+from monsoon.stack.provision import NoProvisioner, ProvisionError, TbRestProvisioner, device_names
 
 
 class FakeTb:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from monsoon import shapes
-from monsoon.load import Pacer, Schedule
-from monsoon.shapes import Burst, Phase, Steady
+from monsoon.load import shapes
+from monsoon.load.schedule import Pacer, Schedule
+from monsoon.load.shapes import Burst, Phase, Steady
 
 
 class FakeClock:

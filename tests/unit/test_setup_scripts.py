@@ -4,7 +4,7 @@ import shutil
 import subprocess
 import sys
 
-from monsoon.specs import REPO
+from monsoon.paths import REPO
 
 
 def path_without(tmp_path, *missing):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monsoon.shapes import Burst, LoadShape, Phase, Steady
+from monsoon.load.shapes import Burst, LoadShape, Phase, Steady
 
 
 def test_steady_rate_and_phase() -> None:
@@ -97,18 +97,8 @@ def test_shapes_are_frozen() -> None:
 
 import math  # noqa: E402
 
-from monsoon.load import Schedule  # noqa: E402
-from monsoon.shapes import (  # noqa: E402
-    Ladder,
-    LadderStep,
-    PythonShape,
-    Ramp,
-    ShapeContext,
-    Spike,
-    Stage,
-    Stages,
-    check_rates,
-)
+from monsoon.load.schedule import Schedule  # noqa: E402
+from monsoon.load.shapes import Ladder, LadderStep, PythonShape, Ramp, ShapeContext, Spike, Stage, Stages, check_rates
 
 
 def _contiguous(shape) -> None:

@@ -1,10 +1,10 @@
 """The per-phase error-budget SLO and its multi-window burn-rate rules, on hand-made load events."""
 import pytest
 
-from monsoon.checks import CHECKS, FAIL, PASS, UNKNOWN, RunData, validate_check
-from monsoon.slo import (BurnRule, Outcome, Second, burn_rates, error_budget, first_firing, good_fraction,
-                         load_seconds, outcomes, scaled_windows)
-from unit.helpers import RunBuilder
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.slo import BurnRule, Outcome, Second, burn_rates, error_budget, first_firing, good_fraction, load_seconds, outcomes, scaled_windows
+from tests.unit.helpers import RunBuilder
 
 
 def run(b: RunBuilder) -> RunData:
@@ -212,7 +212,8 @@ def test_outcome_bad_is_never_negative():
 def test_error_budget_counts_good_acks_from_the_latency_histograms(tmp_path):
     # every second: 95 acks at 10 ms, 5 at 900 ms. The quantiles (p50 10, p99 900) only bracket the 500 ms
     # threshold (an estimate of ~23% bad); the per-second HdrHistograms count exactly 5% bad.
-    from monsoon.hdrlog import LATENCY_FILE, IntervalLogWriter, new_histogram
+    from monsoon.rundir import LATENCY_FILE
+    from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram
     b = RunBuilder(tmp_path).phase("steady", 0, 100)
     for s in range(100):
         b.load(s, 100, 100, 0, 10.0, 900.0, 900.0)

@@ -3,8 +3,11 @@ import textwrap
 
 import pytest
 
-from monsoon.specs import REPO, load_experiment, load_stack
-from monsoon.yamlio import SpecError
+from monsoon.load.payloads import build_payload
+from monsoon.paths import REPO
+from monsoon.run.validate import load_checked
+from monsoon.spec.stack import load_stack
+from monsoon.spec.yamlio import SpecError
 
 GOOD_EXPERIMENT = """\
 name: e
@@ -34,12 +37,12 @@ def test_shipped_stacks_validate(path):
 
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_experiments_validate(path):
-    exp = load_experiment(path)
+    exp = load_checked(path)
     assert exp.durations("quick").total > 0
 
 
 def test_experiment_loads_by_name_and_resolves_per_profile_params(tmp_path):
-    exp = load_experiment(write(tmp_path, "e.yaml", GOOD_EXPERIMENT))
+    exp = load_checked(write(tmp_path, "e.yaml", GOOD_EXPERIMENT))
     assert exp.checks[1].resolved("quick") == {"seconds": 30}
 
 
@@ -56,7 +59,7 @@ def test_experiment_loads_by_name_and_resolves_per_profile_params(tmp_path):
 def test_bad_experiment_names_file_line_and_key(tmp_path, mutate, line, key, msg):
     p = write(tmp_path, "bad.yaml", mutate(GOOD_EXPERIMENT))
     with pytest.raises(SpecError) as ei:
-        load_experiment(p)
+        load_checked(p)
     e = ei.value
     assert e.path == str(p) and e.line == line and e.key == key, str(e)
     assert msg in str(e) and str(p) in str(e)
@@ -65,12 +68,12 @@ def test_bad_experiment_names_file_line_and_key(tmp_path, mutate, line, key, msg
 def test_invalid_yaml_syntax_names_the_line(tmp_path):
     p = write(tmp_path, "broken.yaml", "name: x\nload: [1, 2\nchecks: []\n")
     with pytest.raises(SpecError, match=r"broken.yaml:\d+: invalid YAML"):
-        load_experiment(p)
+        load_checked(p)
 
 
 def test_unknown_experiment_name_lists_the_available_ones():
     with pytest.raises(SpecError, match="no experiment named 'nope'.*burst-x10"):
-        load_experiment("nope")
+        load_checked("nope")
 
 
 STACK = """\
@@ -138,7 +141,8 @@ def test_env_profile_keys_are_checked(tmp_path):
 
 
 def test_experiment_env_overrides_reach_the_service_and_unknown_services_are_refused(tmp_path):
-    from monsoon.stack import Stack, StackError
+    from monsoon.stack.supervisor import Stack
+    from monsoon.stack.ports import StackError
     stack = load_stack("kafka")
     st = Stack(stack, tmp_path, run_id="env-1", env_overrides={"platform": {"DEFECT_X": "1"}})
     st.ports = {n: 1 for n in stack.port_names()}
@@ -154,11 +158,11 @@ def test_a_check_may_apply_to_some_profiles_only(tmp_path):
     p.write_text("name: e\nload: {devices: 1, base_rate: 1, shape: {kind: steady}}\n"
                  "profiles: {quick: {warmup: 1}, full: {warmup: 1}}\n"
                  "checks:\n  - no_memory_leak: {min_minutes: {full: 60}, profiles: [full]}\n")
-    (c,) = load_experiment(p).checks
+    (c,) = load_checked(p).checks
     assert not c.applies("quick") and c.applies("full") and c.resolved("full") == {"min_minutes": 60}
     p.write_text(p.read_text().replace("[full]", "[fast]"))
     with pytest.raises(SpecError, match="checks"):
-        load_experiment(p)
+        load_checked(p)
 
 
 # ------------------------------------------------------- load shapes and payloads
@@ -181,8 +185,8 @@ def shaped(tmp_path, shape: str, name: str = "s.yaml", extra: str = ""):
 
 
 def phase_table(exp, profile):
-    from monsoon.runner import build_shape
-    shape = build_shape(exp, profile)
+    from monsoon.run.harness import experiment_shape
+    shape = experiment_shape(exp, profile)
     return shape, [(p.name, p.start, p.end, shape.rate_at(p.start)) for p in shape.phases()]
 
 
@@ -199,7 +203,7 @@ def test_every_shape_kind_validates_and_keeps_its_ratios_across_profiles(tmp_pat
         "python": "{kind: python, file: wave.py, function: rate_at}",
     }
     for kind, text in kinds.items():
-        exp = load_experiment(shaped(tmp_path, text, f"{kind}.yaml"))
+        exp = load_checked(shaped(tmp_path, text, f"{kind}.yaml"))
         assert exp.load.shape.kind == kind
         q_shape, quick = phase_table(exp, "quick")
         f_shape, full = phase_table(exp, "full")
@@ -213,7 +217,7 @@ def test_every_shape_kind_validates_and_keeps_its_ratios_across_profiles(tmp_pat
 
 def test_shape_phases_per_kind(tmp_path):
     def table(text):
-        return phase_table(load_experiment(shaped(tmp_path, text)), "quick")[1]
+        return phase_table(load_checked(shaped(tmp_path, text)), "quick")[1]
     assert table("{kind: ramp, to: 5}") == [("warmup", 0, 10, 100), ("ramp", 10, 70, pytest.approx(100.0 + 400 / 1200)),
                                             ("hold", 70, 100, 500)]
     assert table("{kind: stages, stages: [{duration: 1, multiplier: 1}, {duration: 2, rate: 0}, "
@@ -231,7 +235,7 @@ def test_shape_phases_per_kind(tmp_path):
 def test_python_shape_by_module_and_function(tmp_path, monkeypatch):
     (tmp_path / "myshapes.py").write_text("def flat(t):\n    return 42.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    exp = load_experiment(shaped(tmp_path, '{kind: python, function: "myshapes:flat"}'))
+    exp = load_checked(shaped(tmp_path, '{kind: python, function: "myshapes:flat"}'))
     shape, _ = phase_table(exp, "quick")
     assert shape.rate_at(50) == 42.0 and exp.load.shape.label == "myshapes:flat"
 
@@ -274,7 +278,7 @@ def test_python_shape_by_module_and_function(tmp_path, monkeypatch):
 def test_bad_shapes_name_file_line_and_key(tmp_path, shape, key, msg):
     p = shaped(tmp_path, shape, "bad.yaml")
     with pytest.raises(SpecError) as ei:
-        load_experiment(p)
+        load_checked(p)
     e = ei.value
     assert e.path == str(p) and e.key == key and e.line == 5, str(e)
     assert msg in str(e) and f"{p}:5: {key}: " in str(e), str(e)
@@ -284,7 +288,7 @@ def test_a_shape_returning_a_negative_rate_is_refused_at_validation(tmp_path):
     (tmp_path / "neg.py").write_text("def rate_at(t):\n    return 50 - t\n")
     p = shaped(tmp_path, "{kind: python, file: neg.py, function: rate_at}", "neg.yaml")
     with pytest.raises(SpecError) as ei:
-        load_experiment(p)
+        load_checked(p)
     e = ei.value
     assert (e.line, e.key) == (5, "load.shape")
     assert f"profile 'quick': python shape {tmp_path / 'neg.py'}:rate_at returned a negative rate -0.1 at t=50.1s" \
@@ -296,23 +300,23 @@ def test_burst_window_shapes_need_a_burst_window(tmp_path):
     p = write(tmp_path, "nb.yaml", SHAPED.replace("SHAPE", "{kind: ladder, steps: [{multiplier: 3, duration: 1}]}")
               .replace("burst: 60", "burst: 0"))
     with pytest.raises(SpecError, match="profile 'quick': a ladder experiment needs burst > 0 seconds"):
-        load_experiment(p)
+        load_checked(p)
 
 
 def test_payload_profiles_validate(tmp_path):
     for text, profile in [("smart-meter", "smart-meter"), ("{profile: smart-tracker}", "smart-tracker"),
                           ("{profile: industrial-plc, datapoints: 120}", "industrial-plc")]:
-        assert load_experiment(shaped(tmp_path, "{kind: steady}", name="p.yaml")).load.payload.profile == "minimal"
+        assert load_checked(shaped(tmp_path, "{kind: steady}", name="p.yaml")).load.payload.profile == "minimal"
         p = write(tmp_path, "p.yaml", SHAPED.replace("SHAPE", "{kind: steady}")
                   .replace("  base_rate: 100\n", f"  base_rate: 100\n  payload: {text}\n"))
-        exp = load_experiment(p)
+        exp = load_checked(p)
         assert exp.load.payload.profile == profile
-    assert exp.load.payload.build().datapoints == 120
+    assert build_payload(exp.load.payload).datapoints == 120
     p = write(tmp_path, "t.yaml", SHAPED.replace("SHAPE", "{kind: steady}").replace(
         "  base_rate: 100\n",
         "  base_rate: 100\n  payload:\n    profile: template\n"
         "    template: '{\"ts\": {ts}, \"values\": {\"device\": \"{device}\", \"seq\": {seq}, \"t\": {rand_float:18:30}}}'\n"))
-    tpl = load_experiment(p).load.payload.build()
+    tpl = build_payload(load_checked(p).load.payload)
     assert b'"device": "d-1", "seq": 4' in tpl.render(1, "d-1", 4, 1, 2)
 
 
@@ -332,7 +336,7 @@ def test_bad_payloads_name_file_line_and_key(tmp_path, payload, key, line, msg):
     p = write(tmp_path, "badp.yaml", SHAPED.replace("SHAPE", "{kind: steady}")
               .replace("  base_rate: 100\n", f"  base_rate: 100\n  payload: {payload}\n"))
     with pytest.raises(SpecError) as ei:
-        load_experiment(p)
+        load_checked(p)
     e = ei.value
     assert (e.key, e.line) == (key, line + 1), str(e)
     assert msg in str(e) and "badp.yaml" in str(e)
@@ -343,5 +347,5 @@ def test_rates_must_be_finite_and_positive(tmp_path):
         p = write(tmp_path, "r.yaml", SHAPED.replace("SHAPE", "{kind: steady}").replace("base_rate: 100",
                                                                                          f"base_rate: {bad}"))
         with pytest.raises(SpecError) as ei:
-            load_experiment(p)
+            load_checked(p)
         assert (ei.value.key, ei.value.line) == ("load.base_rate", 4) and msg in str(ei.value)

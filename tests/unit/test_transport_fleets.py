@@ -8,11 +8,17 @@ import textwrap
 
 import pytest
 
-from monsoon.load import Device, MqttFleet, Pacer, Schedule
-from monsoon.shapes import Steady
-from monsoon.specs import REPO, load_stack
-from monsoon.transports import TRANSPORTS, AsyncFleet, CoapFleet, HttpFleet, build_fleet, telemetry_path
-from monsoon.yamlio import SpecError
+from monsoon.stack.provision import Device
+from monsoon.load.mqtt import MqttFleet
+from monsoon.load.schedule import Pacer, Schedule
+from monsoon.load.shapes import Steady
+from monsoon.paths import REPO
+from monsoon.spec.stack import load_stack
+from monsoon.load.fleet import TRANSPORTS, build_fleet
+from monsoon.load.aio import AsyncFleet
+from monsoon.load.coap import CoapFleet
+from monsoon.load.http import HttpFleet, telemetry_path
+from monsoon.spec.yamlio import SpecError
 
 
 class FakeClock:

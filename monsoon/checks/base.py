@@ -1,0 +1,87 @@
+"""What every check shares: ``Verdict``, the pass/fail/unknown rule (``combine``) and ``RunData``, the saved
+run directory a check reads (lazily, never a live system)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from monsoon.timeline.accounting import account
+from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
+from monsoon.timeline.hdrlog import phase_histograms
+from monsoon.timeline.store import Events
+
+
+PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+
+
+_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    verdict: str
+    figures: dict[str, float] = field(default_factory=dict)
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "verdict": self.verdict, "figures": self.figures, "message": self.message}
+
+
+def combine(verdicts: list[str]) -> str:
+    """fail beats unknown beats pass; nothing to judge is unknown."""
+    if not verdicts:
+        return UNKNOWN
+    return max(verdicts, key=_RANK.__getitem__)
+
+
+class RunData:
+    """Everything a check may read, loaded lazily from a run directory."""
+
+    def __init__(self, dir: Path, events: Events | None = None):
+        self.dir = Path(dir)
+        self._events = events
+
+    @property
+    def events(self) -> Events:
+        if self._events is None:
+            self._events = Events.load(self.dir / TIMELINE_FILE)
+        return self._events
+
+    @property
+    def meta(self) -> dict:
+        return self.events.meta()
+
+    @cached_property
+    def accounting(self):
+        """Every (device, seq) accounted for across sent.csv, acked.csv and stored.csv
+        (:func:`monsoon.accounting.account`; computed once, shared by the checks that need it)."""
+        return account(self.dir)
+
+    @cached_property
+    def latency_histograms(self):
+        """Ack-latency HdrHistograms summed per phase (and ``all``) from the fleet's per-second interval log
+        (:func:`monsoon.hdrlog.phase_histograms`); None when the run has no such log."""
+        p = self.dir / LATENCY_FILE
+        return phase_histograms(p, self.events.phases()) if p.exists() else None
+
+    def load_end(self) -> float | None:
+        e = self.events.first("op", op="load-end")
+        return e["t"] if e else None
+
+    def phase_end(self, name: str) -> float | None:
+        p = self.events.phase(name)
+        return p["end"] if p else None
+
+    def backlog_series(self) -> tuple[str, list[tuple[float, float]]]:
+        """Kafka consumer lag when the stack has Kafka, else the platform's queue depth."""
+        lag = self.events.series("kafka", "lag")
+        if lag:
+            return "kafka consumer lag", lag
+        return "queue depth", self.events.series("metrics", "queue_depth")
+
+
+def check_base(name: str) -> str:
+    """The registered check behind a verdict's name: ``latency_objective[steady]`` -> ``latency_objective``."""
+    return name.split("[", 1)[0]

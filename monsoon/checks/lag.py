@@ -1,0 +1,492 @@
+"""Kafka consumer-lag analysis over a saved timeline: Burrow's status rules, lag in seconds, drain time.
+
+Everything here is a pure function of the ``kafka`` samples in the timeline
+(``{"type": "sample", "collector": "kafka", "t": .., "lag": N, "partitions":
+{"<topic>-<p>": {"end": E, "committed": C, "lag": L}}}``, about 1 Hz;
+``committed`` is -1 while the group has committed nothing; a sample carries
+``error`` instead of values when the broker was unreachable).
+
+Burrow's consumer-lag evaluation rules
+--------------------------------------
+Source: linkedin/Burrow wiki, "Consumer Lag Evaluation Rules"
+(https://github.com/linkedin/Burrow/wiki/Consumer-Lag-Evaluation-Rules), the
+evaluator ``core/internal/evaluator/caching.go`` (functions ``isLagAlwaysNotZero``,
+``checkIfOffsetsRewind``, ``checkIfOffsetsStopped``, ``checkIfOffsetsStalled``,
+``checkIfLagNotDecreasing``, ``checkIfRecentLagZero``) and PR #716 ("Allow rewind
+detection when previous zero lag").  Implemented here from those descriptions:
+
+Burrow keeps, per partition, a sliding window of the last ``intervals`` (default
+10) committed offsets, each with its timestamp and the lag when it was seen, and
+evaluates the partition at time ``now``:
+
+0. If the current lag is zero the partition is OK: no rule can make it an error.
+1. (Rule 1) If the lag was zero anywhere in the window, the partition is OK.
+2. (Rule 2, REWIND) If the committed offset ever goes down from one entry to the next.
+   Since PR #716 a rewind is reported even when the lag was zero earlier in the
+   window, unless the consumer has since recovered (committed again at or beyond
+   the offset it had before the rewind); so this is checked before rule 1.
+3. (Rule 3, STOP) If ``now`` minus the newest commit's timestamp is larger than the
+   span between the oldest and newest commit in the window, the consumer has stopped
+   committing.  Current Burrow checks this before rule 1 too, and suppresses it when a
+   recent log-end offset was <= the last committed offset (the consumer was caught up
+   a moment ago, ``checkIfRecentLagZero``; here "recent" = the polls since the last commit).
+4. (Rule 4, STALL) If every committed offset in the window is the same (the consumer
+   commits but does not move) while there is lag.
+5. (Rule 5, WARN) If the offsets move but the lag never decreases across the window
+   (each entry's lag >= the previous one): the consumer is falling behind.
+6. Otherwise OK.  The group's status is its worst partition; STOP, STALL and REWIND
+   are errors.  Status numbers are Burrow's ``StatusConstant`` values
+   (OK=1, WARN=2, ERR=3, STOP=4, STALL=5, REWIND=6).
+
+How monsoon maps its data onto Burrow's window (an honest approximation): Burrow
+sees every commit from ``__consumer_offsets``; monsoon polls the committed offset
+about once a second.  Each poll is one window entry (timestamp = poll time), so
+``window=10`` means the last ten polls.  A poll cannot tell a consumer that
+re-commits the same offset from one that commits nothing, so a dead consumer whose
+offsets are still stored shows as STALL (both are errors).  STOP is reported when
+the committed offset of a partition stops being reported (it goes back to -1 or
+the partition vanishes from successful polls) for longer than the window spanned,
+and, as a monsoon extension, when a partition has had lag but no committed offset
+for a whole window (the consumer never started).  Partitions with fewer than
+``window`` entries are not judged (Burrow's completeness rule).
+
+Lag in seconds
+--------------
+The kafka-lag-exporter way (lightbend/seglo kafka-lag-exporter, README "Interpolation" and
+issue #5 "Interpolate for less variable consumer lag in time estimates"): keep a table
+of (time, log-end offset) per partition, find the interval the committed offset falls
+in and interpolate linearly the time at which the log-end offset equalled it; the lag
+in seconds is ``now`` minus that time.  Here the table holds the whole run (the
+exporter keeps a sliding window); before the oldest entry the first rising
+segment's slope is extrapolated (monsoon's choice).
+"""
+from __future__ import annotations
+from bisect import bisect_left
+
+import bisect
+import builtins
+
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
+from monsoon.timeline.views import KILL_KINDS, downtime, explained_by_kill, fault_windows
+
+
+_max = builtins.max  # ``max`` is a check parameter below
+
+
+# ------------------------------------------------------------ reading samples
+
+
+# ------------------------------------------------------------ Burrow's rules
+
+
+# ------------------------------------------------------------ lag in seconds
+
+def lag_seconds(table: list[tuple[float, float]], committed: float, now: float) -> float | None:
+    """Seconds since the log-end offset was ``committed``, from a (time, log-end) table (kafka-lag-exporter)."""
+    pts = sorted(table)
+    return _lag_seconds([t for t, _ in pts], [e for _, e in pts], committed, now)
+
+
+def _lag_seconds(times: list[float], ends: list[float], committed: float, now: float) -> float | None:
+    """``lag_seconds`` on a time-ordered table with non-decreasing log-end offsets (binary search)."""
+    if not times:
+        return None
+    i = bisect.bisect_right(ends, committed)  # first entry whose log-end is past the committed offset
+    if i == len(ends):
+        return 0.0
+    if i > 0:
+        t0, e0, t1, e1 = times[i - 1], ends[i - 1], times[i], ends[i]
+        return _max(0.0, now - (t0 + (committed - e0) * (t1 - t0) / (e1 - e0)))
+    # older than the table: extrapolate the first segment with a rising log-end
+    j = bisect.bisect_right(ends, ends[0])
+    if j == len(ends):
+        return _max(0.0, now - times[0])
+    rate = (ends[j] - ends[0]) / (times[j] - times[0])
+    return _max(0.0, now - (times[0] - (ends[0] - committed) / rate))
+
+
+def lag_seconds_series(events) -> list[tuple[float, float]]:
+    """(t, worst partition lag in seconds) at every successful poll."""
+    tables: dict[str, tuple[list[float], list[float]]] = {}
+    out = []
+    for s in kafka_samples(events):
+        worst = None
+        for name, p in s["partitions"].items():
+            try:
+                end, c = float(p["end"]), float(p["committed"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            times, ends = tables.setdefault(name, ([], []))
+            if ends and end < ends[-1]:  # the log-end went back (partition recreated): start over
+                times.clear()
+                ends.clear()
+            times.append(s["t"])
+            ends.append(end)
+            ls = _lag_seconds(times, ends, c if c >= 0 else 0.0, s["t"])
+            if ls is not None:
+                worst = ls if worst is None else _max(worst, ls)
+        if worst is not None:
+            out.append((s["t"], worst))
+    return out
+
+
+# ------------------------------------------------------------ drain time
+
+def _totals(samples: list[dict]) -> list[tuple[float, float, float]]:
+    """(t, sum of log-end, sum of committed) for polls where every partition has a committed offset."""
+    out = []
+    names = None
+    for s in samples:
+        parts = s["partitions"]
+        try:
+            if not parts or any(int(p["committed"]) < 0 for p in parts.values()):
+                continue
+            if names is not None and set(parts) != names:
+                names = set(parts)
+                out = []  # the partition set changed: rates across it are meaningless
+            names = set(parts)
+            out.append((s["t"], float(sum(int(p["end"]) for p in parts.values())),
+                        float(sum(int(p["committed"]) for p in parts.values()))))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def max_rate(points: list[tuple[float, float]], span: float = 5.0) -> float | None:
+    """Largest average rate of a counter over any stretch of at least ``span`` seconds."""
+    best = None
+    j = 0
+    for i in range(len(points)):
+        while j < i and points[i][0] - points[j + 1][0] >= span:
+            j += 1
+        dt = points[i][0] - points[j][0]
+        if dt >= span * 0.5 and dt > 0:
+            r = (points[i][1] - points[j][1]) / dt
+            best = r if best is None else _max(best, r)
+    return best
+
+
+def predicted_drain_s(backlog: float, capacity: float, inflow: float) -> float | None:
+    """Queueing arithmetic: a backlog drains at (capacity - inflow) per second; None when it never drains."""
+    if backlog <= 0:
+        return 0.0
+    if capacity <= inflow:
+        return None
+    return backlog / (capacity - inflow)
+
+
+def drain_time(events, tolerance: float = 10.0, span: float = 5.0, capacity: float | None = None) -> dict | None:
+    """Predicted vs observed drain of the peak Kafka backlog.
+
+    capacity = ``capacity`` when given (a calibrated capacity, measured apart from this run), else
+    the largest observed consumption rate (delta committed / delta t over ``span`` seconds, summed
+    over partitions: measured during the drain itself, so the prediction can only check the
+    arithmetic); inflow = the production rate (delta
+    log-end / delta t) from the peak until the lag fell to ``tolerance`` (or sampling
+    ended); predicted = backlog / (capacity - inflow).  None without usable samples.
+    """
+    tot = _totals(kafka_samples(events))
+    if len(tot) < 3:
+        return None
+    lags = [(t, e - c) for t, e, c in tot]
+    i_peak = builtins.max(range(len(lags)), key=lambda i: lags[i][1])
+    t_peak, backlog = lags[i_peak]
+    source = "calibration" if capacity else "observed"
+    capacity = capacity or max_rate([(t, c) for t, _, c in tot], span)
+    out: dict = {"backlog": backlog, "peak_t": t_peak, "capacity": capacity, "capacity_source": source}
+    i_done = next((i for i in range(i_peak, len(lags)) if lags[i][1] <= tolerance), None)
+    if backlog <= tolerance:
+        out.update(observed_drain_s=0.0, predicted_drain_s=0.0, inflow=None)
+        return out
+    i_end = i_done if i_done is not None else len(tot) - 1
+    if i_end > i_peak:
+        inflow = (tot[i_end][1] - tot[i_peak][1]) / (tot[i_end][0] - tot[i_peak][0])
+    else:
+        inflow = None
+    out["inflow"] = inflow
+    out["observed_drain_s"] = round(tot[i_done][0] - t_peak, 1) if i_done is not None else None
+    out["predicted_drain_s"] = (predicted_drain_s(backlog, capacity, inflow)
+                                if capacity is not None and inflow is not None else None)
+    if out["predicted_drain_s"] is not None:
+        out["predicted_drain_s"] = round(out["predicted_drain_s"], 1)
+    return out
+
+
+# ------------------------------------------------------------ the checks
+
+def _when(run: RunData, t: float) -> str:
+    s = f"t={t:.0f}s"
+    for p in run.events.phases():
+        if p["start"] <= t < p["end"]:
+            return s + f" ({t - p['start']:.0f}s into the {p['name']})"
+    return s
+
+
+def lag_bounded(run: RunData, max: float) -> Verdict:
+    """The backlog (Kafka consumer lag, else the platform's queue depth) never exceeds ``max``."""
+    name = "lag_bounded"
+    limit = max
+    what, series = run.backlog_series()
+    if not series:
+        return Verdict(name, UNKNOWN, {"max": limit}, "no kafka lag or queue depth samples in the timeline")
+    t_peak, peak = builtins.max(series, key=lambda p: p[1])
+    figures: dict[str, float] = {"peak_lag": peak, "max": limit}
+    if what.startswith("kafka"):
+        ls = lag_seconds_series(run.events)
+        if ls:
+            figures["peak_lag_s"] = round(builtins.max(v for _, v in ls), 1)
+        base = float(run.meta.get("base_rate") or 0)
+        d = drain_time(run.events, tolerance=_max(10.0, base))
+        if d:
+            for k in ("predicted_drain_s", "observed_drain_s"):
+                if d.get(k) is not None:
+                    figures[k] = d[k]
+    drain_note = ""
+    if "predicted_drain_s" in figures or "observed_drain_s" in figures:
+        p = figures.get("predicted_drain_s")
+        o = figures.get("observed_drain_s")
+        drain_note = (f"; drain predicted {p:g}s" if p is not None else "; drain predicted never") + \
+                     (f", observed {o:g}s" if o is not None else ", not observed")
+    over = [(t, v) for t, v in series if v > limit]
+    if over:
+        figures["samples_over"] = len(over)
+        return Verdict(name, FAIL, figures,
+                       f"{what} peaked at {peak:,.0f} at {_when(run, t_peak)}, above the limit {limit:,.0f} "
+                       f"(first over at {_when(run, over[0][0])}, {len(over)} samples over){drain_note}")
+    ts = [t for t, _ in series]
+    gap = _max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
+    figures["longest_gap_s"] = round(gap, 1)
+    if gap > 10.0:
+        return Verdict(name, UNKNOWN, figures,
+                       f"{what} stayed <= {peak:,.0f} (limit {limit:,.0f}) where sampled, but sampling had a "
+                       f"{gap:.0f}s gap: the lag in between is unknown")
+    return Verdict(name, PASS, figures,
+                   f"{what} peaked at {peak:,.0f} at {_when(run, t_peak)} (limit {limit:,.0f}){drain_note}")
+
+
+def consumer_not_stalled(run: RunData, window: int = 10) -> Verdict:
+    """No partition is ever STOP, STALL or REWIND by Burrow's rules over a window of ``window`` polls."""
+    name = "consumer_not_stalled"
+    window = int(window)
+    if window < 2:
+        return Verdict(name, UNKNOWN, {}, f"window must be >= 2 polls, got {window}")
+    per = partition_statuses(run.events, window)
+    if not per:
+        return Verdict(name, UNKNOWN, {}, "no kafka partition samples in the timeline")
+    judged = {p: sts for p, sts in per.items()
+              if sum(1 for s in sts if not s.reason.startswith(("incomplete", "no data", "nothing"))) > 0}
+    errs = {p: [s for s in sts if s.status in ERRORS] for p, sts in per.items()}
+    errs = {p: v for p, v in errs.items() if v}
+    worst = _max((s.status for sts in per.values() for s in sts), default=OK)
+    warns = sum(1 for sts in per.values() for s in sts if s.status == WARN)
+    figures = {"stalled_partitions": len(errs), "worst_status": worst, "partitions": len(per),
+               "window": window, "warn_polls": warns}
+    if errs:
+        firsts = sorted((v[0] for v in errs.values()), key=lambda s: (-s.status, s.t))
+        parts = [f"{s.partition} {s.name} at {_when(run, s.t)}: {s.reason}" for s in firsts[:3]]
+        return Verdict(name, FAIL, figures,
+                       f"worst status {STATUS_NAMES[worst]} ({worst}); {len(errs)} partition(s) in error: "
+                       + "; ".join(parts))
+    if not judged:
+        return Verdict(name, UNKNOWN, figures,
+                       f"no partition had a full window of {window} polls: cannot judge the consumer")
+    return Verdict(name, PASS, figures,
+                   f"{len(per)} partition(s) never STOP/STALL/REWIND over {window}-poll windows "
+                   f"(worst {STATUS_NAMES[worst]}, {warns} WARN poll(s))")
+
+
+# At the bottom on purpose: checks.py imports this module at its end to register the checks,
+# so whichever of the two is imported first, both finish loading.
+
+
+def settled_at(series: list[tuple[float, float]], start: float, tol: float, grace: float,
+               stop: float | None = None) -> tuple[float | None, tuple[float, float, float] | None]:
+    """When the backlog fell to <= ``tol`` for good, from ``start`` on (up to ``stop``): the first sample at
+    or below ``tol`` after which it never again stayed above ``tol`` for ``grace`` seconds or more (a
+    consumer that catches up and then stalls has not recovered). Returns (time or None, the last relapse
+    that undid a recovery as (start, end, peak) or None)."""
+    rec = above = None
+    peak = 0.0
+    relapse = None
+    for t, v in series:   # sorted by time
+        if t < start:
+            continue
+        if stop is not None and t >= stop:
+            break
+        if v <= tol:
+            if rec is None:
+                rec = t
+            above = None
+            continue
+        if above is None:
+            above, peak = t, v
+        peak = max(peak, v)
+        if rec is not None and t - above >= grace:
+            relapse = (above, t, peak)
+            rec = None
+    if rec is None and relapse is not None and above is not None:
+        relapse = (relapse[0], series[-1][0] if stop is None else min(stop, series[-1][0]), peak)
+    return rec, relapse
+
+
+def _relapse_note(relapse: tuple[float, float, float] | None, tol: float) -> str:
+    if relapse is None:
+        return ""
+    a, b, peak = relapse
+    return (f"; it had fallen to <= {tol:,.0f}, then rose again at t={a:.0f}s and stayed above it for "
+            f"{b - a:.0f}s (peak {peak:,.0f}): a relapse, not a recovery")
+
+
+def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = None, grace: float = 10) -> Verdict:
+    """After the burst ends (or each fault window ends, or the load ends), the backlog returns to near zero
+    (``tolerance``, default about one second of x1 traffic) within ``seconds`` and stays there: rising above
+    it again for ``grace`` seconds or more (before the next fault window, or the end of sampling) undoes the
+    recovery, so a consumer that drains and then stalls fails."""
+    name = "lag_recovers_within"
+    what, series = run.backlog_series()
+    base = float(run.meta.get("base_rate") or 0)
+    tol = tolerance if tolerance is not None else max(10.0, base)  # about one second of x1 traffic
+    end = run.phase_end("burst")
+    if end is None:
+        wins = [w for w in fault_windows(run.events) if w.end is not None]
+        if wins and series:
+            return _recovers_after_faults(run, what, series, wins, seconds, tol, grace)
+    anchor = "burst end"
+    if end is None:
+        end, anchor = run.load_end(), "load end"
+    if end is None or not series:
+        return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline")
+    peak = max(v for _, v in series)
+    after = [(t, v) for t, v in series if t >= end]
+    figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
+    if not after:
+        return Verdict(name, UNKNOWN, figures, f"no {what} sample after the {anchor}")
+    figures["lag_at_end"] = after[0][1]
+    rec, relapse = settled_at(series, end, tol, grace)
+    if relapse is not None:
+        figures["relapses"] = 1
+    drain = _drain_figures(run, what, tol)
+    figures.update(drain)
+    if rec is not None:
+        figures["recovery_s"] = round(rec - end, 1)
+        crash = _emptied_by_crash(run, series, rec, tol)
+        if crash is not None:
+            figures["emptied_by_crash"] = 1
+            return Verdict(name, FAIL, figures,
+                           f"{what} peaked at {peak:,.0f} and did not drain: it vanished when {crash['service']} "
+                           f"died ({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, "
+                           f"not processed")
+        ok = rec - end <= seconds
+        pred = drain.get("predicted_drain_s")
+        note = "" if not drain else (f"; drain from the peak predicted {pred:g}s" if pred is not None else
+                                     "; drain from the peak predicted never") + \
+            (f", observed {drain['observed_drain_s']:g}s" if drain.get("observed_drain_s") is not None else "")
+        return Verdict(name, PASS if ok else FAIL, figures,
+                       f"{what} peaked at {peak:,.0f} and fell to <= {tol:,.0f} {rec - end:.1f}s after the {anchor} "
+                       f"(limit {seconds:g}s){note}")
+    observed = after[-1][0] - end
+    figures["recovery_s"] = round(observed, 1)
+    figures["final_lag"] = after[-1][1]
+    if observed < seconds:
+        return Verdict(name, UNKNOWN, figures,
+                       f"{what} still {after[-1][1]:,.0f} when sampling ended {observed:.0f}s after the {anchor}, "
+                       f"before the {seconds:g}s limit{_relapse_note(relapse, tol)}")
+    return Verdict(name, FAIL, figures,
+                   f"{what} peaked at {peak:,.0f} and was still {after[-1][1]:,.0f} {observed:.0f}s after the "
+                   f"{anchor} (limit {seconds:g}s){_relapse_note(relapse, tol)}")
+
+
+def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, float]], wins: list,
+                           seconds: float, tol: float, grace: float) -> Verdict:
+    """Recovery measured from the end of every fault window (and held until the next window starts): the
+    slowest one is judged."""
+    name = "lag_recovers_within"
+    explained = explained_by_kill(run.events)
+    last_t = series[-1][0]
+    recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
+    crashed = []
+    relapses = []
+    pend = []   # (window, seconds observed before the next window or the end, lag then, next window start)
+    starts = sorted(w.start for w in wins)
+    ts = [t for t, _ in series]   # sorted: each window looks only at its own slice
+    for w in wins:
+        since = series[bisect_left(ts, w.start):]
+        peak = max((v for _, v in since), default=0.0)
+        end = w.end
+        if w.kind in KILL_KINDS:   # a killed service builds its backlog once it is back: measure from then
+            down = downtime(run.events, w)
+            end = max(end, w.start + down) if down is not None else end
+        stop = next((s for s in starts if s > w.start), None)
+        lo, hi = bisect_left(ts, end), (bisect_left(ts, stop) if stop is not None else len(series))
+        seen = series[lo:hi]
+        rec, relapse = settled_at(series[lo:], end, tol, grace, stop)
+        if relapse is not None:
+            relapses.append((w, relapse))
+        if rec is not None:
+            crash = _emptied_by_crash(run, since, rec, tol)
+            if crash is not None and ("exit", crash["service"], crash["t"]) not in explained:
+                crashed.append((w, crash))
+        last = seen[-1] if seen else (end, float("nan"))
+        recs.append((w, None if rec is None else rec - end, peak))
+        if rec is None:
+            pend.append((w, last[0] - end, last[1], stop))
+    peak_all = max((p for _, _, p in recs), default=0.0)
+    done = [r for _, r, _ in recs if r is not None]
+    figures = {"peak_lag": peak_all, "tolerance": tol, "limit_s": seconds, "faults": len(wins),
+               "faults_recovered": len(done)}
+    if relapses:
+        figures["relapses"] = len(relapses)
+    if done:
+        figures["recovery_s"] = round(max(done), 1)
+        figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
+    if crashed:
+        w, crash = crashed[0]
+        figures["emptied_by_crash"] = 1
+        return Verdict(name, FAIL, figures,
+                       f"{what} did not drain after {w.name}#{w.window}: it vanished when {crash['service']} died "
+                       f"({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, not processed")
+    slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
+    if slow:
+        w, r = max(slow, key=lambda x: x[1])
+        return Verdict(name, FAIL, figures, f"{what} took {r:.1f}s to fall to <= {tol:,.0f} after {w.name}#{w.window} "
+                                            f"ended (limit {seconds:g}s)")
+    if pend:
+        failed = [p for p in pend if p[1] >= seconds]
+        w, waited, lag, stop = failed[0] if failed else pend[0]
+        figures["final_lag"] = lag
+        verdict = FAIL if failed else UNKNOWN
+        why = ("" if verdict == FAIL else f"; the next fault window started at t={stop:.0f}s, before the limit"
+               if stop is not None and stop <= last_t else "; sampling ended before the limit")
+        note = _relapse_note(next((r for rw, r in relapses if rw is w), None), tol)
+        return Verdict(name, verdict, figures,
+                       f"{what} still {lag:,.0f} {waited:.0f}s after {w.name}#{w.window} ended "
+                       f"(limit {seconds:g}s{why}){note}")
+    return Verdict(name, PASS, figures,
+                   f"{what} (peak {peak_all:,.0f}) fell to <= {tol:,.0f} within {max(done):.1f}s after each of "
+                   f"{len(wins)} fault window(s) (mean {figures['recovery_s_mean']:.1f}s, limit {seconds:g}s)")
+
+
+def _drain_figures(run: RunData, what: str, tol: float) -> dict:
+    """Predicted (backlog / (capacity - inflow)) next to observed drain of the peak Kafka backlog; capacity
+    from the run's calibration (base_rate: auto) when it has one, else the fastest consumption observed."""
+    if not what.startswith("kafka"):
+        return {}
+    auto = run.meta.get("base_rate_auto") or {}
+    cap = auto.get("capacity_msg_s") if isinstance(auto, dict) else None
+    d = drain_time(run.events, tolerance=tol, capacity=float(cap) if cap else None)
+    if not d:
+        return {}
+    out = {k: d[k] for k in ("predicted_drain_s", "observed_drain_s") if d.get(k) is not None}
+    if d.get("capacity"):
+        out["drain_capacity_msg_s"] = round(d["capacity"], 1)
+    return out
+
+
+def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: float, tol: float) -> dict | None:
+    """The service exit, if any, between the last above-tolerance backlog sample and ``rec``."""
+    high = [t for t, v in series if t < rec and v > tol]
+    if not high:
+        return None
+    t_hi = high[-1]
+    return next((e for e in run.events.of("service", event="exit") if t_hi <= e["t"] <= rec), None)

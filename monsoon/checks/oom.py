@@ -1,0 +1,431 @@
+"""Out-of-memory evidence from every angle, and the ``no_oom`` check that combines it.
+
+Each angle reads what a collector wrote into the timeline (checks never talk to a
+live system), so ``monsoon analyze`` reaches the same verdict offline:
+
+* **process** — ``service`` exit events of the stack's supervisor: JVM exit 3 with
+  "Terminating due to java.lang.OutOfMemoryError", exit 137, OutOfMemoryError in the
+  log (``monsoon.stack.exit_cause``).  Exits and restarts an injected kill explains
+  are the fault working (``injected_kills``), unless the exit shows an OOM death.
+* **cgroup** — the ``cgroup`` collector samples the observed service's memory cgroup
+  (v1 ``memory.oom_control`` ``oom_kill`` and ``memory.failcnt``; v2
+  ``memory.events(.local)`` ``oom_kill`` and ``max``) and writes cumulative
+  increases since it started (``oom_kills``, ``limit_hits``).  It follows the
+  service's *current* cgroup (``/proc/<pid>/cgroup`` every sample) and the child
+  ``m_<run-id>__<service>`` that monsoon's memory-pressure fault creates.  An exit
+  137 of that service with an ``oom_kill`` increase in the same sample interval is
+  "killed by the kernel OOM killer" — even inside an injected kill's window; an exit
+  137 the cgroup saw no ``oom_kill`` for is a plain SIGKILL.  An increase no exit
+  explains is a process of the service's cgroup killed by the kernel (fail when the
+  cgroup holds only the service's processes, unknown when it is shared).
+* **kubernetes** — the ``kube`` collector: every container of the pods matching
+  ``observe.kubernetes`` with its ``restartCount`` and its terminations
+  (``state.terminated`` / ``lastState.terminated``: reason ``OOMKilled``, exit code,
+  ``finishedAt``).  A termination first seen during the run with reason OOMKilled is
+  an OOM; ``restartCount`` increases are restarts.
+* **docker** — the ``docker`` collector: ``docker inspect`` of the ``observe.docker``
+  containers: ``State.OOMKilled``, ``State.ExitCode``, ``State.FinishedAt``,
+  ``RestartCount``.  Docker clears ``OOMKilled`` when a restart policy restarts the
+  container, so a fast restart may show only as a restart.
+* **headroom** — the peak heap-after-GC (every ``Pause`` of ``services/*/gc.log`` and of the
+  ``gc.log.N`` files the JVM rotated away at each restart: a JVM that died of OOM is there)
+  divided by the max heap (the ``heap_max`` metric, else the log's ``Heap Max
+  Capacity``): ``heap_headroom_pct = 100 * (1 - peak / max)``.  Reported always;
+  with ``min_headroom_pct`` a lower headroom fails (a near-OOM).
+
+Verdict: fail beats unknown beats pass; with no angle holding data, unknown.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, combine
+from monsoon.checks.memory import gc_log_files, gc_logs
+from monsoon.timeline.views import KILL_KINDS, explained_by_kill, fault_windows
+
+
+MB = 1024 * 1024
+ATTRIBUTE_SLACK_S = 2.0     # an oom_kill increase belongs to an exit this close to its sample interval
+KILL_EXPLAINS_S = 60.0      # a platform restart this soon after an injected kill is the kill's (as faultchecks)
+
+
+# =============================================================== parsing (used by the collectors)
+
+
+# =============================================================== cgroup evidence
+
+@dataclass(frozen=True)
+class OomKillIncrease:
+    t_prev: float
+    t: float                      # the sample that saw it
+    delta: int
+    before: int                   # the raw oom_kill counter of the cgroup that rose (or the cumulative)
+    after: int
+    cgroup: str
+    shared: bool                  # other processes than the service's were in that cgroup
+
+
+@dataclass
+class CgroupEvidence:
+    service: str | None
+    good: list[dict]
+    reasons: list[str]
+    increases: list[OomKillIncrease] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return bool(self.good)
+
+    @property
+    def oom_kills(self) -> int:
+        return int(self.good[-1].get("oom_kills") or 0) if self.good else 0
+
+    @property
+    def limit_hits(self) -> int:
+        return int(self.good[-1].get("limit_hits") or 0) if self.good else 0
+
+    def covers(self, t: float) -> bool:
+        """A good sample before ``t`` and one at/after it: an oom_kill at ``t`` would have been counted."""
+        return any(s["t"] < t for s in self.good) and any(s["t"] >= t for s in self.good)
+
+    def increase_for_exit(self, t: float) -> OomKillIncrease | None:
+        """The oom_kill increase whose sample interval holds (or just follows) an exit at ``t``."""
+        return next((i for i in self.increases if i.t_prev < t + ATTRIBUTE_SLACK_S and i.t >= t - ATTRIBUTE_SLACK_S),
+                    None)
+
+
+def cgroup_evidence(events) -> CgroupEvidence | None:
+    """The ``cgroup`` collector's samples, or None when it never ran."""
+    samples = list(events.of("sample", collector="cgroup"))
+    if not samples:
+        return None
+    good = [s for s in samples if s.get("available") and isinstance(s.get("oom_kills"), (int, float))]
+    reasons = sorted({str(s.get("reason") or s.get("error")) for s in samples if s not in good
+                      and (s.get("reason") or s.get("error"))})
+    ev = CgroupEvidence(next((s.get("service") for s in samples if s.get("service")), None), good, reasons)
+    for a, b in zip(good, good[1:]):
+        d = int(b["oom_kills"]) - int(a["oom_kills"])
+        if d <= 0:
+            continue
+        before, after, where, shared = int(a["oom_kills"]), int(b["oom_kills"]), b.get("cgroup") or "?", False
+        cga, cgb = a.get("cgroups") or {}, b.get("cgroups") or {}
+        for path, now in cgb.items():
+            was = (cga.get(path) or {}).get("oom_kill")
+            if isinstance(now.get("oom_kill"), int) and now["oom_kill"] > (was if isinstance(was, int) else 0):
+                before, after, where = (was if isinstance(was, int) else 0), now["oom_kill"], path
+                shared = bool(now.get("shared"))
+                break
+        ev.increases.append(OomKillIncrease(a["t"], b["t"], d, before, after, where, shared))
+    return ev
+
+
+# =============================================================== platform (kubernetes / docker) evidence
+
+@dataclass(frozen=True)
+class PlatformEvent:
+    t: float
+    key: str                     # pod/container or container name
+    kind: str                    # "oom", "exit", "restart"
+    text: str
+    delta: int = 1
+
+
+@dataclass
+class PlatformEvidence:
+    label: str                   # "kubernetes" / "docker"
+    samples: int
+    good: int
+    events: list[PlatformEvent]
+    keys: int                    # containers seen
+    problems: list[str]          # why the angle can't vouch (errors, nothing matched, containers missing)
+
+    def of(self, kind: str) -> list[PlatformEvent]:
+        return [e for e in self.events if e.kind == kind]
+
+
+def platform_evidence(events, collector: str, label: str) -> PlatformEvidence | None:
+    samples = list(events.of("sample", collector=collector))
+    if not samples:
+        return None
+    good = [s for s in samples if isinstance(s.get("containers"), dict)]
+    problems: list[str] = []
+    if not good:
+        errs = sorted({str(s.get("error")) for s in samples if s.get("error")})
+        problems.append(f"every {label} query failed ({len(samples)}), e.g. {errs[0] if errs else 'no data'}")
+        return PlatformEvidence(label, len(samples), 0, [], 0, problems)
+    base = good[0]["containers"]
+    seen_terms = {(k, t.get("finished_at")) for k, c in base.items() for t in c.get("terminations") or []}
+    last_restarts = {k: int(c.get("restarts") or 0) for k, c in base.items()}
+    last_id = {k: c.get("id") for k, c in base.items()}
+    out: list[PlatformEvent] = []
+    keys = set(base)
+    for s in good[1:]:
+        for k, c in s["containers"].items():
+            keys.add(k)
+            if k in last_id and c.get("id") != last_id[k]:      # docker: a re-created container counts anew
+                last_restarts[k] = 0
+            last_id[k] = c.get("id")
+            for term in c.get("terminations") or []:
+                tk = (k, term.get("finished_at"))
+                if tk in seen_terms:
+                    continue
+                seen_terms.add(tk)
+                code = term.get("exit_code")
+                if term.get("oom_killed"):
+                    out.append(PlatformEvent(s["t"], k, "oom", f"{label}: {k} OOMKilled (exit {code}, finished "
+                                                            f"{term.get('finished_at')})"))
+                else:
+                    out.append(PlatformEvent(s["t"], k, "exit", f"{label}: {k} terminated: "
+                                                             f"{term.get('reason') or 'exit'} (exit {code})"))
+            n = int(c.get("restarts") or 0)
+            prev = last_restarts.get(k, 0)
+            if n > prev:
+                out.append(PlatformEvent(s["t"], k, "restart", f"{label}: {k} restartCount {prev}→{n}", n - prev))
+            last_restarts[k] = n
+    if not keys:
+        problems.append(f"{label}: no container matched (every sample empty)")
+    missing = sorted({m for s in good for m in s.get("missing") or []} - keys)
+    if missing:
+        problems.append(f"{label}: container(s) {', '.join(missing)} not found")
+    return PlatformEvidence(label, len(samples), len(good), out, len(keys), problems)
+
+
+def _kill_explains(windows, t: float) -> bool:
+    return any(w.start - 3.0 <= t <= w.start + KILL_EXPLAINS_S + 2.0 for w in windows)
+
+
+# =============================================================== headroom
+
+_MAX_CAP = re.compile(r"Heap Max Capacity:\s*(\d+(?:\.\d+)?)([BKMG])")
+_UNIT = {"B": 1.0 / MB, "K": 1.0 / 1024, "M": 1.0, "G": 1024.0}
+
+
+def _log_max_heap_mb(path: Path) -> float | None:
+    try:
+        with open(path, errors="replace") as fh:
+            for _, line in zip(range(200), fh):      # a gc,init line near the top
+                m = _MAX_CAP.search(line)
+                if m:
+                    return float(m[1]) * _UNIT[m[2]]
+    except OSError:
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class Headroom:
+    service: str
+    peak_after_gc_mb: float
+    max_mb: float
+    source: str                   # where the max came from
+    pct: float
+    t: float | None               # timeline time of the peak pause, when the log has wall times
+
+
+def gc_logs_with_rotated(run_dir: Path) -> tuple[dict[str, list], dict[str, list[Path]]]:
+    """Every JVM's GC pauses by service, with the files they came from: ``gc.log`` plus the files the JVM
+    rotated away at each restart (a JVM that died of OOM is in a rotated file); see ``memory.gc_log_files``."""
+    return gc_logs(run_dir), gc_log_files(run_dir)
+
+
+def heap_headroom(run) -> tuple[list[Headroom], str]:
+    """Per service GC log: peak heap-after-GC vs the max heap; with the reason when none could be measured."""
+    logs, files = gc_logs_with_rotated(run.dir)
+    if not logs:
+        return [], "no GC log (services/*/gc.log)"
+    metric = [v for _, v in run.events.series("metrics", "heap_max") if v > 0]
+    meta = run.events.first("meta")
+    off = (meta["wall"] - meta["t"]) if meta and isinstance(meta.get("wall"), (int, float)) else None
+    last_t = max((float(e["t"]) for e in run.events.events if isinstance(e.get("t"), (int, float))), default=0.0)
+    out, why = [], []
+    for svc, pauses in logs.items():
+        if not pauses:
+            why.append(f"{svc}: no GC pause in its log")
+            continue
+        peak = max(pauses, key=lambda p: p.after_mb)
+        mx, src = None, ""
+        if metric and len(logs) == 1:
+            mx, src = max(metric) / MB, "heap_max metric"
+        if mx is None:
+            caps = [c for c in (_log_max_heap_mb(f) for f in files.get(svc, [])) if c]
+            mx, src = (max(caps) if caps else None), "GC log Heap Max Capacity"
+        if not mx:
+            why.append(f"{svc}: no max heap (no heap_max metric, no 'Heap Max Capacity' in its GC log)")
+            continue
+        t = None if (peak.wall is None or off is None) else round(peak.wall - off, 1)
+        if t is not None and not (-60.0 <= t <= last_t + 60.0):
+            t = None                      # the log's clock does not match the timeline's: leave the time out
+        out.append(Headroom(svc, round(peak.after_mb, 1), round(mx, 1), src,
+                            round(100.0 * (1.0 - peak.after_mb / mx), 1), t))
+    return out, "; ".join(why)
+
+
+# =============================================================== the check
+
+def _when(run, t: float) -> str:
+    burst = run.events.phase("burst")
+    when = f"t={t:.0f}s"
+    if burst and t >= burst["start"]:
+        when += f" ({t - burst['start']:.0f}s into the burst)"
+    return when
+
+
+def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
+    """No service died of out-of-memory — by its exit (JVM exit 3, exit 137, OutOfMemoryError in its log), its
+    cgroup's oom_kill counter, Kubernetes' OOMKilled, Docker's State.OOMKilled — and none restarted.
+
+    Exits and restarts that an injected kill (pod-kill, kafka-broker-restart) of that service explains are the
+    fault working, not the stack failing: they are counted apart (``injected_kills``), unless the exit itself
+    shows an out-of-memory death (its log, or an oom_kill increase in its cgroup).  ``heap_headroom_pct``
+    (100 x (1 - peak heap-after-GC / max heap)) is reported; below ``min_headroom_pct`` it fails (a near-OOM).
+    """
+    name = "no_oom"
+    ev = run.events
+    figures: dict[str, float] = {}
+    results: list[tuple[str, str]] = []          # (verdict, message) per finding
+    notes: list[str] = []                        # what passed, for the one-line reason
+    angles = 0                                   # angles that held data
+
+    # ---- process exits, sharpened by the cgroup
+    cg = cgroup_evidence(ev)
+    starts = list(ev.of("service", event="start"))
+    if starts:
+        angles += 1
+        explained = explained_by_kill(ev)
+        all_exits = list(ev.of("service", event="exit"))
+        kernel: dict[int, OomKillIncrease] = {}
+        plain_kill: set[int] = set()
+        if cg is not None and cg.available:
+            for e in all_exits:
+                if cg.service is not None and e["service"] != cg.service:
+                    continue
+                if e.get("code") != 137:          # the kernel OOM killer sends SIGKILL
+                    continue
+                inc = cg.increase_for_exit(e["t"])
+                if inc is not None and id(inc) not in {id(i) for i in kernel.values()}:
+                    kernel[id(e)] = inc
+                elif inc is None and not e.get("oom") and cg.covers(e["t"]):
+                    plain_kill.add(id(e))
+        exits = [e for e in all_exits
+                 if e.get("oom") or id(e) in kernel or ("exit", e["service"], e["t"]) not in explained]
+        ooms = [e for e in exits if e.get("oom") or id(e) in kernel
+                or (e.get("code") in (3, 137) and id(e) not in plain_kill)]
+        restarts = [e for e in ev.of("service", event="restart") if ("restart", e["service"], e["t"]) not in explained]
+        figures.update({"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)})
+        injected = len(all_exits) - len(exits)
+        if injected:
+            figures["injected_kills"] = injected
+        if ooms or restarts or exits:
+            parts = []
+            for e in (ooms or exits)[:3]:
+                inc = kernel.get(id(e))
+                if inc is not None:
+                    parts.append(f"{e['service']}: exit {e.get('code')}, cgroup oom_kill {inc.before}→{inc.after}: "
+                                 f"killed by the kernel OOM killer at {_when(run, e['t'])}")
+                elif id(e) in plain_kill:
+                    parts.append(f"{e['service']} died: SIGKILL (exit 137), cgroup oom_kill unchanged: not the "
+                                 f"kernel OOM killer, at {_when(run, e['t'])}")
+                else:
+                    parts.append(f"{e['service']} died: {e.get('cause', 'exit ' + str(e.get('code')))} "
+                                 f"at {_when(run, e['t'])}")
+            results.append((FAIL, "; ".join(parts) + f"; {len(restarts)} restart(s)"))
+        else:
+            notes.append("no out-of-memory death, no unexpected exit or restart"
+                         + (f" ({injected} exit(s) caused by injected kills)" if injected else ""))
+        if cg is not None and cg.available:
+            matched = {id(i) for i in kernel.values()}
+            for inc in cg.increases:
+                if id(inc) in matched:
+                    continue
+                what = (f"cgroup oom_kill {inc.before}→{inc.after} in {inc.cgroup} at {_when(run, inc.t)} "
+                        f"without an exit 137 of {cg.service or 'the service'}")
+                if inc.shared:
+                    results.append((UNKNOWN, what + ": the cgroup is shared with other processes, so the victim "
+                                                    "may not be the service's"))
+                else:
+                    results.append((FAIL, what + ": the kernel OOM killer killed a process of the service"))
+
+    if cg is not None:
+        if cg.available:
+            figures["cgroup_oom_kills"] = cg.oom_kills
+            figures["cgroup_limit_hits"] = cg.limit_hits
+            if not cg.increases:
+                notes.append(f"cgroup oom_kill +0 ({len(cg.good)} samples)")
+        else:
+            notes.append(f"cgroup angle unavailable: {cg.reasons[0] if cg.reasons else 'no usable sample'}")
+
+    # ---- kubernetes and docker
+    kill_windows = [w for w in fault_windows(ev) if w.kind in KILL_KINDS]
+    for collector, label, key in (("kube", "kubernetes", "k8s"), ("docker", "docker", "docker")):
+        pe = platform_evidence(ev, collector, label)
+        if pe is None:
+            continue
+        if pe.good:
+            angles += 1
+        ooms_p = pe.of("oom")
+        exits_p = [e for e in pe.of("exit") if not _kill_explains(kill_windows, e.t)]
+        restarts_p = [e for e in pe.of("restart") if not _kill_explains(kill_windows, e.t)]
+        n_restarts = sum(e.delta for e in restarts_p)
+        injected_p = sum(e.delta for e in pe.of("restart") if e not in restarts_p) + \
+            len([e for e in pe.of("exit") if e not in exits_p])
+        if pe.good:
+            figures[f"{key}_oom_killed"] = len(ooms_p)
+            figures[f"{key}_restarts"] = n_restarts
+            figures[f"{key}_exits"] = len(exits_p)
+            if injected_p:
+                figures[f"{key}_injected_kills"] = injected_p
+        if ooms_p or exits_p or restarts_p:
+            shown = (ooms_p or exits_p or restarts_p)[:3]
+            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in shown)
+                            + f"; {n_restarts} restart(s)"))
+        elif pe.good:
+            notes.append(f"{label}: {pe.keys} container(s), 0 OOMKilled, 0 unexpected restarts")
+        for p in pe.problems:
+            results.append((UNKNOWN, p))
+
+    # ---- heap headroom
+    headroom_note = None
+    rows, why = heap_headroom(run)
+    if rows:
+        worst = min(rows, key=lambda r: r.pct)
+        figures["heap_headroom_pct"] = worst.pct
+        figures["heap_peak_after_gc_mb"] = worst.peak_after_gc_mb
+        figures["heap_max_mb"] = worst.max_mb
+        if len(rows) > 1:
+            for r in rows:
+                figures[f"heap_headroom_pct.{r.service}"] = r.pct
+        desc = (f"heap headroom {worst.pct:.1f}%: {worst.service}'s heap after GC peaked at "
+                f"{worst.peak_after_gc_mb:,.0f} MB of {worst.max_mb:,.0f} MB max ({worst.source})"
+                + (f" at {_when(run, worst.t)}" if worst.t is not None else ""))
+        if min_headroom_pct is not None:
+            lim = float(min_headroom_pct)
+            figures["min_headroom_pct"] = lim
+            if worst.pct < lim:
+                results.append((FAIL, desc + f", below the {lim:g}% minimum: a near-OOM"))
+            else:
+                headroom_note = desc + f" (minimum {lim:g}%)"
+        else:
+            headroom_note = desc
+    elif min_headroom_pct is not None:
+        figures["min_headroom_pct"] = float(min_headroom_pct)
+        results.append((UNKNOWN, f"heap headroom not measurable: {why}"))
+
+    if angles == 0:
+        figures.setdefault("oom_events", 0)
+        figures.setdefault("restarts", 0)
+        return Verdict(name, UNKNOWN, figures,
+                       "no service events in the timeline: monsoon did not supervise this stack"
+                       + ("" if not results else "; " + "; ".join(m for _, m in results)))
+    verdict = combine([v for v, _ in results] or [PASS])
+    order = {FAIL: 0, UNKNOWN: 1, PASS: 2}
+    msgs = [m for v, m in sorted(results, key=lambda r: order[r[0]])]
+    if verdict == PASS:
+        msgs = notes
+    if headroom_note:                           # context for every verdict: how close to the heap limit it came
+        msgs = msgs + [headroom_note]
+    return Verdict(name, verdict, figures, "; ".join(msgs))
+
+
+# At the bottom on purpose (as memory.py): checks.py imports this module at its end to register no_oom.

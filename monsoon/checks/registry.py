@@ -1,0 +1,95 @@
+"""The check registry: the only module that imports every check. Checks are pure functions of a saved run
+directory -> Verdict.
+
+A check never talks to a live system.  It reads the timeline, the acked log
+written by the fleet and the stored-messages export, so ``monsoon analyze``
+can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
+(the data can't decide); they compose: fail beats unknown beats pass.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+from monsoon.checks.base import RunData, UNKNOWN, Verdict
+from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
+from monsoon.checks.lag import consumer_not_stalled, lag_bounded, lag_recovers_within
+from monsoon.checks.load import load_valid
+from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
+from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
+from monsoon.checks.oom import no_oom
+from monsoon.checks.slo import error_budget
+
+
+
+
+
+
+
+
+
+
+
+
+
+CHECKS: dict[str, Callable[..., Verdict]] = {
+    "lag_recovers_within": lag_recovers_within,
+    "no_acked_loss": no_acked_loss,
+    "no_duplicates": no_duplicates,
+    "no_unexpected": no_unexpected,
+    "no_oom": no_oom,
+    "lag_bounded": lag_bounded,
+    "consumer_not_stalled": consumer_not_stalled,
+    "error_budget": error_budget,
+    "no_memory_leak": no_memory_leak,
+    "gc_time_fraction": gc_time_fraction,
+    "no_thread_leak": no_thread_leak,
+    "faults_landed": faults_landed,
+    "throughput_drop": throughput_drop,
+    "latency_objective": latency_objective,
+    "load_valid": load_valid,
+}
+
+
+
+
+def register_check(name: str, fn: Callable[..., Verdict]) -> None:
+    """Add a check (the ``pytest_monsoon_add_checks`` hook): ``fn(run, **params) -> Verdict``."""
+    if not name.isidentifier():
+        raise ValueError(f"check name {name!r} must be an identifier")
+    if CHECKS.get(name, fn) is not fn:
+        raise ValueError(f"a check named {name!r} exists already")
+    if not callable(fn) or not list(inspect.signature(fn).parameters):
+        raise ValueError(f"check {name!r} must be a function of the run data: fn(run, **params) -> Verdict")
+    CHECKS[name] = fn
+
+
+def validate_check(name: str, params: dict[str, Any]) -> None:
+    """Raise ValueError naming what is wrong with a check reference."""
+    if name not in CHECKS:
+        raise ValueError(f"unknown check {name!r} (known: {', '.join(sorted(CHECKS))})")
+    sig = inspect.signature(CHECKS[name])
+    accepted = [p for p in list(sig.parameters)[1:]]
+    for k, v in params.items():
+        if k not in accepted:
+            raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
+        default = sig.parameters[k].default
+        if isinstance(v, str) and (default is None or isinstance(default, str)):
+            continue  # a name, e.g. error_budget's phase
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"check {name!r}: {k} must be a number >= 0, got {v!r}")
+    for p in list(sig.parameters.values())[1:]:
+        if p.default is inspect.Parameter.empty and p.name not in params:
+            raise ValueError(f"check {name!r} needs parameter {p.name!r}")
+
+
+def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Verdict]:
+    run = RunData(run_dir)
+    out = []
+    for name, params in checks:
+        try:
+            out.append(CHECKS[name](run, **params))
+        except Exception as e:  # a broken check must not hide the others
+            out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
+    return out

@@ -1,0 +1,155 @@
+"""Healing from outside a run: ``monsoon heal`` finds every fault a run left in place (Toxiproxy toxics,
+frozen processes, cgroup limits, Kubernetes objects) and undoes it; runs whose monsoon is alive are skipped."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from monsoon.faults.cgroup import CgroupBackend
+from monsoon.faults.kube import KubeBackend, cluster_configured
+from monsoon.faults.process import ProcessBackend
+from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
+from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
+from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
+
+
+def _toxiproxy_apis_of_runs() -> list[str]:
+    """API addresses of the Toxiproxy servers that monsoon runs started (found by their MONSOON_RUN_ID label)."""
+    apis = []
+    for pid in find_leftovers():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if not args or not Path(args[0]).name.startswith("toxiproxy-server"):
+            continue
+        host, port = "127.0.0.1", "8474"
+        for i, a in enumerate(args[:-1]):
+            if a in ("-port", "--port"):
+                port = args[i + 1]
+            if a in ("-host", "--host"):
+                host = args[i + 1]
+        apis.append(f"http://{host}:{port}")
+    return apis
+
+
+def run_ids_in_place(state_root: Path | None = None) -> set[str]:
+    """Run ids that still have something in place: labelled processes or cgroup records."""
+    ids: set[str] = set(labelled_processes().values())
+    rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
+    if rec_root.exists():
+        ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
+    return ids
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent PID, start time in clock ticks since boot) of a process; None when it is gone."""
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = s[s.rindex(")") + 2:].split()      # the command name, in parentheses, may hold spaces
+    return f[0], int(f[1]), int(f[19])
+
+
+def live_runs(owners: Mapping[int, tuple[str, int | None]], stat: ProcStat | None = None) -> dict[str, int]:
+    """Run ids whose monsoon process still runs -> that process's PID: ``heal --all`` leaves them alone.
+
+    ``owners``: labelled PID -> (run id, ``MONSOON_OWNER_PID``), as ``stack.process_owners`` reads them.
+    A process labelled before owners were recorded falls back to its parent, unless that is init (its
+    monsoon died and it was reparented) or a process of the same run.  An owner that is gone, a zombie,
+    or younger than the process it would have started (its PID was reused) is dead.
+    """
+    stat = stat or _proc_stat
+    out: dict[str, int] = {}
+    for pid, (rid, owner) in sorted(owners.items()):
+        if rid in out:
+            continue
+        me = stat(pid)
+        if me is None:
+            continue
+        if owner is None:
+            owner = me[1]
+            if owner <= 1 or owners.get(owner, ("",))[0] == rid:
+                continue
+        o = stat(owner)
+        if o is None or o[0] in ("Z", "X") or o[2] > me[2]:
+            continue
+        out[rid] = owner
+    return out
+
+
+class HealReport(NamedTuple):
+    done: list[str]                    # what was healed, deleted or killed
+    census: dict[str, list[str]]       # run id -> what is still in place
+    notes: list[str]                   # runs left alone (still live), what could not be looked at
+
+
+def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] = (),
+                    reap_processes: bool = True, state_root: Path | None = None) -> HealReport:
+    """Heal every fault of one run (or of every run) without handles: after ``kill -9`` of monsoon.
+
+    Order: thaw stopped processes, restore cgroup limits, delete the run's
+    toxics and proxies on every known Toxiproxy, delete labelled Kubernetes
+    objects (when a cluster is configured: in the namespaces of
+    ``MONSOON_KUBE_NAMESPACES``), then (optionally) kill the run's processes.
+
+    ``run_id=None`` (``--all``): every run found in place (labelled processes, cgroup records, the
+    run-prefixed names on Toxiproxy, the ``monsoon.io/run-id`` labels of Kubernetes objects) except
+    the runs whose monsoon process is still alive (``live_runs``): those are only named in ``notes``.
+    A run id given explicitly is healed whatever its owner does.
+    """
+
+    done: list[str] = []
+    notes: list[str] = []
+    apis = list(dict.fromkeys([*toxiproxy_apis, *_toxiproxy_apis_of_runs()]))
+    tox = [ToxiproxyBackend(a) for a in apis]
+    kube = [KubeBackend(f, kube_namespaces()) for f in ("chaos-mesh", "litmus")] if cluster_configured() else []
+    if kube and not kube_namespaces():
+        notes.append(f"a Kubernetes cluster is configured but {KUBE_NAMESPACES_ENV} is empty: "
+                     "no Kubernetes object was looked for")
+    ids = {run_id} if run_id else run_ids_in_place(state_root)
+    if not run_id:
+        for b in tox:
+            try:
+                ids.update(run_ids_on(b))
+            except Exception as e:  # an unreachable Toxiproxy holds nothing any more
+                done.append(f"toxiproxy {b.client.api}: not reachable ({type(e).__name__})")
+        for b in kube:
+            try:
+                ids.update(b.run_ids())
+            except Exception as e:
+                notes.append(f"{b.name}: cannot list objects: {type(e).__name__}: {e}")
+        live = live_runs(process_owners())
+        for rid in sorted(ids & live.keys()):
+            notes.append(f"run {rid} is still live (owner pid {live[rid]}): skipped; use --run-id {rid} to force")
+        ids -= live.keys()
+    backends: list[Any] = [ProcessBackend(), CgroupBackend(state_dir=state_root), *tox, *kube]
+    for rid in sorted(ids):
+        for b in backends:
+            try:
+                done += [f"{rid} {b.name}: {x}" for x in b.heal_all(rid)]
+            except Exception as e:
+                done.append(f"{rid} {b.name}: FAILED {e}")
+        if reap_processes:
+            for b in tox:
+                try:
+                    done += [f"{rid} toxiproxy: proxy {x} deleted" for x in b.unroute(rid)]
+                except Exception:
+                    pass
+            pids = reap(rid)
+            if pids:
+                done.append(f"{rid}: killed {len(pids)} leftover process(es)")
+    census: dict[str, list[str]] = {}
+    for rid in sorted(ids):
+        for b in backends:
+            if reap_processes and b.name == "toxiproxy":
+                continue   # the run's own Toxiproxy is gone with its processes
+            try:
+                left = b.census(rid)
+            except Exception as e:
+                left = [f"census failed: {e}"]
+            if left:
+                census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)
+    return HealReport(done, census, notes)

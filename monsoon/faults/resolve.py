@@ -1,0 +1,165 @@
+"""The experiment side of faults: resolve an experiment's ``faults:`` against a stack,
+build the backends it needs, describe the plan (dry run), and heal every run.
+
+The backends and the plan live in :mod:`monsoon.faults`; this module only glues
+them to stacks, experiments and run directories.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from monsoon.faults.base import FaultBackend, FaultError
+from monsoon.faults.cgroup import CgroupBackend
+from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, one_window, render, to_yaml
+from monsoon.faults.process import ProcessBackend
+from monsoon.faults.toxiproxy import ToxiproxyBackend
+from monsoon.spec.experiment import ExperimentSpec, FaultRef
+from monsoon.spec.fault import FaultSpec, PROFILES_DIR, check_target
+from monsoon.spec.base import _resolve
+from monsoon.spec.stack import StackSpec
+from monsoon.spec.yamlio import SpecError, load_located, validate
+
+
+KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"
+
+
+def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None = None,
+                  where: tuple[str | Path, int | None, str] | None = None) -> FaultSpec:
+    """The fault profile ``ref.profile`` with the experiment's overrides for ``profile``, validated.
+
+    ``where`` (file, line, key) of the experiment's entry: errors in an override
+    are reported there, errors of the profile itself at the profile's line.
+    """
+    try:
+        path = _resolve("fault profile", ref.profile, PROFILES_DIR)
+        doc = load_located(path)
+        if isinstance(doc.data, dict):
+            ov = ref.overrides(profile)
+            for key in ("params", "schedule"):
+                if key in ov:
+                    doc.data[key] = {**(doc.data.get(key) or {}), **ov.pop(key)}
+            doc.data.update(ov)
+            doc.data.setdefault("source", str(path))
+        spec = validate(doc, FaultSpec)
+        if services is not None:
+            check_target(spec, set(services), doc_path=path, line=doc.line_of(("target",)))
+        return spec
+    except SpecError as e:
+        if where is None:
+            raise
+        file, line, key = where
+        raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}") from None
+
+
+def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None, *,
+                      namespaces: Iterable[str] | None = None) -> list[FaultSpec]:
+    """Every fault of an experiment for one profile, checked against the stack's services when given.
+
+    A Kubernetes fault (chaos-mesh, litmus) is rendered here once, so a namespace that is not on
+    ``MONSOON_KUBE_NAMESPACES`` (or ``namespaces``) or an object its backend cannot express fails now,
+    naming the experiment's file, line and ``faults.N``, before any stack starts: not mid-run as an
+    ``unknown`` inject.
+    """
+    services = set(stack.services) if stack is not None else None
+    doc = load_located(exp.source) if exp.source and Path(exp.source).exists() else None
+    out = []
+    for i, ref in enumerate(exp.faults):
+        line = doc.line_of(("faults", i)) if doc is not None else None
+        f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"))
+        if f.backend in ("chaos-mesh", "litmus"):
+            _check_kube(f, ref, namespaces, where=(exp.source, line, f"faults.{i}"))
+        out.append(f)
+    return out   # distinct names: checked by load_experiment
+
+
+def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
+                where: tuple[str | Path, int | None, str]) -> None:
+    """Render one window of a Kubernetes fault as an inject would: the allow-list and the renderer's refusals."""
+    allowed = tuple(kube_namespaces() if namespaces is None else namespaces)
+    try:
+        render(one_window(f), "validate", allowed)
+    except FaultError as e:
+        hint = (f" (set {KUBE_NAMESPACES_ENV}=a,b to allow namespaces)" if isinstance(e, NamespaceNotAllowed)
+                else "")
+        file, line, key = where
+        raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}{hint}") from None
+
+
+def kube_namespaces() -> tuple[str, ...]:
+    """The namespace allow-list for Kubernetes faults (``MONSOON_KUBE_NAMESPACES=a,b``; empty allows none)."""
+    return tuple(x.strip() for x in os.environ.get(KUBE_NAMESPACES_ENV, "").split(",") if x.strip())
+
+
+def build_backends(faults: list[FaultSpec], stack: Any, run_dir: Path) -> dict[str, FaultBackend]:
+    """One backend per name the faults use, bound to the running stack."""
+    out: dict[str, FaultBackend] = {}
+    for name in sorted({f.backend for f in faults}):
+        if name == "toxiproxy":
+            api = stack.spec.chaos.toxiproxy
+            if not api:
+                raise FaultError(f"stack {stack.spec.name!r} has no Toxiproxy (chaos.toxiproxy): its hops cannot "
+                                 "be slowed; use a stack that routes them through Toxiproxy, e.g. kafka-registry")
+            out[name] = ToxiproxyBackend(stack.endpoint(api))
+        elif name == "process":
+            out[name] = ProcessBackend(stack)
+        elif name == "cgroup":
+            out[name] = CgroupBackend(stack=stack)
+        else:
+            out[name] = KubeBackend(name, kube_namespaces(), out_dir=run_dir)
+    return out
+
+
+# ------------------------------------------------------------------ dry run
+
+def _what(f: FaultSpec) -> str:
+    p = f.params
+    d = p.model_dump() if p is not None else {}
+    if f.backend == "toxiproxy":
+        proxy = f"proxy m_<run>__{f.target.hop[0]}__{f.target.hop[1]}" if f.target.hop else "?"
+        if f.kind == "dependency-down":
+            return f"Toxiproxy: {d['mode']} {proxy}"
+        if f.kind == "bandwidth":
+            return f"Toxiproxy: bandwidth {d['rate_kbps']} KiB/s {d['stream']} on {proxy}"
+        return f"Toxiproxy: latency {d['latency_ms']} ms +/- {d['jitter_ms']} ms {d['stream']} on {proxy}"
+    if f.backend == "process":
+        if f.kind == "process-pause":
+            return f"SIGSTOP the process group of {f.target}, SIGCONT at the end"
+        return f"{d['signal']} the process group of {f.target}; expect a supervised restart within {d['restart_timeout']:g}s"
+    if f.backend == "cgroup":
+        return f"lower the memory limit of {f.target}'s cgroup to {d['limit_mb']} MiB ({d['mode']}), restore at the end"
+    return f"{f.backend}: apply the objects below in namespace {f.target.kube.namespace if f.target.kube else '?'}"
+
+
+def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[FaultSpec], run_id: str) -> str:
+    """What a run would do, without doing it."""
+    d = exp.durations(profile)
+    lines = [f"DRY RUN {stack.name} / {exp.name} ({profile}): nothing is started, nothing is injected",
+             f"  stack: start {', '.join(stack.start_order())}",
+             f"  load: {exp.load.devices} devices, QoS {exp.load.qos}, x1 = {exp.load.base_rate:g} msg/s, "
+             f"{exp.load.shape.kind}" + (f" x{exp.load.shape.multiplier:g}" if exp.load.shape.multiplier else "")
+             + f", {d.total:g}s (+ drain up to {d.drain_timeout:g}s)"]
+    for f in faults:
+        wins = f.schedule.windows(d.total)
+        when = ", ".join(f"{a:g}-{b:g}s" for a, b in wins[:4]) + (f" ... ({len(wins)} windows)" if len(wins) > 4 else "")
+        lines.append(f"  fault {f.name} [{f.kind}, {f.backend}] on {f.target} at {when or 'never (after the load)'}")
+        lines.append(f"    {_what(f)}")
+        if f.backend in ("chaos-mesh", "litmus"):
+            try:   # what each window applies (monsoon injects and heals every window itself)
+                text = to_yaml(render(one_window(f), run_id, kube_namespaces()))
+            except FaultError as e:
+                text = f"REFUSED: {e}"
+            lines.extend("    | " + x for x in text.rstrip().splitlines())
+    checks = [c.name for c in exp.checks if c.applies(profile)]
+    checks += [n for n in (["faults_landed"] if faults else []) + ["load_valid"] if n not in checks]
+    lines.append(f"  checks: {', '.join(checks)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------- heal --all
+
+
+ProcStat = Callable[[int], "tuple[str, int, int] | None"]
+
+

@@ -1,0 +1,765 @@
+"""Open-model MQTT load: a fleet of devices publishing telemetry on a schedule.
+
+Three layers, each testable on its own:
+
+* :class:`Schedule` — pure. Turns a :class:`~monsoon.shapes.LoadShape` into the
+  intended send time of every message (seconds from start), by integrating
+  ``rate_at``. The k-th time is *computed* from the start of its constant-rate
+  segment, never accumulated from "now", so there is no drift, and rate
+  changes take effect exactly at phase boundaries.
+* :class:`Pacer` — pure bookkeeping over a schedule and a clock: hands every
+  message whose intended time has come to a sink, counts ``scheduled``,
+  ``sent``, ``failed``, ``late`` and (when stopped) ``dropped``. Open model: a
+  stalled sink does not slow the schedule down; the backlog is sent as fast as
+  possible afterwards and counted late.
+* :class:`MqttFleet` — paho-mqtt clients (one per device) driven by a single
+  event loop (``selectors`` over all client sockets) **in the thread that
+  calls connect()/run()/close()**. The fleet starts no thread of its own.
+
+Accounting invariants (asserted by the tests):
+``scheduled == sent + failed + dropped`` and, for QoS1,
+``sent == acked + unacked``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from monsoon.load.stats import FleetConnectError
+from monsoon.load.payloads import Payload
+from monsoon.load.schedule import Pacer, Schedule
+from monsoon.load.shapes import LoadShape
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetTotals, SecondStats, _HIST_MAX_US, _new_hist, _pct_ms
+from monsoon.stack.provision import Device
+from monsoon.timeline.hdrlog import IntervalLogWriter
+
+
+__all__ = [
+    "Device",
+    "FleetConnectError",
+    "FleetTotals",
+    "MqttFleet",
+    "Pacer",
+    "Schedule",
+    "SecondStats",
+]
+
+log = logging.getLogger("monsoon.load")
+
+
+# --------------------------------------------------------------------------
+# Schedule: pure, no clock.
+# --------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------
+# Pacer: pure bookkeeping over a schedule, time supplied by the caller.
+# --------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------
+# Stats
+# --------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------
+# paho client with a lean hot path
+# --------------------------------------------------------------------------
+
+_PUBLISH = 0x30
+
+
+class _NoInfo:
+    """Stands in for paho's MQTTMessageInfo on QoS0 packets (paho marks it
+    published after the write; nobody waits on it here)."""
+
+    rc = 0
+
+    def _set_as_published(self) -> None:
+        pass
+
+
+_NO_INFO = _NoInfo()
+
+
+def _fleet_client_class() -> type:
+    """A paho ``Client`` subclass whose per-message path skips paho's
+    bookkeeping we do not use (the fleet keeps its own mid -> message map).
+
+    Stock paho 2.2 allocates an ``MQTTMessage`` + ``threading.Condition`` per
+    publish and ``Properties`` + ``ReasonCode`` objects per PUBACK even for
+    MQTT 3.1.1, and reads only one packet per ``loop_read`` when it tracks no
+    messages. That roughly doubles the CPU per message. This subclass relies
+    on paho 2.2 internals (``_packet_queue``, ``_mid_generate``,
+    ``_packet_read``, ``_loop_rc_handle``, ``_in_packet``), hence the version
+    pin (requirements.txt pins paho-mqtt==2.2.0).
+    """
+    import paho.mqtt
+    import paho.mqtt.client as mqtt
+
+    if not paho.mqtt.__version__.startswith("2.2."):
+        raise RuntimeError(
+            f"monsoon.load needs paho-mqtt 2.2.x (uses its internals), found {paho.mqtt.__version__}"
+        )
+    ok = mqtt.MQTTErrorCode.MQTT_ERR_SUCCESS
+    again = mqtt.MQTTErrorCode.MQTT_ERR_AGAIN
+    no_conn = mqtt.MQTTErrorCode.MQTT_ERR_NO_CONN
+
+    class FleetClient(mqtt.Client):  # type: ignore[misc]
+        fleet_on_ack: Callable[[int], None]
+        _rbuf: bytes = b""
+        _rpos: int = 0
+        _rdrained: bool = False
+
+        def _sock_recv(self, bufsize: int) -> bytes:
+            # paho reads a packet in 3+ tiny recv() calls (command byte,
+            # length bytes, body); serve them from one 64 KiB recv instead.
+            pos = self._rpos
+            buf = self._rbuf
+            if pos >= len(buf):
+                if self._rdrained:
+                    # the last recv did not fill the buffer: the socket is
+                    # (almost certainly) empty; save the EAGAIN syscall. If
+                    # more arrived, the level-triggered selector reports it.
+                    self._rdrained = False
+                    raise BlockingIOError
+                sock = self._sock
+                if sock is None:
+                    raise ConnectionError("self._sock is None")
+                buf = sock.recv(65536)
+                if not buf:
+                    return buf
+                self._rdrained = len(buf) < 65536
+                self._rbuf = buf
+                pos = 0
+            end = pos + bufsize
+            self._rpos = end
+            return buf[pos:end]
+
+        def fleet_publish(self, topic16: bytes, payload: bytes, qos: int) -> tuple[int, int]:
+            """Queue (and, with no loop thread, write right away) one PUBLISH.
+            ``topic16`` is the length-prefixed topic. Returns (rc, mid)."""
+            if self._sock is None:
+                return no_conn, 0
+            if qos:
+                mid = self._mid_generate()
+                body = topic16 + mid.to_bytes(2, "big") + payload
+            else:
+                mid = 0
+                body = topic16 + payload
+            n = len(body)
+            if n < 128:
+                head = bytes((_PUBLISH | (qos << 1), n))
+            elif n < 16384:
+                head = bytes((_PUBLISH | (qos << 1), (n & 0x7F) | 0x80, n >> 7))
+            else:
+                packet = bytearray((_PUBLISH | (qos << 1),))
+                self._pack_remaining_length(packet, n)
+                head = bytes(packet)
+            return self._packet_queue(_PUBLISH, head + body, mid, qos, _NO_INFO), mid
+
+        def _handle_pubackcomp(self, cmd):  # type: ignore[no-untyped-def]
+            if cmd == "PUBACK" and self._protocol != mqtt.MQTTv5:
+                pkt = self._in_packet["packet"]
+                self.fleet_on_ack((pkt[0] << 8) | pkt[1])
+                return ok
+            return super()._handle_pubackcomp(cmd)
+
+        def loop_read(self, max_packets: int = 1):  # type: ignore[no-untyped-def]
+            # read everything available (bounded), not one packet per call
+            for _ in range(4096):
+                if self._sock is None:
+                    return no_conn
+                rc = self._packet_read()
+                if rc > 0:
+                    return self._loop_rc_handle(rc)
+                if rc == again:
+                    return ok
+            return ok
+
+    return FleetClient
+
+
+# --------------------------------------------------------------------------
+# The fleet
+# --------------------------------------------------------------------------
+
+
+class _Conn:
+    """One device: its current paho client (a fresh one per connection, so
+    paho never re-sends an in-flight message of a dead connection) and its
+    sequence state, which survives reconnects."""
+
+    __slots__ = (
+        "idx", "device", "name_json", "client", "sock", "connected", "want_w",
+        "next_seq", "last_ts", "pending", "retry_at", "backoff", "refused",
+        "connect_error", "render",
+    )
+
+    def __init__(self, idx: int, device: Device) -> None:
+        import json
+
+        self.idx = idx
+        self.device = device
+        self.name_json = json.dumps(device.name)
+        self.client: Any = None
+        self.sock: socket.socket | None = None
+        self.connected = False
+        self.want_w = False
+        self.next_seq = 0
+        self.last_ts = -1
+        self.pending: dict[int, tuple[int, float, int]] = {}  # mid -> (seq, intended, ts)
+        self.retry_at: float | None = None
+        self.backoff = MqttFleet.BACKOFF_MIN
+        self.refused: str | None = None
+        self.connect_error: str | None = None
+        # render(seq, ts_ms, sent_ms) -> payload bytes (monsoon.payloads), set by the fleet
+        self.render: Callable[[int, int, int], bytes] | None = None
+
+
+class MqttFleet:
+    """A fleet of MQTT devices publishing an open-model load.
+
+    Threading: the fleet starts **no threads**. ``connect()``, ``run()`` and
+    ``close()`` drive every client socket from the calling thread with one
+    ``selectors`` loop; ``on_second`` is called from the thread running
+    ``run()``. ``close()`` may be called from another thread while ``run()``
+    is active: it asks the loop to stop and waits for it before tearing down.
+
+    Between ``connect()`` and ``run()`` nobody services the sockets; that is
+    fine for gaps well below the keepalive (a client the broker dropped is
+    reconnected by ``run()``).
+    """
+
+    BACKOFF_MIN = 0.2
+    BACKOFF_MAX = 2.0
+    MISC_INTERVAL = 0.2
+    MAX_BATCH = 500
+
+    def __init__(
+        self,
+        devices: list[Device],
+        host: str,
+        port: int,
+        *,
+        topic: str = "v1/devices/me/telemetry",
+        qos: int = 1,
+        shape: LoadShape,
+        acked_path: Path,
+        late_tolerance_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        keepalive: int = 15,
+        drain_timeout_s: float = 5.0,
+        latency_log_path: Path | None = None,
+        payload: Payload | None = None,
+    ) -> None:
+        if not devices:
+            raise ValueError("devices must not be empty")
+        names = [d.name for d in devices]
+        if len(set(names)) != len(names):
+            raise ValueError("device names must be unique")
+        if qos not in (0, 1):
+            raise ValueError(f"qos must be 0 or 1, got {qos!r}")
+        self.devices = list(devices)
+        self.host = host
+        self.port = int(port)
+        self.topic = topic
+        self.qos = qos
+        self.shape = shape
+        self.acked_path = Path(acked_path)
+        self.late_tolerance_s = late_tolerance_s
+        self.keepalive = keepalive
+        self.drain_timeout_s = drain_timeout_s
+        # per-second HdrHistograms of ack latency (monsoon.hdrlog): checks add them up per phase
+        self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
+        self._hlog: Any = None
+        self._clock = clock
+        self._wall = wall
+        self._conns = [_Conn(i, d) for i, d in enumerate(self.devices)]
+        # what each device publishes (default: the minimal payload); every payload carries the
+        # device, its per-device ``seq`` and the intended send time ``ts``
+        self.payload = payload if payload is not None else Payload()
+        for conn in self._conns:
+            conn.render = self.payload.renderer(conn.idx, conn.device.name)
+        self._client_cls = _fleet_client_class()
+        tb = topic.encode()
+        if not tb or "+" in topic or "#" in topic or len(tb) > 65535:
+            raise ValueError(f"invalid publish topic {topic!r}")
+        self._topic16 = len(tb).to_bytes(2, "big") + tb
+        self._sel: selectors.BaseSelector | None = None
+        self._n_connected = 0
+        self._inflight = 0
+        self._acked = 0
+        self._reconnects = 0
+        self._lost_in_flight = 0
+        self._connected_once = False
+        self._closing = False
+        self._closed = False
+        self._ran = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._lock = threading.Lock()
+        self._csv_buf: list[str] = []
+        self._csv_file: IO[str] | None = None
+        self._t0 = 0.0
+        self._wall0_ms = 0.0
+        self._hist_sec = _new_hist()
+        self._hist_total = _new_hist()
+
+    # ---------------------------------------------------------------- props
+    @property
+    def connected(self) -> int:
+        return self._n_connected
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # ------------------------------------------------------------ callbacks
+    def _on_socket_open(self, client: Any, conn: _Conn, sock: socket.socket) -> None:
+        conn.sock = sock
+        conn.want_w = False
+        assert self._sel is not None
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _on_socket_close(self, client: Any, conn: _Conn, sock: socket.socket) -> None:
+        if self._sel is not None:
+            try:
+                self._sel.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+        if conn.sock is sock:
+            conn.sock = None
+            conn.want_w = False
+
+    def _on_connect(self, client: Any, conn: _Conn, flags: Any, rc: Any, props: Any) -> None:
+        if client is not conn.client:
+            return
+        if rc.is_failure:
+            conn.refused = str(rc)
+            log.debug("device %s: CONNACK refused: %s", conn.device.name, rc)
+            return
+        conn.refused = None
+        conn.connect_error = None
+        if not conn.connected:
+            conn.connected = True
+            self._n_connected += 1
+        conn.backoff = self.BACKOFF_MIN
+        conn.retry_at = None
+
+    def _on_disconnect(self, client: Any, conn: _Conn, flags: Any, rc: Any, props: Any) -> None:
+        if client is not conn.client:
+            return
+        if conn.connected:
+            conn.connected = False
+            self._n_connected -= 1
+        lost = len(conn.pending)
+        if lost:
+            # in flight on a dead connection: never acked (a fresh client is
+            # used for the next connection, so paho will not re-send them)
+            self._inflight -= lost
+            self._lost_in_flight += lost
+            conn.pending.clear()
+        conn.client = None
+        if not self._closing:
+            now = self._clock()
+            conn.retry_at = now + conn.backoff
+            conn.backoff = min(conn.backoff * 2, self.BACKOFF_MAX)
+        log.debug("device %s disconnected (%s), %d in flight lost", conn.device.name, rc, lost)
+
+    def _on_ack(self, conn: _Conn, mid: int) -> None:
+        rec = conn.pending.pop(mid, None)
+        if rec is None:
+            return
+        seq, intended, ts = rec
+        now = self._clock()
+        self._acked += 1
+        self._inflight -= 1
+        us = int((now - intended) * 1_000_000)
+        self._hist_sec.record_value(1 if us < 1 else (us if us < _HIST_MAX_US else _HIST_MAX_US))
+        self._csv_buf.append(f"{conn.device.name},{seq},{ts},{int(self._wall() * 1000)}\n")
+
+    # ------------------------------------------------------------- sockets
+    def _open(self, conn: _Conn) -> None:
+        """Start one connection attempt (blocking TCP connect, then CONNECT is
+        sent; the CONNACK arrives through the event loop). Never raises:
+        failures are recorded in ``conn.connect_error`` and retried later."""
+        import paho.mqtt.client as mqtt
+
+        client = self._client_cls(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=conn.device.name,
+            clean_session=True,
+            userdata=conn,
+            protocol=mqtt.MQTTv311,
+        )
+        client.username_pw_set(conn.device.token)
+        client.max_inflight_messages_set(0)  # 0 = unlimited: no hidden queueing in paho
+        client.max_queued_messages_set(0)
+        client.connect_timeout = 5.0
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.fleet_on_ack = lambda mid, conn=conn: self._on_ack(conn, mid)
+        conn.client = client
+        conn.refused = None
+        try:
+            client.connect(self.host, self.port, keepalive=self.keepalive)
+        except OSError as e:
+            conn.client = None
+            if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED:
+                conn.connect_error = "nothing listening (connection refused)"
+            elif isinstance(e, (socket.timeout, TimeoutError)):
+                conn.connect_error = "connect timed out"
+            else:
+                conn.connect_error = f"{type(e).__name__}: {e}"
+            if client.socket() is not None:  # pragma: no cover - defensive
+                client._sock_close()  # noqa: SLF001
+            now = self._clock()
+            conn.retry_at = now + conn.backoff
+            conn.backoff = min(conn.backoff * 2, self.BACKOFF_MAX)
+
+    def _poll(self, timeout: float) -> None:
+        assert self._sel is not None
+        if not self._sel.get_map():
+            if timeout > 0:
+                time.sleep(timeout)
+            return
+        for key, mask in self._sel.select(timeout):
+            conn: _Conn = key.data
+            client = conn.client
+            if client is None or conn.sock is not key.fileobj:
+                continue
+            if mask & selectors.EVENT_READ:
+                client.loop_read()
+            if mask & selectors.EVENT_WRITE and conn.client is client and conn.sock is not None:
+                client.loop_write()
+                if conn.sock is not None and not client.want_write():
+                    conn.want_w = False
+                    self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def _misc(self, now: float, reconnect: bool = True) -> None:
+        for conn in self._conns:
+            client = conn.client
+            if client is not None:
+                client.loop_misc()
+            elif reconnect and conn.retry_at is not None and now >= conn.retry_at:
+                self._reconnects += 1
+                self._open(conn)
+
+    def _want_write(self, conn: _Conn) -> None:
+        if not conn.want_w and conn.sock is not None and conn.client.want_write():
+            conn.want_w = True
+            assert self._sel is not None
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+
+    # -------------------------------------------------------------- connect
+    def connect(self, timeout: float = 30) -> None:
+        """Connect every device; returns when all have a successful CONNACK.
+
+        Raises :class:`FleetConnectError` (and leaves nothing open) when a
+        device cannot connect: nothing listening, CONNACK refused, or not all
+        connected within ``timeout`` seconds.
+        """
+        if self._closed or self._closing:
+            raise RuntimeError("fleet is closed")
+        if self._sel is None:
+            self._sel = selectors.DefaultSelector()
+        deadline = self._clock() + timeout
+        try:
+            for conn in self._conns:
+                if conn.client is None:
+                    self._open(conn)
+                    if conn.connect_error is not None:
+                        raise FleetConnectError(
+                            f"MQTT broker {self.endpoint}: device {conn.device.name} "
+                            f"cannot connect: {conn.connect_error}"
+                        )
+                # keep CONNACKs flowing while we open the rest
+                self._poll(0)
+                self._check_refused()
+            while self._n_connected < len(self._conns):
+                now = self._clock()
+                if now >= deadline:
+                    missing = [c.device.name for c in self._conns if not c.connected]
+                    raise FleetConnectError(
+                        f"MQTT broker {self.endpoint}: {len(missing)} of {len(self._conns)} "
+                        f"devices not connected after {timeout:g}s (first: {missing[0]})"
+                    )
+                self._poll(min(0.05, deadline - now))
+                self._check_refused()
+                for conn in self._conns:
+                    if conn.client is None and not conn.connected:
+                        raise FleetConnectError(
+                            f"MQTT broker {self.endpoint}: device {conn.device.name} "
+                            f"lost its connection before CONNACK"
+                            + (f": {conn.connect_error}" if conn.connect_error else "")
+                        )
+        except BaseException:
+            self._disconnect_all()
+            raise
+        self._connected_once = True
+
+    def _check_refused(self) -> None:
+        for conn in self._conns:
+            if conn.refused is not None:
+                raise FleetConnectError(
+                    f"MQTT broker {self.endpoint} refused device {conn.device.name}: "
+                    f"CONNACK {conn.refused}"
+                )
+
+    # ------------------------------------------------------------------ run
+    def _send(self, k: int, intended: float) -> bool:
+        conn = self._conns[k % len(self._conns)]
+        if not conn.connected:
+            return False
+        client = conn.client
+        seq = conn.next_seq
+        conn.next_seq = seq + 1
+        ts = int(self._wall0_ms + (intended - self._t0) * 1000.0)
+        if ts <= conn.last_ts:
+            ts = conn.last_ts + 1
+        conn.last_ts = ts
+        sent_ms = int(self._wall() * 1000)
+        payload = conn.render(seq, ts, sent_ms)
+        rc, mid = client.fleet_publish(self._topic16, payload, self.qos)
+        if rc != 0:
+            return False
+        if self.qos:
+            pending = conn.pending
+            if mid in pending:
+                # 65535 mids later the old message is still un-acked: it can
+                # no longer be told apart, so it is lost for the accounting
+                self._inflight -= 1
+                self._lost_in_flight += 1
+            pending[mid] = (seq, intended, ts)
+            self._inflight += 1
+        else:
+            self._acked += 1
+            self._csv_buf.append(f"{conn.device.name},{seq},{ts},{sent_ms}\n")
+        if not conn.want_w and conn.sock is not None and client.want_write():
+            self._want_write(conn)
+        return True
+
+    def _flush_csv(self) -> None:
+        if self._csv_file is None:
+            return
+        if self._csv_buf:
+            self._csv_file.write("".join(self._csv_buf))
+            self._csv_buf.clear()
+        self._csv_file.flush()
+
+    def run(
+        self,
+        stop: threading.Event,
+        on_second: Callable[[SecondStats], None] | None = None,
+    ) -> FleetTotals:
+        """Run the shape to its end (or until ``stop`` is set), then wait up to
+        ``drain_timeout_s`` for outstanding PUBACKs. One run per fleet.
+
+        Connects first if ``connect()`` has not been called.
+        """
+        with self._lock:
+            if self._closed or self._closing:
+                raise RuntimeError("fleet is closed")
+            if self._ran:
+                raise RuntimeError("MqttFleet.run() can only be called once")
+            self._ran = True
+            self._idle.clear()
+        try:
+            if not self._connected_once:
+                self.connect()
+            return self._run(stop, on_second)
+        finally:
+            self._idle.set()
+
+    def _run(
+        self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None
+    ) -> FleetTotals:
+        clock = self._clock
+        self.acked_path.parent.mkdir(parents=True, exist_ok=True)
+        self._csv_file = open(self.acked_path, "w", newline="")  # noqa: SIM115
+        self._csv_file.write(",".join(ACKED_CSV_HEADER) + "\n")
+        self._csv_file.flush()
+
+        schedule = Schedule(self.shape)
+        targets = schedule.expected_per_second()   # before t0: it walks the shape
+        self._t0 = t0 = clock()
+        self._wall0_ms = self._wall() * 1000.0
+        if self.latency_log_path is not None:
+
+            self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
+        pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
+        sec = 0
+        next_sec_at = t0 + 1.0
+        next_misc = t0 + self.MISC_INTERVAL
+        prev = [0, 0, 0, 0, 0]  # scheduled, sent, acked, failed, late
+
+        def emit(s: int) -> None:
+            cur = [pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late]
+            d = [c - p for c, p in zip(cur, prev)]
+            prev[:] = cur
+            p50, p99, mx = _pct_ms(self._hist_sec)
+            if self._hist_sec.get_total_count():
+                if self._hlog is not None:
+                    self._hlog.write(s, self._hist_sec)   # once per second: one encode(), ~0.1 ms
+                self._hist_total.add(self._hist_sec)
+                self._hist_sec.reset()
+            self._flush_csv()
+            if on_second is not None:
+                on_second(
+                    SecondStats(
+                        t=s, target_rate=targets[s] if s < len(targets) else 0.0, scheduled=d[0], sent=d[1],
+                        acked=d[2], failed=d[3], late=d[4], connected=self._n_connected,
+                        p50_ms=p50, p99_ms=p99, max_ms=mx,
+                    )
+                )
+
+        send = self._send
+        try:
+            # --- load phase
+            while True:
+                now = clock()
+                if stop.is_set() or self._closing:
+                    pacer.stop(now)
+                    break
+                while now >= next_sec_at:
+                    emit(sec)
+                    sec += 1
+                    next_sec_at = t0 + sec + 1
+                if now >= next_misc:
+                    self._misc(now)
+                    next_misc = now + self.MISC_INTERVAL
+                pacer.pump(now, send, self.MAX_BATCH)
+                if pacer.exhausted:
+                    break
+                nd = pacer.next_due
+                assert nd is not None
+                wake = min(nd, next_sec_at, next_misc)
+                self._poll(max(0.0, wake - clock()))
+            # --- drain: wait for PUBACKs of what is in flight
+            deadline = clock() + self.drain_timeout_s
+            while self._inflight > 0 and not self._closing:
+                now = clock()
+                if now >= deadline:
+                    break
+                while now >= next_sec_at:
+                    emit(sec)
+                    sec += 1
+                    next_sec_at = t0 + sec + 1
+                if now >= next_misc:
+                    self._misc(now, reconnect=False)
+                    next_misc = now + self.MISC_INTERVAL
+                self._poll(max(0.0, min(deadline, next_sec_at, next_misc) - clock()))
+            # --- final (partial) second, so per-second sums equal the totals
+            now = clock()
+            while now >= next_sec_at:
+                emit(sec)
+                sec += 1
+                next_sec_at = t0 + sec + 1
+            emit(sec)
+            elapsed = clock() - t0
+        finally:
+            self._flush_csv()
+            if self._csv_file is not None:
+                self._csv_file.close()
+                self._csv_file = None
+            if self._hlog is not None:
+                self._hlog.close()
+                self._hlog = None
+
+        if self._hist_sec.get_total_count():
+            self._hist_total.add(self._hist_sec)
+            self._hist_sec.reset()
+        p50, p99, mx = _pct_ms(self._hist_total)
+        sent = pacer.sent
+        return FleetTotals(
+            scheduled=pacer.scheduled,
+            sent=sent,
+            acked=self._acked,
+            failed=pacer.failed,
+            late=pacer.late,
+            dropped=pacer.dropped,
+            unacked=sent - self._acked,
+            last_seq={c.device.name: c.next_seq - 1 for c in self._conns},
+            p50_ms=p50,
+            p99_ms=p99,
+            max_ms=mx,
+            reconnects=self._reconnects,
+            elapsed_s=elapsed,
+            lost_in_flight=self._lost_in_flight,
+        )
+
+    # ---------------------------------------------------------------- close
+    def _disconnect_all(self, grace: float = 1.0) -> None:
+        """Send DISCONNECT on every live connection, then make sure every
+        socket is closed and the selector is gone."""
+        prev_closing = self._closing
+        self._closing = True  # no reconnect scheduling from callbacks
+        try:
+            for conn in self._conns:
+                client = conn.client
+                if client is None:
+                    continue
+                try:
+                    client.disconnect()  # writes DISCONNECT and closes when it can
+                except Exception:  # noqa: BLE001 - best effort
+                    log.debug("disconnect of %s failed", conn.device.name, exc_info=True)
+            deadline = time.monotonic() + grace
+            while any(c.sock is not None for c in self._conns) and time.monotonic() < deadline:
+                if self._sel is None:
+                    break
+                self._poll(0.02)
+            for conn in self._conns:
+                client = conn.client
+                if client is not None and client.socket() is not None:
+                    client._sock_close()  # noqa: SLF001 - force; paho has no public close
+                conn.client = None
+                conn.sock = None
+                if conn.connected:
+                    conn.connected = False
+                    self._n_connected -= 1
+                conn.pending.clear()
+        finally:
+            self._closing = prev_closing
+            if self._sel is not None:
+                self._sel.close()
+                self._sel = None
+            self._connected_once = False
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop a running ``run()`` (waiting for it), disconnect every device,
+        close every socket. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closing = True
+        if not self._idle.wait(timeout):
+            raise RuntimeError(f"MqttFleet.run() did not stop within {timeout:g}s")
+        try:
+            if self._sel is not None:
+                self._closing = False
+                self._disconnect_all()
+        finally:
+            self._closing = True
+            self._closed = True
+            if self._csv_file is not None:
+                self._flush_csv()
+                self._csv_file.close()
+                self._csv_file = None
+
+    def __enter__(self) -> MqttFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

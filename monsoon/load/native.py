@@ -1,0 +1,621 @@
+"""The native load core: ``monsoon-loadgen`` (Rust, ``monsoon/load/loadgen``) driven from Python.
+
+:class:`NativeFleet` is a drop-in for :class:`monsoon.load.MqttFleet` (same constructor
+arguments where they apply, same ``connect()`` / ``run(stop, on_second)`` / ``close()``,
+same :class:`~monsoon.load.SecondStats` per second, :class:`~monsoon.load.FleetTotals`, the
+same ``acked.csv`` and ``latency.hlog``) whose devices live in ``workers`` generator processes.
+Worker i takes the devices ``[i*D/n, (i+1)*D/n)`` (``--shard i/n``) and sends only their
+messages: message k of the global schedule goes to device ``k % D`` exactly as in
+``MqttFleet``, so the fleets publish the same messages at the same intended times.
+
+Protocol with a worker (all on its stdin/stdout, one JSON object per stdout line)::
+
+    worker: {"event": "connected", ...}        (or {"error": ...} and exit 3)
+    python: start <unix_ms>                     (all workers start on the same wall instant)
+    worker: {"t": 0, "scheduled": ..., "hist": "HISTF..."} ... one line per second
+    python: stop (or stdin EOF)                 (stop early: due messages count ``dropped``)
+    worker: {"totals": {...}}
+
+The per-second lines of all workers are summed per second; the histograms (HdrHistogram V2,
+base64) are added up, so percentiles are exact over the whole fleet, and written to
+``latency.hlog`` with :class:`monsoon.hdrlog.IntervalLogWriter`.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from monsoon.load.payloads import Payload
+from monsoon.load.schedule import Schedule
+from monsoon.load.shapes import LoadShape
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats
+from monsoon.spec.experiment import PER_SOURCE, workers_problem
+from monsoon.stack.provision import Device
+from monsoon.timeline.hdrlog import IntervalLogWriter
+
+
+
+__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
+
+CRATE_DIR = Path(__file__).resolve().parent / "loadgen"
+BINARY_NAME = "monsoon-loadgen"
+
+
+class LoadgenBuildError(RuntimeError):
+    """The native generator could not be built (names what to install)."""
+
+
+def shard_range(n_devices: int, i: int, n: int) -> tuple[int, int]:
+    """Device index range ``[lo, hi)`` of shard ``i`` of ``n`` (the binary's ``--shard i/n``)."""
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"shard {i}/{n}: need 0 <= i < n")
+    return i * n_devices // n, (i + 1) * n_devices // n
+
+
+def _sources_newer_than(binary: Path) -> bool:
+    mtime = binary.stat().st_mtime
+    files = [CRATE_DIR / "Cargo.toml", CRATE_DIR / "Cargo.lock", *(CRATE_DIR / "src").rglob("*.rs")]
+    return any(f.exists() and f.stat().st_mtime > mtime for f in files)
+
+
+def _find_cargo() -> str | None:
+    c = shutil.which("cargo")
+    if c:
+        return c
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "bin" / "cargo"
+    return str(home) if home.exists() else None
+
+
+def ensure_loadgen() -> Path:
+    """Path of the ``monsoon-loadgen`` binary; builds it (``cargo build --release --locked``)
+    into the crate's ``target/`` on first use or when its sources changed.
+
+    ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary instead (e.g. in a container).
+    """
+    env = os.environ.get("MONSOON_LOADGEN")
+    if env:
+        p = Path(env)
+        if not os.access(p, os.X_OK):
+            raise LoadgenBuildError(f"MONSOON_LOADGEN={env} is not an executable file")
+        return p
+    binary = CRATE_DIR / "target" / "release" / BINARY_NAME
+    if binary.exists() and not _sources_newer_than(binary):
+        return binary
+    cargo = _find_cargo()
+    if cargo is None:
+        raise LoadgenBuildError(
+            "monsoon's native load generator (monsoon/load/loadgen) is built with Rust's cargo, "
+            "which is not installed: install Rust (https://rustup.rs, or `apt-get install cargo`), "
+            "or point MONSOON_LOADGEN at a prebuilt monsoon-loadgen binary"
+        )
+    (CRATE_DIR / "target").mkdir(exist_ok=True)
+    with open(CRATE_DIR / "target" / ".build.lock", "w") as lock:  # parallel test workers build once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists() and not _sources_newer_than(binary):
+            return binary
+        r = subprocess.run(
+            [cargo, "build", "--release", "--locked"], cwd=CRATE_DIR,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        if r.returncode != 0 or not binary.exists():
+            raise LoadgenBuildError(
+                f"`cargo build --release --locked` in {CRATE_DIR} failed (exit {r.returncode}):\n"
+                + r.stdout[-4000:]
+            )
+        os.utime(binary)   # up to date even when cargo had nothing to relink (a touched source)
+    return binary
+
+
+def loadgen_config(
+    devices: Sequence[Device],
+    host: str,
+    port: int,
+    *,
+    shape: LoadShape,
+    topic: str = "v1/devices/me/telemetry",
+    qos: int = 1,
+    late_tolerance_s: float = 0.05,
+    payload: Payload | None = None,
+    acked_path: str | None = None,
+    source_addrs: Sequence[str] = (),
+    connect_rate: float = 0.0,
+    keepalive: int = 15,
+    drain_timeout_s: float = 5.0,
+    connect_timeout_s: float = 30.0,
+    hist: bool = True,
+    client_id_prefix: str = "",
+    step: float = 0.1,
+) -> dict[str, Any]:
+    """The binary's JSON config for a fleet (segments from ``Schedule(shape).segments()``)."""
+    segs = [[float(a), float(b), float(r)] for a, b, r in Schedule(shape, step=step).segments()]
+    return {
+        "host": host,
+        "port": int(port),
+        "qos": int(qos),
+        "topic": topic,
+        "client_id_prefix": client_id_prefix,
+        "devices": [{"name": d.name, "token": d.token} for d in devices],
+        "segments": segs,
+        "late_tolerance_ms": late_tolerance_s * 1000.0,
+        "payload": (payload or Payload()).native_spec(),
+        "acked_path": acked_path,
+        "source_addrs": list(source_addrs),
+        "connect_rate": float(connect_rate),
+        "keepalive_s": int(keepalive),
+        "drain_timeout_s": float(drain_timeout_s),
+        "connect_timeout_s": float(connect_timeout_s),
+        "hist": bool(hist),
+    }
+
+
+def _hist_from(b64: str | None) -> HdrHistogram | None:
+    if not b64:
+        return None
+    return HdrHistogram.decode(b64)
+
+
+def _pct_ms(h: HdrHistogram | None) -> tuple[float | None, float | None, float | None]:
+    if h is None or h.get_total_count() == 0:
+        return None, None, None
+    return (h.get_value_at_percentile(50) / 1000.0, h.get_value_at_percentile(99) / 1000.0,
+            h.get_max_value() / 1000.0)
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen
+    shard_csv: Path
+    lines: queue.Queue = field(default_factory=queue.Queue)
+    reader: threading.Thread | None = None
+    connected: dict | None = None
+    totals: dict | None = None
+    rusage: Any = None     # resource.struct_rusage once reaped
+    stderr_path: Path | None = None
+    last_t: int = -1
+
+
+def loopback_sources(host: str, n_devices: int) -> list[str]:
+    """For a loopback target with more devices than one source address can connect (emqtt-bench's
+    ``--ifaddr``): 127.0.0.2, 127.0.0.3, ... one per 20,000 devices; none otherwise (the kernel picks)."""
+    if n_devices <= PER_SOURCE or not host.startswith("127."):
+        return []
+    return [f"127.0.0.{2 + i}" for i in range(-(-n_devices // PER_SOURCE))]
+
+
+class NativeFleet:
+    """A fleet of MQTT devices publishing an open-model load from native worker processes.
+
+    Constructor arguments as :class:`~monsoon.load.MqttFleet` (``clock``/``wall`` do not apply:
+    the workers keep time), plus ``workers`` (processes; each holds at most ~19,900 connections
+    under a 20,000 open-file hard limit), ``source_addrs`` (127.0.0.x addresses client sockets
+    are bound to, round-robin, for more than ~28k connections to one port), ``connect_rate``
+    (new connections/s per worker, 0 = unlimited).
+    """
+
+    def __init__(
+        self,
+        devices: list[Device],
+        host: str,
+        port: int,
+        *,
+        topic: str = "v1/devices/me/telemetry",
+        qos: int = 1,
+        shape: LoadShape,
+        acked_path: Path,
+        late_tolerance_s: float = 0.05,
+        keepalive: int = 15,
+        drain_timeout_s: float = 5.0,
+        latency_log_path: Path | None = None,
+        payload: Payload | None = None,
+        workers: int = 1,
+        source_addrs: Sequence[str] = (),
+        connect_rate: float = 0.0,
+        binary: Path | None = None,
+    ) -> None:
+        if not devices:
+            raise ValueError("devices must not be empty")
+        names = [d.name for d in devices]
+        if len(set(names)) != len(names):
+            raise ValueError("device names must be unique")
+        if qos not in (0, 1):
+            raise ValueError(f"qos must be 0 or 1, got {qos!r}")
+        if not 1 <= int(workers) <= len(devices):
+            raise ValueError(f"workers must be from 1 to the number of devices, got {workers!r}")
+        self.devices = list(devices)
+        self.host = host
+        self.port = int(port)
+        self.topic = topic
+        self.qos = qos
+        self.shape = shape
+        self.acked_path = Path(acked_path)
+        self.late_tolerance_s = late_tolerance_s
+        self.keepalive = keepalive
+        self.drain_timeout_s = drain_timeout_s
+        self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
+        self.payload = payload if payload is not None else Payload()
+        self.n_workers = int(workers)
+        self.source_addrs = list(source_addrs) or loopback_sources(host, len(self.devices))
+        problem = workers_problem(len(self.devices), self.n_workers)
+        if problem:
+            raise ValueError(problem)
+        self.connect_rate = float(connect_rate)
+        self._binary = binary
+        self._workers: list[_Worker] = []
+        self._workdir: Path | None = None
+        self._connected = 0
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._closed = False
+        self._ran = False
+        self._idle = threading.Event()
+        self._idle.set()
+        #: extra results of the last run: send lateness (``send_late_p99_ms``), worker pids, CPU
+        self.extra: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- props
+    @property
+    def connected(self) -> int:
+        return self._connected
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers]
+
+    def config(self, *, connect_timeout_s: float = 30.0) -> dict[str, Any]:
+        return loadgen_config(
+            self.devices, self.host, self.port, shape=self.shape, topic=self.topic, qos=self.qos,
+            late_tolerance_s=self.late_tolerance_s, payload=self.payload,
+            acked_path=str(self._shard_csv_pattern()), source_addrs=self.source_addrs,
+            connect_rate=self.connect_rate, keepalive=self.keepalive,
+            drain_timeout_s=self.drain_timeout_s, connect_timeout_s=connect_timeout_s, hist=True,
+        )
+
+    def _shard_csv_pattern(self) -> Path:
+        return self.acked_path.with_name(f".{self.acked_path.name}.shard{{shard}}")
+
+    # -------------------------------------------------------------- connect
+    def connect(self, timeout: float = 30) -> None:
+        """Start the workers; returns once every device has its CONNACK.
+
+        Raises :class:`~monsoon.load.FleetConnectError` (and stops every worker) otherwise.
+        """
+        if self._closed or self._closing.is_set():
+            raise RuntimeError("fleet is closed")
+        if self._workers:
+            return
+        binary = self._binary or ensure_loadgen()
+        self.acked_path.parent.mkdir(parents=True, exist_ok=True)
+        self._workdir = self.acked_path.parent
+        cfg_path = self.acked_path.with_name(f".{self.acked_path.name}.loadgen.json")
+        cfg_path.write_text(json.dumps(self.config(connect_timeout_s=timeout)))
+        try:
+            for i in range(self.n_workers):
+                err = self.acked_path.with_name(f".{self.acked_path.name}.worker{i}.stderr")
+                with open(err, "wb") as ef:
+                    proc = subprocess.Popen(
+                        [str(binary), "run", "--config", str(cfg_path), "--shard",
+                         f"{i}/{self.n_workers}", "--wait-start"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=ef,
+                        text=True, bufsize=1,
+                    )
+                w = _Worker(i, proc, Path(str(self._shard_csv_pattern()).replace("{shard}", str(i))),
+                            stderr_path=err)
+                w.reader = threading.Thread(target=self._read_lines, args=(w,), daemon=True,
+                                            name=f"loadgen-{i}-reader")
+                w.reader.start()
+                self._workers.append(w)
+            deadline = time.monotonic() + timeout + 5
+            for w in self._workers:
+                while w.connected is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise FleetConnectError(f"MQTT broker {self.endpoint}: worker {w.index} did not "
+                                                f"connect its devices within {timeout:g}s")
+                    try:
+                        msg = w.lines.get(timeout=min(left, 0.5))
+                    except queue.Empty:
+                        continue
+                    if msg is None:
+                        raise FleetConnectError(
+                            f"MQTT broker {self.endpoint}: load worker {w.index} exited "
+                            f"({w.proc.poll()}) before connecting: {self._stderr(w)}")
+                    if "error" in msg:
+                        raise FleetConnectError(f"MQTT broker {self.endpoint}: {msg['error']}")
+                    if msg.get("event") == "connected":
+                        w.connected = msg
+            self._connected = sum(w.connected["connected"] for w in self._workers if w.connected)
+        except BaseException:
+            self._kill_all()
+            raise
+
+    def _stderr(self, w: _Worker) -> str:
+        try:
+            return (w.stderr_path.read_text(errors="replace").strip() if w.stderr_path else "")[-2000:]
+        except OSError:
+            return ""
+
+    def _read_lines(self, w: _Worker) -> None:
+        assert w.proc.stdout is not None
+        for line in w.proc.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                w.lines.put(json.loads(line))
+            except ValueError:
+                continue
+        w.lines.put(None)
+
+    # ------------------------------------------------------------------ run
+    def run(
+        self,
+        stop: threading.Event,
+        on_second: Callable[[SecondStats], None] | None = None,
+    ) -> FleetTotals:
+        """Run the shape to its end (or until ``stop`` is set), then wait up to
+        ``drain_timeout_s`` for outstanding PUBACKs. One run per fleet."""
+        with self._lock:
+            if self._closed or self._closing.is_set():
+                raise RuntimeError("fleet is closed")
+            if self._ran:
+                raise RuntimeError("NativeFleet.run() can only be called once")
+            self._ran = True
+            self._idle.clear()
+        try:
+            if not self._workers:
+                self.connect()
+            return self._run(stop, on_second)
+        finally:
+            self._idle.set()
+
+    def _send(self, w: _Worker, text: str) -> None:
+        try:
+            assert w.proc.stdin is not None
+            w.proc.stdin.write(text)
+            w.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> FleetTotals:
+        hlog = None
+        targets = Schedule(self.shape).expected_per_second()   # the per-second target, as in MqttFleet
+        start_wall = time.time() + (0.05 if self.n_workers > 1 else 0.0)
+        if self.latency_log_path is not None:
+            hlog = IntervalLogWriter(self.latency_log_path, start_wall)
+        start_ms = int(start_wall * 1000)
+        for w in self._workers:
+            self._send(w, f"start {start_ms}\n")
+        pending: dict[int, list[dict]] = {}   # second -> lines of the workers so far
+        done: set[int] = set()
+        emitted = -1
+        stop_sent = False
+        hist_total: HdrHistogram | None = None
+        n = len(self._workers)
+        conn_by_worker: dict[int, int] = {}
+
+        def emit(sec: int, lines: list[dict]) -> None:
+            h = None
+            for ln in lines:
+                hh = _hist_from(ln.get("hist"))
+                if hh is not None:
+                    if h is None:
+                        h = hh
+                    else:
+                        h.add(hh)
+            if h is not None and hlog is not None:
+                hlog.write(sec, h)
+            p50, p99, mx = _pct_ms(h)
+            for ln in lines:   # a worker without a line for this second keeps its last count
+                conn_by_worker[ln["_w"]] = ln["connected"]
+            self._connected = sum(conn_by_worker.values())
+            if on_second is not None:
+                on_second(SecondStats(
+                    t=sec, target_rate=targets[sec] if sec < len(targets) else 0.0,
+                    scheduled=sum(ln["scheduled"] for ln in lines),
+                    sent=sum(ln["sent"] for ln in lines), acked=sum(ln["acked"] for ln in lines),
+                    failed=sum(ln["failed"] for ln in lines), late=sum(ln["late"] for ln in lines),
+                    connected=self._connected, p50_ms=p50, p99_ms=p99, max_ms=mx,
+                ))
+
+        try:
+            while len(done) < n:
+                if not stop_sent and (stop.is_set() or self._closing.is_set()):
+                    for w in self._workers:
+                        self._send(w, "stop\n")
+                    stop_sent = True
+                got = False
+                for w in self._workers:
+                    if w.index in done:
+                        continue
+                    try:
+                        msg = w.lines.get_nowait()
+                    except queue.Empty:
+                        continue
+                    got = True
+                    if msg is None:
+                        done.add(w.index)
+                        continue
+                    if "totals" in msg:
+                        w.totals = msg["totals"]
+                        continue
+                    if "t" in msg:
+                        w.last_t = int(msg["t"])
+                        msg["_w"] = w.index
+                        pending.setdefault(w.last_t, []).append(msg)
+                    elif "error" in msg:
+                        raise RuntimeError(f"load worker {w.index}: {msg['error']}")
+                # emit every second all live workers have reported
+                while True:
+                    sec = emitted + 1
+                    lines = pending.get(sec)
+                    if lines is None:
+                        break
+                    if any(w.last_t < sec and w.totals is None and w.index not in done
+                           for w in self._workers):
+                        break   # a worker has not finished its second `sec` yet
+                    emit(sec, pending.pop(sec))
+                    emitted = sec
+                if not got:
+                    time.sleep(0.01)
+            for sec in sorted(pending):
+                emit(sec, pending.pop(sec))
+        finally:
+            if hlog is not None:
+                hlog.close()
+            self._reap()
+            self._merge_csv()
+        missing = [w.index for w in self._workers if w.totals is None]
+        if missing:
+            raise RuntimeError(f"load worker(s) {missing} ended without totals: "
+                               + "; ".join(self._stderr(self._workers[i]) for i in missing))
+        tots = [w.totals for w in self._workers]
+        for t in tots:
+            h = _hist_from(t.get("hist"))
+            if h is not None:
+                if hist_total is None:
+                    hist_total = h
+                else:
+                    hist_total.add(h)
+        late_h = None
+        for t in tots:
+            h = _hist_from(t.get("send_late_hist"))
+            if h is not None:
+                if late_h is None:
+                    late_h = h
+                else:
+                    late_h.add(h)
+        p50, p99, mx = _pct_ms(hist_total)
+        lp50, lp99, lmx = _pct_ms(late_h)
+        last_seq: dict[str, int] = {}
+        for t in tots:
+            last_seq.update(t["last_seq"])
+        s = lambda k: sum(int(t[k]) for t in tots)  # noqa: E731
+        self.extra = {
+            "send_late_p50_ms": lp50, "send_late_p99_ms": lp99, "send_late_max_ms": lmx,
+            "workers": [{"pid": w.proc.pid, "range": w.totals.get("range"),
+                         "cpu_s": (w.rusage.ru_utime + w.rusage.ru_stime) if w.rusage else None,
+                         "maxrss_mb": (w.rusage.ru_maxrss / 1024.0) if w.rusage else None}
+                        for w in self._workers],
+        }
+        return FleetTotals(
+            scheduled=s("scheduled"), sent=s("sent"), acked=s("acked"), failed=s("failed"),
+            late=s("late"), dropped=s("dropped"), unacked=s("unacked"), last_seq=last_seq,
+            p50_ms=p50, p99_ms=p99, max_ms=mx, reconnects=s("reconnects"),
+            elapsed_s=max(float(t["elapsed_s"]) for t in tots), lost_in_flight=s("lost_in_flight"),
+        )
+
+    def _reap(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for w in self._workers:
+            if w.rusage is not None:
+                continue
+            p = w.proc
+            try:
+                if p.stdin is not None:
+                    p.stdin.close()
+            except OSError:
+                pass
+            while True:
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    w.rusage = ru
+                    p.returncode = os.waitstatus_to_exitcode(status)
+                    break
+                if time.monotonic() > deadline:
+                    p.send_signal(signal.SIGKILL)
+                    deadline = time.monotonic() + 5
+                time.sleep(0.01)
+            if w.reader is not None:
+                w.reader.join(5)
+
+    def _merge_csv(self) -> None:
+        if not self._workers:
+            return
+        with open(self.acked_path, "w", newline="") as out:
+            out.write(",".join(ACKED_CSV_HEADER) + "\n")
+            for w in self._workers:
+                if not w.shard_csv.exists():
+                    continue
+                with open(w.shard_csv) as f:
+                    f.readline()
+                    shutil.copyfileobj(f, out, 1 << 20)
+                w.shard_csv.unlink()
+
+    # ---------------------------------------------------------------- close
+    def _kill_all(self) -> None:
+        for w in self._workers:
+            if w.proc.poll() is None and w.rusage is None:
+                try:
+                    w.proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5
+        for w in self._workers:
+            if w.rusage is not None:
+                continue
+            try:
+                w.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait(5)
+            for f in (w.proc.stdin, w.proc.stdout):
+                try:
+                    if f is not None:
+                        f.close()
+                except OSError:
+                    pass
+            try:
+                w.shard_csv.unlink()
+            except OSError:
+                pass
+        self._workers = []
+        self._connected = 0
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop a running ``run()`` (waiting for it), stop every worker process. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closing.set()
+        if not self._idle.wait(timeout):
+            raise RuntimeError(f"NativeFleet.run() did not stop within {timeout:g}s")
+        try:
+            self._kill_all()
+        finally:
+            self._closed = True
+            self._cleanup_files()
+
+    def _cleanup_files(self) -> None:
+        """Remove the worker config and empty worker stderr files (a non-empty one is kept: it
+        explains a failure)."""
+        stem = f".{self.acked_path.name}"
+        for p in self.acked_path.parent.glob(f"{stem}.*"):
+            try:
+                if p.name.endswith(".loadgen.json") or (p.name.endswith(".stderr") and p.stat().st_size == 0):
+                    p.unlink()
+            except OSError:
+                pass
+
+    def __enter__(self) -> NativeFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

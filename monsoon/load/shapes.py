@@ -1,0 +1,604 @@
+"""Load shapes: the target message rate as a function of time.
+
+A shape is pure data plus arithmetic. It never looks at a clock; the
+:class:`monsoon.load.Schedule` turns it into intended send times.
+
+Conventions shared by every shape:
+
+* ``t`` is seconds since the start of the load, ``0 <= t``.
+* ``rate_at(t)`` is the target rate in messages per second at ``t``; it
+  returns ``None`` once ``t >= duration`` (the load is over).
+* ``phases()`` lists named, contiguous, half-open windows ``[start, end)``
+  covering ``[0, duration)``, with distinct names (checks and reports look
+  phases up by name: ``burst``, ``warmup``, ``recovery``, ``steady``, ...).
+* The schedule samples ``rate_at`` at every phase start and then every
+  :data:`SCHEDULE_STEP` seconds inside a phase. Every built-in shape changes
+  its rate only at those instants, so the schedule integrates it exactly:
+  piecewise-constant shapes (steady, burst, stages, ladder) change only at
+  phase boundaries; :class:`Spike` requires spike widths and periods on the
+  step grid; :class:`Ramp` is a staircase of ``SCHEDULE_STEP`` cells whose
+  value is the linear ramp at the middle of the cell (so the message count is
+  the exact integral of the linear ramp). A :class:`PythonShape` is sampled
+  the same way: what it does between samples is not seen.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from monsoon.spec.shape import Durations, SCHEDULE_STEP, ShapeSpec
+
+__all__ = [
+    "Burst",
+    "Ladder",
+    "LadderStep",
+    "LoadShape",
+    "Phase",
+    "PythonShape",
+    "Ramp",
+    "SCHEDULE_STEP",
+    "ShapeContext",
+    "Spike",
+    "Stage",
+    "Stages",
+    "Steady",
+    "check_rates",
+]
+
+
+_EPS = 1e-9  # float slack when a sample time sits on a grid point
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named window ``[start, end)`` of a load shape, in seconds from start."""
+
+    name: str
+    start: float
+    end: float
+
+
+@runtime_checkable
+class LoadShape(Protocol):
+    """What the load engine needs from a shape."""
+
+    duration: float
+
+    def rate_at(self, t: float) -> float | None:
+        """Target msg/s at ``t`` seconds after start; ``None`` means stop."""
+        ...
+
+    def phases(self) -> list[Phase]:
+        """Named, contiguous windows covering ``[0, duration)``."""
+        ...
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _positive(name: str, value: object) -> float:
+    """Validate a strictly positive, finite number; name the parameter if not."""
+    v = _number(name, value)
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def _non_negative(name: str, value: object) -> float:
+    v = _number(name, value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return v
+
+
+def _on_grid(name: str, value: float, step: float = SCHEDULE_STEP) -> None:
+    n = value / step
+    if abs(n - round(n)) > 1e-6:
+        raise ValueError(
+            f"{name} must be a multiple of {step:g} s (the load schedule's resolution), got {value:g}"
+        )
+
+
+def _distinct(phases: list[Phase], what: str) -> list[Phase]:
+    seen: set[str] = set()
+    for p in phases:
+        if p.name in seen:
+            raise ValueError(f"{what}: two phases are named {p.name!r}; give each a distinct name")
+        seen.add(p.name)
+    return phases
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A constant ``rate`` msg/s for ``duration`` seconds (one phase, "steady")."""
+
+    rate: float
+    duration: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", _positive("rate", self.rate))
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        return self.rate
+
+    def phases(self) -> list[Phase]:
+        return [Phase("steady", 0.0, self.duration)]
+
+
+@dataclass(frozen=True)
+class Burst:
+    """``base_rate`` (x1), then ``base_rate * multiplier`` for ``burst_duration``
+    seconds starting at ``start``, then back to ``base_rate`` until ``duration``.
+
+    Phases: "warmup" ``[0, start)``, "burst" ``[start, start+burst_duration)``,
+    "recovery" ``[start+burst_duration, duration)``. A phase of zero length
+    (burst at 0, or ending exactly at ``duration``) is omitted.
+    """
+
+    base_rate: float
+    multiplier: float
+    start: float
+    burst_duration: float
+    duration: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
+        object.__setattr__(self, "multiplier", _positive("multiplier", self.multiplier))
+        object.__setattr__(self, "start", _non_negative("start", self.start))
+        object.__setattr__(
+            self, "burst_duration", _positive("burst_duration", self.burst_duration)
+        )
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        end = self.start + self.burst_duration
+        if end > self.duration:
+            raise ValueError(
+                f"burst must lie within duration: start ({self.start:g}) + "
+                f"burst_duration ({self.burst_duration:g}) = {end:g} > "
+                f"duration ({self.duration:g})"
+            )
+
+    @property
+    def burst_end(self) -> float:
+        return self.start + self.burst_duration
+
+    @property
+    def burst_rate(self) -> float:
+        return self.base_rate * self.multiplier
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        if self.start <= t < self.burst_end:
+            return self.burst_rate
+        return self.base_rate
+
+    def phases(self) -> list[Phase]:
+        out = [
+            Phase("warmup", 0.0, self.start),
+            Phase("burst", self.start, self.burst_end),
+            Phase("recovery", self.burst_end, self.duration),
+        ]
+        return [p for p in out if p.end > p.start]
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """``start_rate`` msg/s until ``start``, then a linear ramp to ``end_rate``
+    over ``ramp_duration`` seconds, then ``end_rate`` until ``duration``.
+
+    Phases: "warmup" ``[0, start)``, "ramp", "hold" (zero-length ones omitted).
+
+    Inside the ramp the rate is a staircase of ``step``-second cells (measured
+    from ``start``); each cell carries the linear ramp's value at its middle,
+    so the staircase's integral, hence the message count, equals the linear
+    ramp's exactly. One rate may be 0 (a ramp up from nothing, or down to it).
+    """
+
+    start_rate: float
+    end_rate: float
+    start: float
+    ramp_duration: float
+    duration: float
+    step: float = SCHEDULE_STEP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start_rate", _non_negative("start_rate", self.start_rate))
+        object.__setattr__(self, "end_rate", _non_negative("end_rate", self.end_rate))
+        if self.start_rate == 0 and self.end_rate == 0:
+            raise ValueError("a ramp from 0 to 0 sends nothing: start_rate or end_rate must be > 0")
+        object.__setattr__(self, "start", _non_negative("start", self.start))
+        object.__setattr__(self, "ramp_duration", _positive("ramp_duration", self.ramp_duration))
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        object.__setattr__(self, "step", _positive("step", self.step))
+        if self.ramp_end > self.duration + _EPS:
+            raise ValueError(
+                f"ramp must lie within duration: start ({self.start:g}) + ramp_duration "
+                f"({self.ramp_duration:g}) = {self.ramp_end:g} > duration ({self.duration:g})"
+            )
+
+    @property
+    def ramp_end(self) -> float:
+        return self.start + self.ramp_duration
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        if t < self.start:
+            return self.start_rate
+        end = self.ramp_end
+        if t >= end:
+            return self.end_rate
+        i = math.floor((t - self.start) / self.step + _EPS)
+        a = self.start + i * self.step
+        b = min(a + self.step, end)
+        mid = min((a + b) / 2, end)
+        frac = (mid - self.start) / self.ramp_duration
+        return self.start_rate + (self.end_rate - self.start_rate) * frac
+
+    def phases(self) -> list[Phase]:
+        out = [
+            Phase("warmup", 0.0, self.start),
+            Phase("ramp", self.start, self.ramp_end),
+            Phase("hold", self.ramp_end, self.duration),
+        ]
+        return [p for p in out if p.end > p.start]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of :class:`Stages`: ``rate`` msg/s for ``duration`` seconds.
+    A rate of 0 is a pause (nothing is sent; the schedule resumes after it)."""
+
+    name: str
+    duration: float
+    rate: float
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Consecutive constant-rate stages; each stage is one phase (its name).
+
+    A stage may have rate 0 (a pause), but not the last one: the load ends
+    with its last message, so a trailing pause would silently shorten it.
+    """
+
+    stages: tuple[Stage, ...]
+    duration: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        stages = tuple(self.stages)
+        if not stages:
+            raise ValueError("stages must not be empty")
+        for i, s in enumerate(stages):
+            if not s.name:
+                raise ValueError(f"stage {i} has an empty name")
+            _positive(f"stage {s.name!r} duration", s.duration)
+            _non_negative(f"stage {s.name!r} rate", s.rate)
+        if all(s.rate == 0 for s in stages):
+            raise ValueError("every stage has rate 0: the load would send nothing")
+        if stages[-1].rate == 0:
+            raise ValueError(
+                f"the last stage ({stages[-1].name!r}) has rate 0: the load ends with its last message, so a "
+                "trailing pause would end it early; drop that stage (the drain after the load watches the stack)"
+            )
+        object.__setattr__(self, "stages", stages)
+        ends: list[float] = []
+        t = 0.0
+        for s in stages:
+            t += float(s.duration)
+            ends.append(t)
+        object.__setattr__(self, "_ends", tuple(ends))
+        object.__setattr__(self, "duration", t)
+        _distinct(self.phases(), "stages")
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        ends: tuple[float, ...] = self._ends  # type: ignore[attr-defined]
+        for s, end in zip(self.stages, ends):
+            if t < end:
+                return float(s.rate)
+        return float(self.stages[-1].rate)  # pragma: no cover - t < duration == ends[-1]
+
+    def phases(self) -> list[Phase]:
+        ends: tuple[float, ...] = self._ends  # type: ignore[attr-defined]
+        starts = (0.0,) + ends[:-1]
+        return [Phase(s.name, a, b) for s, a, b in zip(self.stages, starts, ends)]
+
+
+@dataclass(frozen=True)
+class LadderStep:
+    """One step of :class:`Ladder`: ``base_rate * multiplier`` in ``[start, end)``."""
+
+    name: str
+    start: float
+    end: float
+    multiplier: float
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A burst ladder: ``base_rate`` (x1), with steps of ``base_rate * multiplier``
+    (e.g. x3 then x10), each with its own start and end; x1 between and after.
+
+    Phases: "warmup" before the first step, one phase per step (its name),
+    ``after-<step>`` for an x1 gap between two steps, "recovery" after the
+    last step (zero-length ones omitted). Names must be distinct.
+    """
+
+    base_rate: float
+    steps: tuple[LadderStep, ...]
+    duration: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        steps = tuple(self.steps)
+        if not steps:
+            raise ValueError("a ladder needs at least one step")
+        prev_end = 0.0
+        for s in steps:
+            _positive(f"step {s.name!r} multiplier", s.multiplier)
+            _non_negative(f"step {s.name!r} start", s.start)
+            if not s.end > s.start:
+                raise ValueError(f"step {s.name!r} must end after it starts ({s.start:g} .. {s.end:g})")
+            if s.start < prev_end - _EPS:
+                raise ValueError(
+                    f"step {s.name!r} starts at {s.start:g}, before the previous step ends ({prev_end:g}): "
+                    "steps must be in order and must not overlap"
+                )
+            prev_end = s.end
+        if prev_end > self.duration + _EPS:
+            raise ValueError(f"the last step ends at {prev_end:g}, after the load ({self.duration:g})")
+        object.__setattr__(self, "steps", steps)
+        _distinct(self.phases(), "ladder")
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        for s in self.steps:
+            if t < s.start:
+                break
+            if t < s.end:
+                return self.base_rate * s.multiplier
+        return self.base_rate
+
+    def phases(self) -> list[Phase]:
+        out = [Phase("warmup", 0.0, self.steps[0].start)]
+        for i, s in enumerate(self.steps):
+            if i:
+                prev = self.steps[i - 1]
+                out.append(Phase(f"after-{prev.name}", prev.end, s.start))
+            out.append(Phase(s.name, s.start, s.end))
+        out.append(Phase("recovery", self.steps[-1].end, self.duration))
+        return [p for p in out if p.end > p.start]
+
+
+@dataclass(frozen=True)
+class Spike:
+    """``base_rate`` (x1), with short spikes of ``base_rate * multiplier``:
+    one of ``width`` seconds every ``every`` seconds, the first at ``start``,
+    none after ``end`` (a spike running into ``end`` is cut there).
+
+    Phases: "warmup" ``[0, start)``, "burst" ``[start, end)`` (the window the
+    spikes fall in), "recovery" ``[end, duration)``. ``every`` and ``width``
+    must be multiples of :data:`SCHEDULE_STEP` so the schedule sees every
+    spike edge exactly.
+    """
+
+    base_rate: float
+    multiplier: float
+    every: float
+    width: float
+    start: float
+    end: float
+    duration: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
+        object.__setattr__(self, "multiplier", _positive("multiplier", self.multiplier))
+        object.__setattr__(self, "every", _positive("every", self.every))
+        object.__setattr__(self, "width", _positive("width", self.width))
+        object.__setattr__(self, "start", _non_negative("start", self.start))
+        object.__setattr__(self, "end", _positive("end", self.end))
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        _on_grid("width", self.width)
+        _on_grid("every", self.every)
+        if not self.width < self.every:
+            raise ValueError(
+                f"spike width ({self.width:g} s) must be shorter than the period every ({self.every:g} s)"
+            )
+        if not self.start < self.end <= self.duration + _EPS:
+            raise ValueError(
+                f"spikes must lie within the load: need start ({self.start:g}) < end ({self.end:g}) "
+                f"<= duration ({self.duration:g})"
+            )
+
+    def in_spike(self, t: float) -> bool:
+        if t < self.start or t >= self.end:
+            return False
+        u = t - self.start
+        k = math.floor(u / self.every + _EPS)
+        return u - k * self.every < self.width - _EPS
+
+    def spikes(self) -> Iterator[tuple[float, float]]:
+        """``(start, end)`` of every spike."""
+        k = 0
+        while True:
+            a = self.start + k * self.every
+            if a >= self.end - _EPS:
+                return
+            yield (a, min(a + self.width, self.end))
+            k += 1
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        return self.base_rate * self.multiplier if self.in_spike(t) else self.base_rate
+
+    def phases(self) -> list[Phase]:
+        out = [
+            Phase("warmup", 0.0, self.start),
+            Phase("burst", self.start, self.end),
+            Phase("recovery", self.end, self.duration),
+        ]
+        return [p for p in out if p.end > p.start]
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """What a user-supplied ``rate_at(t, ctx)`` may want to know (seconds, msg/s)."""
+
+    base_rate: float
+    duration: float
+    warmup: float
+    burst: float
+    recovery: float
+    profile: str = ""
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(0.0, None)
+    except TypeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class PythonShape:
+    """A user-supplied ``rate_at(t)`` (or ``rate_at(t, ctx)`` with a
+    :class:`ShapeContext`) returning msg/s, or ``None`` to stop the load.
+
+    Every value it returns is checked: a negative, non-finite or non-numeric
+    rate raises a ``ValueError`` naming the shape and ``t``; so does an
+    exception raised by the function. Phases are given (by the spec: the
+    profile's warmup / burst / recovery windows).
+    """
+
+    fn: Callable[..., Any]
+    name: str
+    duration: float
+    windows: tuple[Phase, ...]
+    context: ShapeContext | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise ValueError(f"python shape {self.name}: {self.fn!r} is not callable")
+        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        object.__setattr__(self, "windows", tuple(self.windows))
+        object.__setattr__(self, "_with_ctx", _takes_context(self.fn))
+
+    def rate_at(self, t: float) -> float | None:
+        if t < 0 or t >= self.duration:
+            return None
+        try:
+            r = self.fn(t, self.context) if self._with_ctx else self.fn(t)  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - user code: say where it failed
+            raise ValueError(f"python shape {self.name} raised at t={t:g}s: {type(e).__name__}: {e}") from e
+        if r is None:
+            return None
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise ValueError(
+                f"python shape {self.name} returned {r!r} at t={t:g}s: a rate must be a number "
+                "(msg/s) or None to stop the load"
+            )
+        r = float(r)
+        if not math.isfinite(r):
+            raise ValueError(f"python shape {self.name} returned a non-finite rate {r!r} at t={t:g}s")
+        if r < 0:
+            raise ValueError(
+                f"python shape {self.name} returned a negative rate {r:g} at t={t:g}s "
+                "(a rate is msg/s >= 0; return None to stop the load)"
+            )
+        return r
+
+    def phases(self) -> list[Phase]:
+        return list(self.windows)
+
+
+def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> None:
+    """Sample ``shape.rate_at`` over its whole duration (every phase start,
+    then every :data:`SCHEDULE_STEP` s, coarser if that would exceed
+    ``max_samples``); raise ``ValueError`` on a negative or non-finite rate
+    (a :class:`PythonShape` raises its own, more precise error first).  A
+    user's Python shape is sampled on the schedule's own grid whatever its
+    length (the run would meet every one of those points), the built-in
+    shapes (base rate x positive multipliers) at most ``max_samples`` times."""
+    duration = float(shape.duration)
+    if isinstance(shape, PythonShape):
+        max_samples = max(max_samples, int(math.ceil(duration / SCHEDULE_STEP)) + 1)
+    step = max(SCHEDULE_STEP, duration / max_samples)
+    points = {float(p.start) for p in shape.phases()}
+    n = int(math.ceil(duration / step))
+    points.update(i * step for i in range(n))
+    for t in sorted(points):
+        if not 0 <= t < duration:
+            continue
+        r = shape.rate_at(t)
+        if r is None:
+            return
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0:
+            raise ValueError(f"shape rate_at({t:g}) returned {r!r}: a rate must be a number >= 0")
+
+
+def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> LoadShape:
+    """The :class:`monsoon.shapes.LoadShape` of this spec for one profile's durations."""
+    total = d.total
+    w0, w1 = d.warmup, d.warmup + d.burst
+    k = spec.kind
+    if k == "steady":
+        return Steady(base_rate, total)
+    if k == "burst":
+        return Burst(base_rate, spec.multiplier, d.warmup, d.burst, total)
+    if k == "ramp":
+        x0 = 1.0 if spec.from_ is None else spec.from_
+        return Ramp(base_rate * x0, base_rate * spec.to, d.warmup, d.burst, total)
+    if k == "spike":
+        return Spike(base_rate, spec.multiplier, spec.every, spec.width, w0, w1, total)
+    if k == "stages":
+        weight = sum(s.duration for s in spec.stages)
+        return Stages(tuple(
+            Stage(s.name or f"stage-{i + 1}", s.duration * total / weight,
+                     s.rate if s.rate is not None else base_rate * s.multiplier)
+            for i, s in enumerate(spec.stages)))
+    if k == "ladder":
+        named_burst = any(s.name == "burst" for s in spec.steps)
+        out, end, seen = [], 0.0, set()
+        for i, st in enumerate(spec.steps):
+            start = end if st.start is None else st.start
+            end = start + st.duration
+            name = st.name
+            if name is None:
+                name = "burst" if (i == len(spec.steps) - 1 and not named_burst) else f"x{st.multiplier:g}"
+                base, n = name, 2
+                while name in seen or any(s.name == name for s in spec.steps):
+                    name, n = f"{base}#{n}", n + 1
+            seen.add(name)
+            a = w0 + start * d.burst
+            b = min(w0 + end * d.burst, w1)
+            out.append(LadderStep(name, a, b, st.multiplier))
+        return Ladder(base_rate, tuple(out), total)
+    windows = [Phase("warmup", 0.0, w0), Phase("burst", w0, w1), Phase("recovery", w1, total)]
+    ctx = ShapeContext(base_rate, total, d.warmup, d.burst, d.recovery, profile)
+    return PythonShape(spec.python_function(), spec.label, total,
+                          tuple(p for p in windows if p.end > p.start), ctx)
+
+def check_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> None:
+    """Build the shape for a profile and sample its rate over the whole load: raises ValueError
+    (a negative rate names the shape and t)."""
+    check_rates(build_shape(spec, base_rate, d, profile))

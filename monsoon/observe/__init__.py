@@ -1,0 +1,1 @@
+"""Observation: collectors sampled into the timeline, storage read-back, parsers, live progress."""

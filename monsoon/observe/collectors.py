@@ -1,0 +1,382 @@
+"""Collectors: each samples one signal of a live stack into the timeline at 1 Hz.
+
+A collector's ``sample()`` returns a dict of values or raises; the
+``Sampler`` runs each collector in its own thread (so a slow one can't delay
+the others), writes a ``sample`` event per call (``error`` on failure) and
+keeps the latest values for the runner (drain detection, progress).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from monsoon.faults.base import FaultError
+from monsoon.faults.cgroup import CgroupDir, CgroupFS, limit_bytes
+from monsoon.faults.kube import cluster_configured, kube_client
+from monsoon.observe.parsers import parse_docker_inspect, parse_pods
+
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    name = "collector"
+
+    def sample(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessCollector(Collector):
+    """RSS and thread count of one stack service's current process (follows restarts)."""
+
+    name = "process"
+
+    def __init__(self, pid_of: Callable[[], int | None]):
+        self.pid_of = pid_of
+
+    def sample(self) -> dict[str, Any]:
+        pid = self.pid_of()
+        if pid is None:
+            return {"up": 0}
+        out: dict[str, Any] = {"up": 1, "pid": pid}
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out["rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+                elif line.startswith("Threads:"):
+                    out["threads"] = int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            return {"up": 0}
+        return out
+
+
+def parse_selector(sel: str) -> tuple[str, dict[str, str]]:
+    """``name{a="b",c="d"}`` -> (name, {a: b, c: d})."""
+    if "{" not in sel:
+        return sel.strip(), {}
+    name, rest = sel.split("{", 1)
+    labels = {}
+    for part in rest.rstrip("}").split(","):
+        if part.strip():
+            k, v = part.split("=", 1)
+            labels[k.strip()] = v.strip().strip('"')
+    return name.strip(), labels
+
+
+def select_metrics(text: str, selectors: dict[str, str]) -> dict[str, float]:
+    """Sum of the samples matching each selector in a Prometheus text exposition."""
+    wanted = {sig: parse_selector(sel) for sig, sel in selectors.items()}
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            for sig, (name, labels) in wanted.items():
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    out[sig] = out.get(sig, 0.0) + float(s.value)
+    return out
+
+
+class MetricsCollector(Collector):
+    """Scrapes a Prometheus endpoint and keeps the configured signals."""
+
+    name = "metrics"
+
+    def __init__(self, url: str, selectors: dict[str, str], timeout: float = 0.8):
+        self.url, self.selectors, self.timeout = url, selectors, timeout
+        self.session = requests.Session()
+
+    def sample(self) -> dict[str, Any]:
+        r = self.session.get(self.url, timeout=self.timeout)
+        r.raise_for_status()
+        return select_metrics(r.text, self.selectors)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class KafkaLagCollector(Collector):
+    """Consumer-group lag: log-end offset minus committed offset, per partition.
+
+    Reads through a confluent-kafka *Consumer* that carries the group id but never
+    subscribes (so it never joins the group): ``committed()`` for the group's offsets,
+    ``get_watermark_offsets()`` for the log ends.  Not the AdminClient: its
+    ListConsumerGroupOffsets aborts the whole process when the coordinator's
+    connection drops mid-request (librdkafka issue #4605 / PR #5397, unfixed in
+    2.16) -- exactly what a broker-restart fault does.
+    """
+
+    name = "kafka"
+
+    def __init__(self, bootstrap: str, group: str, topic: str | None, timeout: float = 0.9):
+        from confluent_kafka import Consumer
+        self.group, self.topic, self.timeout = group, topic, timeout
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                  "socket.timeout.ms": 2000, "log_level": 0,
+                                  "logger": logging.getLogger("monsoon.kafka-lag")})
+
+    def sample(self) -> dict[str, Any]:
+        from confluent_kafka import TopicPartition
+        md = self.consumer.list_topics(topic=self.topic, timeout=self.timeout) if self.topic \
+            else self.consumer.list_topics(timeout=self.timeout)
+        topics = [self.topic] if self.topic else [t for t in md.topics if not t.startswith("__")]
+        tps = [TopicPartition(t, p) for t in topics if t in md.topics and not md.topics[t].error
+               for p in md.topics[t].partitions]
+        if not tps:
+            return {"lag": 0, "partitions": {}, "topic_missing": 1}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(tps, timeout=self.timeout)}
+        if not self.topic:   # without a topic: the topics the group has committed on
+            tps = [tp for tp in tps if committed.get((tp.topic, tp.partition), -1) >= 0]
+        parts, total = {}, 0
+        for tp in tps:
+            _, end = self.consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            c = committed.get((tp.topic, tp.partition), -1)
+            lag = end - c if c >= 0 else end  # nothing committed yet: everything is lag
+            total += max(lag, 0)
+            parts[f"{tp.topic}-{tp.partition}"] = {"end": end, "committed": c, "lag": max(lag, 0)}
+        return {"lag": total, "partitions": parts}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class SqlCountCollector(Collector):
+    """Stored messages so far, from the stack's count query."""
+
+    name = "storage"
+
+    def __init__(self, dsn: str, query: str):
+        self.dsn, self.query = dsn, query
+        self.conn = None
+
+    def sample(self) -> dict[str, Any]:
+        import psycopg
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2,
+                                            options="-c statement_timeout=2000")
+            (n,) = self.conn.execute(self.query).fetchone()
+            return {"stored": int(n or 0)}
+        except Exception:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None
+            raise
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _Counter:
+    """Increase of one kernel counter of one cgroup since monsoon first saw it (a re-created cgroup counts anew)."""
+
+    def __init__(self, value: int, fresh: bool):
+        self.base = 0 if fresh else value
+        self.last = value
+        self.banked = 0
+
+    def update(self, value: int) -> None:
+        if value < self.last:                  # the cgroup was removed and created again between two samples
+            self.banked += self.last - self.base
+            self.base = 0
+        self.last = value
+
+    def restart(self, value: int) -> None:
+        """The cgroup directory came back after it was gone."""
+        self.banked += self.last - self.base
+        self.base, self.last = 0, value
+
+    @property
+    def increase(self) -> int:
+        return self.banked + max(0, self.last - self.base)
+
+
+def _cgroup_counts(cg) -> tuple[int | None, int | None]:
+    """(oom_kill, limit hits) of one memory cgroup, counted in that cgroup only.
+
+    v1: ``memory.oom_control`` oom_kill (``CgroupDir.oom_kills``) and ``memory.failcnt``.
+    v2: ``memory.events.local`` (``memory.events`` counts the whole subtree, which would count a child's
+    kill twice) ``oom_kill`` and ``max``; ``memory.events`` on kernels without the local file.
+    """
+    if cg.version == 1:
+        try:
+            hits = int((cg.path / "memory.failcnt").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            hits = None
+        return cg.oom_kills(), hits
+    for fname in ("memory.events.local", "memory.events"):
+        try:
+            kv = dict(line.split(" ", 1) for line in (cg.path / fname).read_text().splitlines() if " " in line)
+        except OSError:
+            continue
+        try:
+            return int(kv["oom_kill"]), int(kv.get("max", 0))
+        except (KeyError, ValueError):
+            return cg.oom_kills(), None
+    return None, None
+
+
+def _pgrp(pid: int, proc: Path = Path("/proc")) -> int | None:
+    try:
+        stat = (Path(proc) / str(pid) / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CgroupOomCollector(Collector):
+    """The kernel OOM killer's count in the observed service's memory cgroup(s), v1 and v2.
+
+    Follows the service's *current* cgroup (``/proc/<pid>/cgroup`` every sample, through
+    :class:`~monsoon.faults.cgroup.CgroupFS`), keeps watching every cgroup it has seen (a killed
+    service has no pid to look up), and watches the child ``m_<run-id>__<service>`` that the
+    memory-pressure fault creates as soon as it exists (a kill right after the move would otherwise
+    be missed).  Counters are written as increases since the collector started: ``oom_kills`` and
+    ``limit_hits`` (v1 ``memory.failcnt`` / v2 ``max`` events), plus each cgroup's raw counters,
+    usage and limit, and ``shared`` when processes other than the service's process group are in it.
+    """
+
+    name = "cgroup"
+    MAX_PROCS_CHECKED = 64
+
+    def __init__(self, service: str, pid_of: Callable[[], int | None], run_id: str | None = None, fs=None):
+        self.service, self.pid_of = service, pid_of
+        self.fs = fs or CgroupFS()
+        self.child_name = f"m_{run_id}__{service}" if run_id else None
+        self.watched: dict[str, dict] = {}     # path -> {"cg", "oom", "hits", "gone"}
+        self.pgid: int | None = None
+
+    def _watch(self, cg, fresh: bool) -> None:
+        key = str(cg.path)
+        if key in self.watched:
+            return
+        oom, hits = _cgroup_counts(cg)
+        self.watched[key] = {"cg": cg, "oom": _Counter(oom or 0, fresh), "hits": _Counter(hits or 0, fresh),
+                             "gone": False}
+
+    def _shared(self, cg) -> int:
+        procs = cg.procs()
+        if len(procs) > self.MAX_PROCS_CHECKED:
+            return 1
+        return int(any(_pgrp(p, self.fs.proc) != self.pgid for p in procs)) if self.pgid is not None else int(bool(procs))
+
+    def sample(self) -> dict[str, Any]:
+        pid = self.pid_of()
+        current = None
+        if pid is not None:
+            self.pgid = pid                    # stack services lead their own process group
+            try:
+                current = self.fs.memory_cgroup(pid)
+            except (FaultError, OSError) as e:
+                if not self.watched:
+                    return {"service": self.service, "available": 0, "pid": pid, "reason": str(e)[:300]}
+        if current is not None:
+            self._watch(current, fresh=current.path.name == self.child_name)
+        if self.child_name:
+            for w in list(self.watched.values()):
+                child = CgroupDir(w["cg"].version, w["cg"].path / self.child_name)
+                if child.path.is_dir():
+                    self._watch(child, fresh=True)   # made by this run: everything it counted is ours
+        if not self.watched:
+            return {"service": self.service, "available": 0, "pid": pid, "reason": "service not running"}
+        groups: dict[str, dict] = {}
+        for key, w in self.watched.items():
+            cg = w["cg"]
+            if not cg.path.is_dir():
+                w["gone"] = True
+                continue
+            oom, hits = _cgroup_counts(cg)
+            if w["gone"]:                      # removed and made again (a repeated memory-pressure window)
+                w["oom"].restart(oom or 0)
+                w["hits"].restart(hits or 0)
+                w["gone"] = False
+            else:
+                w["oom"].update(oom or 0)
+                w["hits"].update(hits or 0)
+            g: dict[str, Any] = {"version": cg.version, "oom_kill": oom, "limit_hits": hits, "shared": self._shared(cg)}
+            try:
+                g["usage_mb"] = round(int(cg.usage_file.read_text()) / 1048576, 1)
+                lim = limit_bytes(cg.read_limit())
+                g["limit_mb"] = None if lim is None else round(lim / 1048576, 1)
+            except (OSError, ValueError):
+                pass
+            groups[key] = g
+        return {"service": self.service, "available": 1, "pid": pid,
+                "cgroup": str(current.path) if current is not None else None,
+                "oom_kills": sum(w["oom"].increase for w in self.watched.values()),
+                "limit_hits": sum(w["hits"].increase for w in self.watched.values()),
+                "cgroups": groups}
+
+
+class KubePodsCollector(Collector):
+    """Restarts and OOMKilled terminations of the pods matching ``observe.kubernetes`` (the kubernetes client)."""
+
+    name = "kube"
+
+    def __init__(self, namespace: str, label_selector: str, api=None, timeout: float = 2.0):
+        self.namespace, self.selector, self.timeout = namespace, label_selector, timeout
+        self.api = api
+
+    def _core(self):
+        if self.api is None:
+            self.api = kube_client().CoreV1Api()
+        return self.api
+
+    def sample(self) -> dict[str, Any]:
+        api = self._core()
+        pods = api.list_namespaced_pod(self.namespace, label_selector=self.selector, _request_timeout=self.timeout)
+        items = [api.api_client.sanitize_for_serialization(p) for p in pods.items]
+        return {"namespace": self.namespace, "selector": self.selector, **parse_pods(items)}
+
+
+class DockerCollector(Collector):
+    """``docker inspect`` of the ``observe.docker`` containers: State.OOMKilled, exit code, RestartCount."""
+
+    name = "docker"
+
+    def __init__(self, containers: list[str] | tuple[str, ...], docker: str = "docker", timeout: float = 3.0):
+        self.containers, self.docker, self.timeout = list(containers), docker, timeout
+
+    def sample(self) -> dict[str, Any]:
+        import json
+        import subprocess
+        p = subprocess.run([self.docker, "inspect", *self.containers], capture_output=True, text=True,
+                           timeout=self.timeout)
+        try:
+            items = json.loads(p.stdout or "[]")
+        except ValueError:
+            items = None
+        if not items and p.returncode != 0:   # no engine, or none of the containers exists
+            raise RuntimeError(f"docker inspect exited {p.returncode}: {p.stderr.strip()[:200]}")
+        return parse_docker_inspect(items or [], self.containers)
+
+
+def collectors_for(stack) -> list[Collector]:
+    """The collectors a running :class:`~monsoon.stack.Stack` supports, from its ``observe`` section."""
+    spec = stack.spec
+    out: list[Collector] = []
+    obs = spec.observe
+    if obs.service:
+        out.append(ProcessCollector(lambda: stack.pid(obs.service)))
+        out.append(CgroupOomCollector(obs.service, lambda: stack.pid(obs.service), run_id=stack.run_id))
+    if obs.metrics_url and obs.metrics:
+        out.append(MetricsCollector(stack.endpoint(obs.metrics_url), dict(obs.metrics)))
+    if obs.kafka:
+        out.append(KafkaLagCollector(stack.endpoint(obs.kafka.bootstrap), obs.kafka.group, obs.kafka.topic))
+    if obs.kubernetes:
+        if cluster_configured():
+            out.append(KubePodsCollector(obs.kubernetes.namespace, obs.kubernetes.selector_string()))
+        else:
+            log.warning("observe.kubernetes is set but no cluster is configured (KUBECONFIG, ~/.kube/config or "
+                        "in-cluster): pod OOMKilled/restarts are not watched")
+    if obs.docker:
+        out.append(DockerCollector(obs.docker))
+    if spec.storage.count_query:
+        out.append(SqlCountCollector(stack.endpoint(spec.storage.dsn), spec.storage.count_query))
+    return out

@@ -1,0 +1,84 @@
+"""Storage read-back (``StoredSource``): what the platform stored, exported to ``stored.csv`` after the drain."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Callable, Protocol, runtime_checkable
+
+
+
+
+@runtime_checkable
+class StoredSource(Protocol):
+    """Reads back every stored message of a run into ``stored.csv``, after the drain.
+
+    ``export(path)`` writes a CSV whose header names the columns: ``device``, ``seq`` and, when the
+    storage can tell when a row became durable, ``stored_ms`` (epoch milliseconds); one row per stored
+    copy (a duplicate is two rows); it returns the number of rows.  Write to a temporary file and rename,
+    so a failed export leaves no half file.  The accounting reads nothing else, so another store only
+    needs its own source.  A Cassandra source would be::
+
+        class CassandraSource:
+            def __init__(self, contact_points, port, cql):   # e.g. "SELECT device, seq,
+                ...                                           #  toUnixTimestamp(stored_at) AS stored_ms
+                                                              #  FROM monsoon.telemetry"
+            def export(self, path):
+                session = Cluster(contact_points, port=port).connect()
+                rows = session.execute(SimpleStatement(self.cql, fetch_size=20000))   # paged
+                return write_stored_csv(path, rows.column_names, rows)
+
+    and ``StorageSpec.kind: cassandra`` would pick it in :data:`SOURCES`.
+    """
+
+    def export(self, path: Path) -> int: ...
+
+
+def write_stored_csv(path: Path, columns: list[str], rows) -> int:
+    """Write ``rows`` (iterables in ``columns`` order) to ``path`` via a temporary file; returns the count."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    n = 0
+    try:
+        with open(tmp, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(columns)
+            for row in rows:
+                w.writerow(row)
+                n += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+    return n
+
+
+class PostgresSource:
+    """``storage.kind: postgres``: runs the stack's ``loss_query`` through a server-side cursor (psycopg)
+    and writes whatever columns it returns, header from ``cursor.description`` (name them with ``AS``)."""
+
+    def __init__(self, dsn: str, query: str, itersize: int = 20000):
+        self.dsn, self.query, self.itersize = dsn, query, itersize
+
+    def export(self, path: Path) -> int:
+        import psycopg
+        with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+            with conn.cursor(name="monsoon_export") as cur:
+                cur.itersize = self.itersize
+                cur.execute(self.query)
+                columns = [d.name for d in cur.description or []]
+                return write_stored_csv(path, columns, cur)
+
+
+SOURCES: dict[str, Callable[..., StoredSource]] = {
+    "postgres": lambda storage, endpoint: PostgresSource(endpoint(storage.dsn), storage.loss_query),
+}
+
+
+def stored_source(storage, endpoint: Callable[[str], str] = lambda s: s) -> StoredSource:
+    """The :class:`StoredSource` for a stack's ``storage`` spec (``endpoint`` resolves ``{port:..}``)."""
+    try:
+        make = SOURCES[storage.kind]
+    except KeyError:
+        raise ValueError(f"no stored-message source for storage kind {storage.kind!r} "
+                         f"(known: {', '.join(sorted(SOURCES))})") from None
+    return make(storage, endpoint)

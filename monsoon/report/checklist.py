@@ -1,0 +1,103 @@
+"""The sign-off checklist (Markdown) and ``summary.json`` of a run.
+
+``summary.json`` has a fixed shape that later tools read::
+
+    {"run_id": str, "profile": str,
+     "results": [{"stack": str, "experiment": str, "verdict": "pass"|"fail"|"unknown",
+                  "figures": {str: number},      # headline figures lifted from the checks (:data:`HEADLINE`)
+                  "checks": [{"name": str, "verdict": str, "figures": {str: number}}]}]}
+
+(``message`` and ``dir`` ride along on results/checks as extra keys.)
+"""
+from __future__ import annotations
+
+from monsoon.checks.base import check_base, combine
+
+
+
+
+
+
+class _KeyFigures(dict):
+    """Key figures by check; a qualified verdict name (``latency_objective[steady]``) reads its check's entry."""
+
+    def __getitem__(self, name: str):
+        return super().__getitem__(check_base(name))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(check_base(name))
+
+    def get(self, name: str, default=None):
+        return super().get(check_base(name), default)
+
+
+# The one list of key figures. Per check, in checklist order: (figure, where it is shown): "both" = in the
+# checklist's row and among the summary's per-experiment headline figures (summary.json "figures"),
+# "checklist" = in the row only, "headline" = among the headline figures only.
+FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
+    "no_oom": (("oom_events", "both"), ("restarts", "checklist"), ("heap_headroom_pct", "both")),
+    "no_acked_loss": (("acked", "both"), ("acked_lost", "both"), ("duplicates", "both")),
+    "no_duplicates": (("duplicates", "checklist"),),
+    "no_unexpected": (("unexpected", "checklist"),),
+    "lag_recovers_within": (("peak_lag", "both"), ("recovery_s", "both"), ("predicted_drain_s", "both"),
+                            ("observed_drain_s", "both")),
+    "lag_bounded": (("peak_lag", "checklist"), ("predicted_drain_s", "checklist"), ("observed_drain_s", "checklist")),
+    "consumer_not_stalled": (("worst_status", "checklist"), ("stalled_partitions", "checklist")),
+    "error_budget": (("budget_consumed_pct", "both"), ("worst_burn_rate", "checklist")),
+    "no_memory_leak": (("heap_slope_mb_per_h", "checklist"), ("rss_slope_mb_per_h", "checklist")),
+    "gc_time_fraction": (("worst_gc_fraction", "checklist"),),
+    "no_thread_leak": (("threads_per_reconnect", "checklist"),),
+    "faults_landed": (("faults_injected", "both"), ("faults_landed", "both"), ("faults_healed", "both"),
+                      ("faults_left_in_place", "headline"), ("max_downtime_s", "both")),
+    "throughput_drop": (("throughput_drop_pct", "both"), ("baseline_msg_s", "checklist"),
+                        ("during_faults_msg_s", "checklist")),
+    "latency_objective": (("p99_ms", "checklist"), ("p50_ms", "checklist"), ("samples", "checklist")),
+    "load_valid": (("late_pct", "both"), ("pacing_error_pct", "both"), ("dropped", "checklist")),
+}
+KEY_FIGURES = _KeyFigures({check: tuple(f for f, where in rows if where != "headline")
+                           for check, rows in FIGURES.items()})
+# summary.json: per experiment, these figures of its checks side by side (the first check that has one wins)
+HEADLINE = tuple(dict.fromkeys(f for rows in FIGURES.values() for f, where in rows if where != "checklist"))
+ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
+
+
+def summary(run_id: str, profile: str, results: list[dict]) -> dict:
+    return {"run_id": run_id, "profile": profile, "results": results}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return str(v)
+
+
+def checklist(summary_: dict) -> str:
+    results = summary_["results"]
+    overall = combine([r["verdict"] for r in results])
+    decision = "GO" if overall == "pass" else "NO-GO"
+    lines = [f"# monsoon resilience sign-off — run {summary_['run_id']} ({summary_['profile']} profile)", "",
+             f"**Decision: {decision}** — {sum(r['verdict'] == 'pass' for r in results)} of {len(results)} "
+             f"experiments pass.", "",
+             "| stack | experiment | check | verdict | key figures |", "| --- | --- | --- | --- | --- |"]
+    for r in results:
+        if r.get("error"):
+            lines.append(f"| {r['stack']} | {r['experiment']} | (run) | UNKNOWN | {r['error'][:120]} |")
+        for c in r["checks"]:
+            keys = KEY_FIGURES.get(c["name"], tuple(c["figures"])[:3])
+            figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c["figures"])
+            lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])} "
+                         f"| {figs} |")
+    fails = [(r, c) for r in results for c in r["checks"] if c["verdict"] != "pass"]
+    if fails:
+        lines += ["", "## Evidence", ""]
+        for r, c in fails:
+            lines.append(f"- **{r['stack']} / {r['experiment']} / {c['name']}** ({c['verdict']}): {c.get('message', '')}")
+    return "\n".join(lines) + "\n"
+
+
+
+

@@ -1,0 +1,615 @@
+"""The HTML report of a run: one self-contained file, ``runs/<id>/report.html``.
+
+On top, the sign-off checklist (GO / NO-GO, the same rows as ``checklist.md``
+with the verdicts coloured and the evidence messages); below it, per experiment
+directory (``<stack>--<experiment>/timeline.jsonl``), six plots over time:
+
+=========  ===========================================================
+data-plot  what
+=========  ===========================================================
+rate       target vs achieved (acked) rate, msg/s; failed if any
+latency    ack latency p50 / p99, ms, log scale
+backlog    Kafka consumer lag, else the platform's queue depth (+ lag seconds when ``monsoon.lag`` can say)
+memory     heap used / max and process RSS, MB
+gc         GC time as a percentage of wall time (from cumulative ``gc_seconds``)
+stored     stored rate, msg/s (from the cumulative ``stored`` count)
+=========  ===========================================================
+
+Like Jepsen's plots, each one shades the burst phases (orange) and fault
+windows (purple), and marks service exits (red) and restarts (green, dashed)
+with vertical lines.  A plot whose data is missing still renders, saying
+"no data", so a report never fails on a partial run.
+
+Images are inline base64 PNGs drawn with matplotlib's Agg canvas (no pyplot, no
+global state, so it is safe from any thread).  Long runs are downsampled per
+time bucket to ~2,000 points per series, keeping peaks (max or min/max
+envelope) where a peak is the point (latency, lag, heap).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from monsoon.checks.base import combine
+from monsoon.checks.lag import lag_seconds_series
+from monsoon.checks.memory import timeline_gc_pauses
+from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt
+from monsoon.timeline.store import Events
+from monsoon.timeline.views import fault_windows
+
+
+TIMELINE_FILE = "timeline.jsonl"
+MAX_POINTS = 2000
+PLOTS = ("rate", "latency", "backlog", "memory", "gc", "stored")
+TITLES = {
+    "rate": "Load: target vs achieved rate (msg/s)",
+    "latency": "Ack latency (ms, log scale)",
+    "backlog": "Backlog",
+    "memory": "Memory (MB)",
+    "gc": "GC time (% of wall time)",
+    "stored": "Stored rate (msg/s)",
+}
+BURST_COLOR, FAULT_COLOR = "#ff9f1c", "#8e44ad"
+EXIT_COLOR, OOM_COLOR, RESTART_COLOR = "#d62728", "#8b0000", "#2ca02c"
+FIG_W, FIG_H, DPI = 12.8, 2.8, 100
+MARGINS = dict(left=0.06, right=0.93, top=0.84, bottom=0.17)  # equal for every plot, so time axes line up
+
+
+# ------------------------------------------------------------------ series helpers
+
+def downsample(t, y, n: int = MAX_POINTS, how: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """At most ~``n`` points: equal-width time buckets reduced by ``mean``, ``max`` or ``minmax`` (an envelope)."""
+    t = np.asarray(t, dtype=float)
+    y = np.asarray(y, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(y)
+    t, y = t[ok], y[ok]
+    if len(t) <= n:
+        return t, y
+    order = np.argsort(t, kind="stable")
+    t, y = t[order], y[order]
+    buckets = max(1, n // 2 if how == "minmax" else n)
+    span = t[-1] - t[0]
+    if span <= 0:
+        return t[:1], y[:1]
+    idx = np.minimum(((t - t[0]) / span * buckets).astype(np.int64), buckets - 1)
+    starts = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+    counts = np.diff(np.r_[starts, len(t)])
+    tm = np.add.reduceat(t, starts) / counts
+    if how == "mean":
+        return tm, np.add.reduceat(y, starts) / counts
+    if how == "max":
+        return tm, np.maximum.reduceat(y, starts)
+    lo, hi = np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts)
+    return np.repeat(tm, 2), np.column_stack([lo, hi]).ravel()
+
+
+def per_second(points: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Rate of a cumulative counter: (t, dv/dt).  A counter that went down (a restarted process) restarts from 0."""
+    if len(points) < 2:
+        return np.array([]), np.array([])
+    a = np.asarray(sorted(points), dtype=float)
+    t, v = a[:, 0], a[:, 1]
+    dt, dv = np.diff(t), np.diff(v)
+    dv = np.where(dv < 0, v[1:], dv)
+    ok = dt > 0
+    return t[1:][ok], dv[ok] / dt[ok]
+
+
+@dataclass
+class Window:
+    name: str
+    start: float
+    end: float | None
+    kind: str  # "burst" | "phase" | "fault"
+
+
+@dataclass
+class Marker:
+    t: float
+    kind: str  # "exit" | "oom" | "restart"
+    label: str
+
+
+def _cols(points: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(points, dtype=float).reshape(-1, 2)
+    return a[:, 0], a[:, 1]
+
+
+def _human(v: float, _pos=None) -> str:
+    a = abs(v)
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def windows_of(ev: Events) -> list[Window]:
+    out = []
+    for p in ev.of("phase"):
+        if _num(p.get("start")):
+            name = str(p.get("name", "phase"))
+            out.append(Window(name, float(p["start"]), float(p["end"]) if _num(p.get("end")) else None,
+                              "burst" if "burst" in name.lower() else "phase"))
+    for w in fault_windows(ev):
+        out.append(Window(f"{w.name}#{w.window}" if w.window else w.name, w.start, w.end, "fault"))
+    return out
+
+
+def markers_of(ev: Events) -> list[Marker]:
+    out = []
+    for s in ev.of("service"):
+        if not _num(s.get("t")):
+            continue
+        svc = str(s.get("service", "?"))
+        if s.get("event") == "exit":
+            oom = bool(s.get("oom")) or s.get("code") in (3, 137)
+            code = f" {s['code']}" if s.get("code") is not None else ""
+            out.append(Marker(float(s["t"]), "oom" if oom else "exit", f"{svc} {'OOM' if oom else 'exit'}{code}"))
+        elif s.get("event") == "restart":
+            out.append(Marker(float(s["t"]), "restart", f"{svc} restart"))
+    return out
+
+
+def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]:
+    """Worst-partition lag in seconds from ``monsoon.lag.lag_seconds_series`` when that module offers it
+    (else nothing: the series is skipped).  Its interpolation table grows with every poll, so a long run's
+    kafka samples are thinned to ~``max_polls`` first: plenty for a plot, and it keeps a 24 h report fast."""
+    try:
+        pass
+    except Exception:
+        return []
+    samples = [e for e in ev.of("sample", collector="kafka") if isinstance(e.get("partitions"), dict)]
+    if not samples:
+        return []
+    step = max(1, -(-len(samples) // max_polls))
+    try:
+        out = lag_seconds_series(Events(samples[::step]))
+        return [(float(t), float(v)) for t, v in out if _num(t) and _num(v)]
+    except Exception:
+        return []
+
+
+# ------------------------------------------------------------------ plotting
+
+class Plotter:
+    def __init__(self, ev: Events, run_dir: Path | None = None):
+        self.ev = ev  # Events indexes by type and collector, so per-series look-ups don't rescan
+        self.gc_pauses = self._gc_pauses(run_dir)
+        self.windows = windows_of(ev)
+        self.markers = markers_of(ev)
+        ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
+        ts += [w.start for w in self.windows] + [w.end for w in self.windows if w.end is not None]
+        self.t0 = min(ts) if ts else 0.0
+        self.t1 = max(ts) if ts else 1.0
+        if self.t1 <= self.t0:
+            self.t1 = self.t0 + 1.0
+        span = self.t1 - self.t0
+        self.unit, self.div = ("h", 3600.0) if span > 3 * 3600 else ("min", 60.0) if span > 900 else ("s", 1.0)
+
+    # -- frame shared by all six plots
+    def _axes(self, name: str):
+        fig = Figure(figsize=(FIG_W, FIG_H), dpi=DPI)
+        FigureCanvasAgg(fig)
+        fig.subplots_adjust(**MARGINS)
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_title(TITLES[name], loc="left", fontsize=10, fontweight="bold", pad=16)
+        ax.set_xlim(self.t0 / self.div, self.t1 / self.div)
+        ax.set_xlabel(f"timeline t ({self.unit})", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, alpha=0.25, linewidth=0.6)
+        ax.yaxis.set_major_formatter(FuncFormatter(_human))  # 6M, not "1e6" over the axis
+        for w in self.windows:
+            end = self.t1 if w.end is None else w.end
+            x0, x1 = w.start / self.div, end / self.div
+            if w.kind == "burst":
+                ax.axvspan(x0, x1, color=BURST_COLOR, alpha=0.18, linewidth=0, zorder=0)
+            elif w.kind == "fault":
+                ax.axvspan(x0, x1, facecolor=FAULT_COLOR, alpha=0.16, hatch="//", edgecolor=FAULT_COLOR,
+                           linewidth=0, zorder=0)
+            else:
+                ax.axvline(x0, color="#999999", linewidth=0.6, linestyle=":", zorder=1)
+        if len(self.windows) <= 12:  # phase / fault names along the top
+            for w in self.windows:
+                ax.text(w.start / self.div, 1.0, " " + w.name, transform=ax.get_xaxis_transform(), fontsize=7,
+                        va="bottom", ha="left", color=FAULT_COLOR if w.kind == "fault" else "#555555", clip_on=False)
+        for m in self.markers:
+            color = {"oom": OOM_COLOR, "exit": EXIT_COLOR, "restart": RESTART_COLOR}[m.kind]
+            ax.axvline(m.t / self.div, color=color, linewidth=1.4 if m.kind != "restart" else 1.1,
+                       linestyle="--" if m.kind == "restart" else "-", zorder=3)
+        return fig, ax
+
+    def _x(self, t):
+        return np.asarray(t, dtype=float) / self.div
+
+    def _no_data(self, ax, why: str) -> None:
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, f"no data: {why}", transform=ax.transAxes, ha="center", va="center", fontsize=11,
+                color="#777777", bbox=dict(facecolor="white", edgecolor="#cccccc", boxstyle="round"))
+
+    def _label_markers(self, ax) -> None:
+        """Name the exit/restart lines; markers closer than ~1.5% of the axis share one label."""
+        groups: list[list[Marker]] = []
+        for m in sorted(self.markers, key=lambda m: m.t):
+            if groups and m.t - groups[-1][0].t <= 0.015 * (self.t1 - self.t0):
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+        if len(groups) > 12:
+            return
+        colors = {"oom": OOM_COLOR, "exit": EXIT_COLOR, "restart": RESTART_COLOR}
+        for g in groups:  # just left of the first line, on a white patch so the line doesn't strike it out
+            labels = list(dict.fromkeys(m.label for m in g))
+            text = ", ".join(labels[:3]) + (f" (+{len(labels) - 3})" if len(labels) > 3 else "")
+            ax.annotate(text, (g[0].t / self.div, 0.96), xycoords=ax.get_xaxis_transform(), xytext=(-3, 0),
+                        textcoords="offset points", fontsize=7, rotation=90, va="top", ha="right", zorder=5,
+                        color=colors[g[0].kind], bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=0.6))
+
+    @staticmethod
+    def _png(fig) -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI)
+        return buf.getvalue()
+
+    def _line(self, ax, t, y, how: str, **kw) -> None:
+        x, y = downsample(t, y, MAX_POINTS, how)
+        ax.plot(self._x(x), y, linewidth=kw.pop("linewidth", 1.1), **kw)
+
+    def _gc_pauses(self, run_dir: Path | None) -> list[tuple[float, float, float]]:
+        """(timeline t, MB after GC, pause s) of every GC pause in the experiment's GC logs (every JVM life),
+        mapped onto the timeline clock through the events' wall times."""
+        if run_dir is None:
+            return []
+        return [(t, p.after_mb, p.pause_ms / 1000.0) for t, p in timeline_gc_pauses(run_dir, self.ev)]
+
+    def _load_series(self, field: str, positive: bool = False) -> tuple[list[float], list[float]]:
+        t, y = [], []
+        for e in self.ev.of("load"):
+            v = e.get(field)
+            if _num(v) and _num(e.get("t")) and (not positive or v > 0):
+                t.append(e["t"])
+                y.append(float(v))
+        return t, y
+
+
+    # -- the six plots; each returns (png bytes, has_data)
+    def rate(self):
+        fig, ax = self._axes("rate")
+        tt, target = self._load_series("target_rate")
+        ta, acked = self._load_series("acked")
+        tf, failed = self._load_series("failed")
+        if not tt and not ta:
+            self._no_data(ax, "no load events")
+        else:
+            if tt:
+                self._line(ax, tt, target, "mean", color="#555555", linestyle="--", label="target")
+            if ta:
+                self._line(ax, ta, acked, "mean", color="#1f77b4", label="acked")
+            if tf and max(failed) > 0:
+                self._line(ax, tf, failed, "mean", color=EXIT_COLOR, linewidth=0.9, label="failed")
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel("msg/s", fontsize=8)
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
+        self._label_markers(ax)
+        return self._png(fig), bool(tt or ta)
+
+    def latency(self):
+        fig, ax = self._axes("latency")
+        t50, p50 = self._load_series("p50_ms", positive=True)
+        t99, p99 = self._load_series("p99_ms", positive=True)
+        if not t50 and not t99:
+            self._no_data(ax, "no ack latency in load events")
+        else:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(
+                lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+            if t99:
+                self._line(ax, t99, p99, "max", color="#d62728", label="p99")
+            if t50:
+                self._line(ax, t50, p50, "mean", color="#1f77b4", label="p50")
+            ax.set_ylabel("ms", fontsize=8)
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
+        return self._png(fig), bool(t50 or t99)
+
+    def backlog(self):
+        fig, ax = self._axes("backlog")
+        series, what = self.ev.series("kafka", "lag"), "Kafka consumer lag (messages)"
+        if not series:
+            series, what = self.ev.series("metrics", "queue_depth"), "queue depth (messages)"
+        secs = _lag_seconds(self.ev)
+        ax.set_title(f"{TITLES['backlog']}: {what.split(' (')[0]}", loc="left", fontsize=10, fontweight="bold")
+        if not series and not secs:
+            self._no_data(ax, "no Kafka lag or queue depth samples")
+        else:
+            handles = []
+            if series:
+                t, y = _cols(series)
+                self._line(ax, t, y, "max", color="#ff7f0e", label=what)
+                ax.set_ylim(bottom=0)
+                ax.set_ylabel("messages", fontsize=8)
+                handles += ax.get_lines()[-1:]
+            if secs:
+                ax2 = ax.twinx() if series else ax
+                t, y = _cols(secs)
+                x, y = downsample(t, y, MAX_POINTS, "max")
+                (ln,) = ax2.plot(self._x(x), y, color="#9467bd", linewidth=1.0, linestyle="-.", label="lag (s)")
+                ax2.set_ylim(bottom=0)
+                ax2.set_ylabel("seconds", fontsize=8)
+                ax2.tick_params(labelsize=8)
+                ax2.yaxis.set_major_formatter(FuncFormatter(_human))
+                handles.append(ln)
+            ax.legend(handles=handles, loc="upper right", fontsize=7, framealpha=0.85)
+        return self._png(fig), bool(series or secs)
+
+    def memory(self):
+        fig, ax = self._axes("memory")
+        used = self.ev.series("metrics", "heap_used")
+        mx = self.ev.series("metrics", "heap_max")
+        rss = self.ev.series("process", "rss_mb")
+        after = self.gc_pauses
+        if not used and not mx and not rss and not after:
+            self._no_data(ax, "no heap or RSS samples")
+        else:
+            mb = 1024.0 * 1024.0
+            if mx:
+                t, y = _cols(mx)
+                self._line(ax, t, y / mb, "max", color="#555555", linestyle="--", label="heap max")
+            if used:
+                t, y = _cols(used)
+                self._line(ax, t, y / mb, "minmax", color="#2ca02c", label="heap used")
+            if rss:
+                t, y = _cols(rss)
+                self._line(ax, t, y, "max", color="#9467bd", label="RSS")
+            if after:   # the live set: what survives each collection (GC log), what no_memory_leak judges
+                t, y = np.array([a for a, _, _ in after]), np.array([b for _, b, _ in after])
+                x, y = downsample(t, y, MAX_POINTS, "max")
+                ax.plot(self._x(x), y, linestyle="none", marker=".", markersize=2.5, color="#d62728",
+                        label="heap after GC")
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel("MB", fontsize=8)
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
+        return self._png(fig), bool(used or mx or rss or after)
+
+    def gc(self):
+        fig, ax = self._axes("gc")
+        t, r = per_second(self.ev.series("metrics", "gc_seconds"))
+        if not len(t) and self.gc_pauses:   # no gc_seconds metric: the GC log's pauses, summed per second
+            secs: dict[int, float] = {}
+            for at, _, d in self.gc_pauses:
+                secs[int(at)] = secs.get(int(at), 0.0) + d
+            lo, hi = min(secs), max(secs)
+            t = np.arange(lo, hi + 1, dtype=float)
+            r = np.array([secs.get(int(x), 0.0) for x in t])
+        if not len(t):
+            self._no_data(ax, "no gc_seconds samples and no GC log")
+        else:
+            self._line(ax, t, np.clip(r * 100.0, 0, 100), "max", color="#8c564b", label="GC time")
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel("% of wall time", fontsize=8)
+        return self._png(fig), bool(len(t))
+
+    def stored(self):
+        fig, ax = self._axes("stored")
+        pts = self.ev.series("storage", "stored") or self.ev.series("metrics", "stored")
+        t, r = per_second(pts)
+        if not len(t):
+            self._no_data(ax, "no stored-count samples")
+        else:
+            tt, target = self._load_series("target_rate")
+            if tt:
+                self._line(ax, tt, target, "mean", color="#aaaaaa", linestyle="--", linewidth=0.9, label="target")
+            self._line(ax, t, r, "mean", color="#17becf", label="stored")
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel("msg/s", fontsize=8)
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
+        return self._png(fig), bool(len(t))
+
+
+# rendered plots per timeline file (path, mtime, size): a session rewrites the report after each experiment
+_CACHE: dict[tuple, list[tuple[str, str, bool]]] = {}
+
+
+def plots_for(timeline: Path) -> list[tuple[str, str, bool]]:
+    """[(plot name, base64 PNG, has data)] for the six plots of one timeline."""
+    st = timeline.stat()
+    key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size)
+    if key in _CACHE:
+        return _CACHE[key]
+    p = Plotter(Events.load(timeline), timeline.parent)
+    out = []
+    for name in PLOTS:
+        png, has = getattr(p, name)()
+        out.append((name, base64.b64encode(png).decode("ascii"), has))
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out
+
+
+# ------------------------------------------------------------------ HTML
+
+CSS = """
+body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1300px}
+h1{font-size:22px;margin:0 0 12px}h2{font-size:18px;margin:28px 0 6px}h3{font-size:15px;margin:16px 0 6px}
+.decision{font-size:20px;font-weight:bold;padding:10px 16px;border-radius:6px;margin:8px 0 14px;display:inline-block}
+.decision.go{background:#d4edda;color:#155724;border:1px solid #9fd3ab}
+.decision.nogo{background:#f8d7da;color:#721c24;border:1px solid #e6a5ab}
+table{border-collapse:collapse;font-size:13px;width:100%}
+th,td{border:1px solid #ccc;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f2f2f2}
+td.verdict{font-weight:bold;text-align:center;white-space:nowrap}
+.pass{background:#d4edda;color:#155724}.fail{background:#f8d7da;color:#721c24}.unknown{background:#fff3cd;color:#856404}
+.badge{font-size:13px;padding:2px 8px;border-radius:4px;margin-left:8px;vertical-align:middle}
+td.msg{color:#444;font-size:12px}
+ul.evidence li{margin:4px 0;font-size:13px}
+section.experiment{border-top:2px solid #ddd;margin-top:26px;padding-top:4px}
+.meta{font-size:12px;color:#555;margin:2px 0 8px}
+.key{font-size:12px;color:#444;margin:6px 0 10px}
+.key span.sw{display:inline-block;width:22px;height:11px;vertical-align:middle;margin:0 4px 0 12px}
+figure{margin:0 0 6px}figure img{width:100%;max-width:1200px;display:block}
+a{color:#0b5ea8}
+footer{margin-top:30px;font-size:11px;color:#888}
+"""
+
+KEY_HTML = (
+    '<div class="key">'
+    f'<span class="sw" style="background:{BURST_COLOR};opacity:.35"></span>burst phase'
+    f'<span class="sw" style="background:repeating-linear-gradient(45deg,{FAULT_COLOR}55 0 3px,transparent 3px 6px)">'
+    '</span>fault window'
+    f'<span class="sw" style="border-left:2px solid {OOM_COLOR};width:0;height:13px"></span>OOM exit'
+    f'<span class="sw" style="border-left:2px solid {EXIT_COLOR};width:0;height:13px"></span>other exit'
+    f'<span class="sw" style="border-left:2px dashed {RESTART_COLOR};width:0;height:13px"></span>restart'
+    '<span class="sw" style="border-left:1px dotted #999;width:0;height:13px"></span>phase boundary'
+    '</div>'
+)
+
+
+def _e(s) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in s)
+
+
+def _experiment_dirs(run_dir: Path, results: list[dict]) -> list[tuple[Path | None, dict | None, str]]:
+    """(timeline dir or None, result or None, label): every result, plus timelines no result names yet."""
+    subs = sorted(p for p in run_dir.iterdir() if p.is_dir() and (p / TIMELINE_FILE).exists()) \
+        if run_dir.is_dir() else []
+    by_name = {p.name: p for p in subs}
+    used: set[str] = set()
+    out = []
+    for r in results:
+        d = None
+        if r.get("dir"):
+            cand = Path(r["dir"])
+            if cand.name in by_name:
+                d = by_name[cand.name]
+            elif (cand / TIMELINE_FILE).exists():
+                d = cand
+        if d is None:
+            d = by_name.get(f"{r.get('stack')}--{r.get('experiment')}")
+        if d is not None:
+            used.add(d.name)
+        out.append((d, r, f"{r.get('stack', '?')} / {r.get('experiment', '?')}"))
+    for p in subs:
+        if p.name not in used:
+            meta = _meta_quick(p / TIMELINE_FILE)
+            out.append((p, None, f"{meta.get('stack', '?')} / {meta.get('experiment', p.name)}"))
+    return out
+
+
+def _anchor(d: Path | None, label: str) -> str:
+    return "exp-" + _slug(d.name if d is not None else label.replace(" / ", "--"))
+
+
+def render(run_dir: Path, summary_: dict) -> str:
+    run_dir = Path(run_dir)
+    results = summary_.get("results", [])
+    overall = combine([r["verdict"] for r in results])
+    decision = "GO" if overall == "pass" else "NO-GO"
+    npass = sum(r["verdict"] == "pass" for r in results)
+    exps = _experiment_dirs(run_dir, results)
+    anchors = {id(r): _anchor(d, label) for d, r, label in exps if r is not None}
+    title = f"monsoon resilience sign-off — run {summary_.get('run_id', '?')} ({summary_.get('profile', '?')} profile)"
+
+    h = ['<!DOCTYPE html>', '<html lang="en"><head><meta charset="utf-8">',
+         '<meta name="viewport" content="width=device-width, initial-scale=1">',
+         f'<title>{_e(title)}</title><style>{CSS}</style></head><body>',
+         f'<h1>{_e(title)}</h1>', '<section id="checklist">',
+         f'<div id="decision" class="decision {"go" if decision == "GO" else "nogo"}" data-decision="{decision}">'
+         f'Decision: {decision} — {npass} of {len(results)} experiments pass.</div>',
+         '<table id="checklist-table"><thead><tr><th>stack</th><th>experiment</th><th>check</th><th>verdict</th>'
+         '<th>key figures</th><th>evidence</th></tr></thead><tbody>']
+    for r in results:
+        link = f'<a href="#{anchors.get(id(r), "")}">{_e(r["experiment"])}</a>'
+        if r.get("error"):
+            h.append(f'<tr data-stack="{_e(r["stack"])}" data-experiment="{_e(r["experiment"])}" data-check="(run)" '
+                     f'data-verdict="unknown"><td>{_e(r["stack"])}</td><td>{link}</td><td>(run)</td>'
+                     f'<td class="verdict unknown">UNKNOWN</td><td></td><td class="msg">{_e(r["error"])}</td></tr>')
+        for c in r.get("checks", []):
+            keys = KEY_FIGURES.get(c["name"], tuple(c.get("figures", {}))[:3])
+            figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c.get("figures", {}))
+            v = c["verdict"]
+            h.append(f'<tr data-stack="{_e(r["stack"])}" data-experiment="{_e(r["experiment"])}" '
+                     f'data-check="{_e(c["name"])}" data-verdict="{_e(v)}"><td>{_e(r["stack"])}</td><td>{link}</td>'
+                     f'<td>{_e(c["name"])}</td><td class="verdict {_e(v)}">{_e(ICON.get(v, v))}</td>'
+                     f'<td>{_e(figs)}</td><td class="msg">{_e(c.get("message", ""))}</td></tr>')
+    h.append('</tbody></table>')
+    fails = [(r, c) for r in results for c in r.get("checks", []) if c["verdict"] != "pass"]
+    if fails:
+        h.append('<h3>Evidence</h3><ul class="evidence">')
+        for r, c in fails:
+            h.append(f'<li><b>{_e(r["stack"])} / {_e(r["experiment"])} / {_e(c["name"])}</b> '
+                     f'(<span class="{_e(c["verdict"])}">{_e(c["verdict"])}</span>): {_e(c.get("message", ""))}</li>')
+        h.append('</ul>')
+    h.append('</section>')
+
+    for d, r, label in exps:
+        anchor = _anchor(d, label)
+        v = r["verdict"] if r else "unknown"
+        stack, exp = (r["stack"], r["experiment"]) if r else label.split(" / ", 1)
+        h.append(f'<section class="experiment" id="{anchor}" data-stack="{_e(stack)}" data-experiment="{_e(exp)}" '
+                 f'data-verdict="{_e(v)}">')
+        h.append(f'<h2>{_e(label)}<span class="badge {_e(v)}">{_e(ICON.get(v, v))}</span></h2>')
+        if d is None:
+            h.append(f'<p class="meta">no {TIMELINE_FILE} for this experiment: nothing to plot</p></section>')
+            continue
+        meta = _meta_quick(d / TIMELINE_FILE)
+        bits = [f"{k}={meta[k]}" for k in ("profile", "base_rate", "shape", "multiplier", "devices", "qos")
+                if k in meta]
+        h.append(f'<p class="meta">{_e(d.name)}/{TIMELINE_FILE}' + (f' — {_e(", ".join(bits))}' if bits else "")
+                 + (' — <b>not yet checked</b>' if r is None else "") + '</p>')
+        h.append(KEY_HTML)
+        try:
+            plots = plots_for(d / TIMELINE_FILE)
+        except Exception as e:  # one unreadable timeline must not cost the others their plots
+            h.append(f'<p class="meta">plots failed: {_e(type(e).__name__)}: {_e(e)}</p></section>')
+            continue
+        for name, b64, has in plots:
+            h.append(f'<figure><img id="plot-{anchor[4:]}-{name}" data-plot="{name}" '
+                     f'data-has-data="{"true" if has else "false"}" alt="{_e(label)}: {_e(TITLES[name])}" '
+                     f'src="data:image/png;base64,{b64}"></figure>')
+        h.append('</section>')
+    h.append(f'<footer>generated by monsoon at {_e(time.strftime("%Y-%m-%d %H:%M:%S"))} from {_e(run_dir.name)}; '
+             f'regenerate with <code>monsoon analyze {_e(run_dir.name)}</code></footer></body></html>')
+    return "\n".join(h) + "\n"
+
+
+def _meta_quick(path: Path) -> dict:
+    """The meta event (the first line) without parsing the whole timeline."""
+    import json
+    try:
+        with open(path) as fh:
+            for line in fh:
+                line = line.strip()
+                if line:
+                    ev = json.loads(line)
+                    return ev if ev.get("type") == "meta" else {}
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+def write(run_dir: Path, summary_: dict) -> Path:
+    """Write ``report.html`` into ``run_dir`` atomically (a reader never sees half a file)."""
+    run_dir = Path(run_dir)
+    out = run_dir / "report.html"
+    tmp = run_dir / f".report.html.{os.getpid()}.tmp"
+    tmp.write_text(render(run_dir, summary_), encoding="utf-8")
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,1 @@
+"""Runs: validation, the runner, the drain, the teardown shield, calibration."""

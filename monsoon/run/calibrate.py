@@ -1,0 +1,638 @@
+"""Calibration: ramp the load on a stack until it stops keeping up, and record its capacity.
+
+``monsoon calibrate STACK`` starts the stack, connects a fleet and sends a geometric ladder of
+constant-rate steps (``start_rate``, x``factor`` per step, each ``settle_s`` + a measured window).
+After each step it judges the measured window (:func:`judge_step`, pure) and stops at the first
+step the stack did not keep up with, so the stack is never pushed long above its capacity (an
+in-memory queue above capacity fills the heap and dies of OOM).  A step fails when (in this order):
+
+* ``stack-died``     the service under test exited or restarted during the step;
+* ``generator``      the *fleet* could not send the target (sent below target by more than the
+                     tolerance, or most sends late): a limit of the load generator, not of the stack:
+                     the result is ``capacity >= X (generator-bound)``;
+* ``acked-rate``     the ack rate fell below the sent rate by more than the tolerance;
+* ``stored-rate``    the stored rate (slope of the stack's storage count) fell below the sent rate
+                     by more than the tolerance;
+* ``backlog-growth`` the queue depth / Kafka lag grew during the step (slope > ``slope_fraction``
+                     x target and > ``slope_min`` msg/s);
+* ``latency-knee``   the step's p99 ack latency exceeded ``latency_k`` x the first step's p99 and
+                     the absolute floor ``latency_floor_ms``.
+
+Capacity = the target of the highest step the stack kept up with (:func:`decide`, pure).
+
+The result goes to ``<runs>/calibration/<stack>.json`` (the file ``base_rate: auto`` reads) and the
+run itself (timeline, logs, acked log, latency log) to ``<runs>/<run-id>/calibrate-<stack>/``.
+
+``base_rate: auto`` (:func:`resolve_auto`): x1 = ``base_fraction`` x the calibrated capacity, from the
+calibration file when it is recent and from this host, else after calibrating first.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import socket
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from monsoon.load.fleet import build_fleet
+from monsoon.load.shapes import Stage, Stages
+from monsoon.observe.collectors import collectors_for
+from monsoon.observe.progress import Progress
+from monsoon.observe.sampler import Sampler
+from monsoon.paths import REPO
+from monsoon.run.harness import provision
+from monsoon.rundir import new_run_id
+from monsoon.spec.stack import load_stack
+from monsoon.spec.yamlio import SpecError
+from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline
+
+
+CALIBRATION_DIR = "calibration"
+DEFAULT_MAX_AGE_DAYS = 7.0
+MAX_AGE_ENV = "MONSOON_CALIBRATION_MAX_AGE_DAYS"
+DIR_ENV = "MONSOON_CALIBRATION_DIR"
+CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee")
+
+
+# ------------------------------------------------------------------ pure logic
+
+@dataclass(frozen=True)
+class Criteria:
+    """When a step counts as "not kept up" (see the module docstring)."""
+    tolerance: float = 0.10           # achieved rates may fall this fraction below the sent rate
+    late_fraction: float = 0.5        # more late sends than this fraction: generator-bound
+    latency_k: float = 5.0            # knee: p99 > k x the first step's p99 ...
+    latency_floor_ms: float = 250.0   # ... and above this absolute floor
+    slope_fraction: float = 0.05      # backlog growth: slope > this x target ...
+    slope_min: float = 20.0           # ... and > this many msg/s
+
+
+@dataclass
+class Step:
+    """One measured step (the window after its settle time)."""
+    index: int
+    target: float                      # msg/s asked of the fleet
+    seconds: float                     # length of the measured window
+    scheduled: int = 0
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    late: int = 0
+    stored_rate: float | None = None   # slope of the storage count, msg/s (None: no count collector)
+    backlog_slope: float | None = None  # slope of queue depth / Kafka lag, msg/s (None: not observed)
+    backlog_end: float | None = None
+    p99_ms: float | None = None        # median of the window's per-second p99 ack latencies
+    exits: int = 0                     # exits / restarts of the service under test in the step
+    ok: bool | None = None             # filled by judge / decide
+    criterion: str | None = None
+    reason: str = ""
+
+    @property
+    def send_rate(self) -> float:
+        return self.sent / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def ack_rate(self) -> float:
+        return self.acked / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["send_rate"] = round(self.send_rate, 1)
+        d["ack_rate"] = round(self.ack_rate, 1)
+        for k in ("stored_rate", "backlog_slope", "backlog_end", "p99_ms", "target", "seconds"):
+            if isinstance(d[k], float):
+                d[k] = round(d[k], 2)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Step":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def judge_step(step: Step, baseline_p99_ms: float | None, crit: Criteria = Criteria()) -> tuple[str | None, str]:
+    """``(criterion, reason)`` of a step the stack did not keep up with, ``(None, "")`` if it did."""
+    tol = crit.tolerance
+    if step.exits:
+        return "stack-died", f"the service under test exited {step.exits} time(s) during the step"
+    if step.seconds <= 0:
+        return "generator", "the step was not measured (no load seconds)"
+    if step.send_rate < (1 - tol) * step.target:
+        return "generator", (f"the fleet sent {step.send_rate:,.0f}/s of the {step.target:,.0f}/s target "
+                             f"(sent {step.sent:,} of {step.scheduled:,} scheduled)")
+    if step.scheduled and step.late / step.scheduled > crit.late_fraction:
+        return "generator", (f"{step.late:,} of {step.scheduled:,} sends were late "
+                             f"(> {crit.late_fraction:.0%}): the fleet cannot keep its schedule")
+    ref = step.send_rate
+    if step.ack_rate < (1 - tol) * ref:
+        return "acked-rate", f"acked {step.ack_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
+    if step.stored_rate is not None and step.stored_rate < (1 - tol) * ref:
+        return "stored-rate", f"stored {step.stored_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
+    if step.backlog_slope is not None and step.backlog_slope > max(crit.slope_fraction * step.target, crit.slope_min):
+        return "backlog-growth", (f"backlog grew {step.backlog_slope:,.0f} msg/s during the step "
+                                  f"(to {step.backlog_end or 0:,.0f})")
+    if (step.p99_ms is not None and baseline_p99_ms is not None and step.p99_ms > crit.latency_k * baseline_p99_ms
+            and step.p99_ms > crit.latency_floor_ms):
+        return "latency-knee", (f"p99 {step.p99_ms:,.0f} ms > {crit.latency_k:g} x the first step's "
+                                f"{baseline_p99_ms:,.0f} ms (and > {crit.latency_floor_ms:g} ms)")
+    return None, ""
+
+
+@dataclass
+class Decision:
+    capacity_msg_s: float | None       # highest step kept up with (None: not even the first)
+    criterion: str                     # what stopped it: one of CRITERIA, "max-rate" or "interrupted"
+    reason: str
+    lower_bound: bool                  # capacity is only a lower bound (generator-bound or max rate reached)
+    generator_bound: bool
+    failed_step: int | None
+
+    def line(self) -> str:
+        if self.capacity_msg_s is None:
+            return f"no step kept up: {self.criterion}: {self.reason}"
+        if self.generator_bound:
+            return (f"capacity >= {self.capacity_msg_s:,.0f} msg/s (generator-bound: {self.reason})")
+        if self.lower_bound:
+            return f"capacity >= {self.capacity_msg_s:,.0f} msg/s ({self.criterion}: {self.reason})"
+        return f"capacity {self.capacity_msg_s:,.0f} msg/s (stopped by {self.criterion}: {self.reason})"
+
+
+def decide(steps: list[Step], crit: Criteria = Criteria(), *, finished: bool = True) -> Decision:
+    """The capacity a step table shows: judge each step (baseline p99 = the first step's), stop at the
+    first failing one. ``finished=False``: the ramp was interrupted before it failed or reached its end."""
+    baseline = steps[0].p99_ms if steps else None
+    best: float | None = None
+    for s in steps:
+        criterion, reason = judge_step(s, baseline, crit)
+        s.ok, s.criterion, s.reason = criterion is None, criterion, reason
+        if criterion is not None:
+            gen = criterion == "generator"
+            return Decision(best, criterion, f"at {s.target:,.0f} msg/s: {reason}", gen and best is not None,
+                            gen, s.index)
+        best = s.target if best is None else max(best, s.target)
+    if not steps:
+        return Decision(None, "interrupted", "no step was measured", False, False, None)
+    if not finished:
+        return Decision(best, "interrupted", f"the ramp was stopped after {best:,.0f} msg/s", True, False, None)
+    return Decision(best, "max-rate", f"every step kept up, up to the maximum rate {best:,.0f} msg/s", True,
+                    False, None)
+
+
+def ladder_rates(start: float, factor: float, max_rate: float) -> list[float]:
+    """``start``, ``start*factor``, ... up to ``max_rate`` (included as the last step), rounded to msg/s."""
+    if not start > 0 or not factor > 1 or not max_rate >= start:
+        raise ValueError(f"need 0 < start_rate <= max_rate and factor > 1 (got {start:g}, {max_rate:g}, {factor:g})")
+    out, r = [], float(start)
+    while r < max_rate * (1 - 1e-9):
+        out.append(float(round(r)))
+        r *= factor
+    out.append(float(round(max_rate)))
+    return out
+
+
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (t, value) points; None with fewer than 3 points or no time spread."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    den = sum((t - mt) ** 2 for t, _ in points)
+    if den <= 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in points) / den
+
+
+def measure_step(index: int, target: float, seconds: list[dict], stored: list[tuple[float, float]],
+                 backlog: list[tuple[float, float]], exits: int = 0) -> Step:
+    """A :class:`Step` from the measured window's per-second load stats (``load`` events / SecondStats
+    fields) and the (t, value) samples of the storage count and the backlog inside the window."""
+    st = Step(index, float(target), float(len(seconds)))
+    for s in seconds:
+        st.scheduled += int(s.get("scheduled", 0))
+        st.sent += int(s.get("sent", 0))
+        st.acked += int(s.get("acked", 0))
+        st.failed += int(s.get("failed", 0))
+        st.late += int(s.get("late", 0))
+    p99s = [s["p99_ms"] for s in seconds if s.get("p99_ms") is not None]
+    st.p99_ms = float(statistics.median(p99s)) if p99s else None
+    st.stored_rate = slope(stored)
+    st.backlog_slope = slope(backlog)
+    st.backlog_end = backlog[-1][1] if backlog else None
+    st.exits = exits
+    return st
+
+
+# ---------------------------------------------------------- calibration files
+
+def calibration_dir(runs_dir: Path | str | None = None) -> Path:
+    """``$MONSOON_CALIBRATION_DIR``, else ``<runs_dir>/calibration`` (runs_dir: ``$MONSOON_RUNS_DIR`` or <repo>/runs)."""
+    if os.environ.get(DIR_ENV):
+        return Path(os.environ[DIR_ENV])
+    if runs_dir is None:
+        runs_dir = os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs"
+    return Path(runs_dir) / CALIBRATION_DIR
+
+
+def calibration_file(cal_dir: Path, stack: str) -> Path:
+    return Path(cal_dir) / f"{stack}.json"
+
+
+def max_age_s() -> float:
+    """``$MONSOON_CALIBRATION_MAX_AGE_DAYS`` (default 7) in seconds."""
+    raw = os.environ.get(MAX_AGE_ENV)
+    try:
+        days = float(raw) if raw else DEFAULT_MAX_AGE_DAYS
+    except ValueError:
+        raise ValueError(f"{MAX_AGE_ENV}={raw!r}: want a number of days") from None
+    return days * 86400.0
+
+
+def usable(cal: dict | None, *, host: str, max_age: float, now: float, profile: str | None = None,
+           jars: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Whether a saved calibration may stand for this machine now, and why not: same host, recent, and (when
+    given) the same profile (the stack's per-profile settings, e.g. its heap, set its capacity) and the same
+    jars (a rebuilt platform may be faster or slower)."""
+    if not cal:
+        return False, "not yet calibrated"
+    if cal.get("capacity_msg_s") is None:
+        return False, f"the saved calibration found no capacity ({cal.get('result', '?')})"
+    if cal.get("host") != host:
+        return False, f"calibrated on host {cal.get('host')!r}, this is {host!r}"
+    age = now - float(cal.get("created", 0))
+    if age > max_age:
+        return False, f"calibrated {age / 86400:.1f} days ago (max age {max_age / 86400:g} days, ${MAX_AGE_ENV})"
+    if profile is not None and cal.get("profile") not in (None, profile):
+        return False, f"calibrated with profile {cal.get('profile')!r}, this run is {profile!r}"
+    saved = cal.get("jar_sha256") or {}
+    if jars and saved:
+        changed = sorted(n for n in set(saved) | set(jars) if saved.get(n) != jars.get(n))
+        if changed:
+            return False, f"{', '.join(changed)} changed since the calibration (sha256)"
+    return True, ""
+
+
+def read_calibration(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def describe_auto(fraction: float, stack: str, cal_dir: Path, *, now: float | None = None) -> str:
+    """For a dry run: what ``base_rate: auto`` would resolve to, without a live stack."""
+    path = calibration_file(cal_dir, stack)
+    cal = read_calibration(path)
+    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=now or time.time())
+    if ok:
+        cap = float(cal["capacity_msg_s"])
+        return (f"base_rate: auto (fraction {fraction:g} of calibrated capacity {cap:,.0f} msg/s = "
+                f"{fraction * cap:,.0f} msg/s; calibration file {path})")
+    return (f"base_rate: auto (fraction {fraction:g} of calibrated capacity; {path}: {why}: "
+            f"monsoon calibrate {stack} runs first)")
+
+
+def _jar_checksum(stack_spec) -> dict[str, str]:
+    """sha256 of the jars a stack requires (``requires: [{path: ...jar}]``), when they exist."""
+    out = {}
+    for svc in stack_spec.services.values():
+        for r in svc.requires:
+            if r.path and r.path.endswith(".jar"):
+                p = Path(r.path.replace("{repo}", str(REPO)))
+                if p.is_file():
+                    h = hashlib.sha256()
+                    with open(p, "rb") as fh:
+                        for chunk in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(chunk)
+                    out[p.name] = h.hexdigest()
+    return out
+
+
+# ----------------------------------------------------------------- live ramp
+
+@dataclass(frozen=True)
+class Params:
+    start_rate: float = 200.0
+    factor: float = 1.25
+    max_rate: float = 20000.0
+    step_seconds: float = 10.0        # per step, settle included
+    settle_seconds: float = 2.0
+    devices: int = 50
+    qos: int = 1
+    device_prefix: str = "monsoon"
+    criteria: Criteria = field(default_factory=Criteria)
+
+    def __post_init__(self) -> None:
+        if not (self.step_seconds > self.settle_seconds >= 0) or self.step_seconds - self.settle_seconds < 3:
+            raise ValueError(f"step_seconds ({self.step_seconds:g}) must exceed settle_seconds "
+                             f"({self.settle_seconds:g}) by at least 3 s (the measured window)")
+        if self.step_seconds != int(self.step_seconds) or self.settle_seconds != int(self.settle_seconds):
+            raise ValueError("step_seconds and settle_seconds must be whole seconds")
+        if self.devices < 1:
+            raise ValueError("devices must be >= 1")
+        ladder_rates(self.start_rate, self.factor, self.max_rate)
+
+
+def _timeline_class():
+
+    class RecordingTimeline(Timeline):
+        """A timeline that also keeps the storage / backlog samples in memory for the step judge."""
+
+        def __init__(self, path: Path):
+            super().__init__(path)
+            self.samples: list[dict] = []
+            self._mem = threading.Lock()
+
+        def add(self, type: str, **fields: Any) -> dict:
+            ev = super().add(type, **fields)
+            if type == "sample" and fields.get("collector") in ("storage", "metrics", "kafka"):
+                with self._mem:
+                    self.samples.append(ev)
+            return ev
+
+        def series(self, collector: str, key: str, a: float, b: float) -> list[tuple[float, float]]:
+            with self._mem:
+                return [(e["t"], float(e[key])) for e in self.samples
+                        if e.get("collector") == collector and a <= e["t"] <= b
+                        and isinstance(e.get(key), (int, float))]
+
+    return RecordingTimeline
+
+
+def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick", params: Params = Params(),
+              progress: Progress = print, stop: threading.Event | None = None,
+              save_to: Path | None = None) -> dict:
+    """Ramp ``stack_spec`` (started fresh in ``out_dir``) until it stops keeping up; return the calibration
+    record (also written to ``out_dir/calibration.json`` and, when given, ``save_to``)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stop = stop or threading.Event()     # the caller's: interrupts the ramp
+    halt = threading.Event()             # ours: set at the first failing step
+    rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
+    step_s, settle = int(params.step_seconds), int(params.settle_seconds)
+    shape = Stages(tuple(Stage(f"step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
+    label = f"{stack_spec.name}/calibrate"
+    steps: list[Step] = []
+    exits: list[float] = []
+    error: str | None = None
+    finished = [False]
+    started = time.time()
+    TL = _timeline_class()
+    with TL(out_dir / "timeline.jsonl") as tl:
+        tl.add("meta", kind="calibration", run_id=run_id, stack=stack_spec.name, profile=profile,
+               stack_source=stack_spec.source, rates=rates,
+               params={k: v for k, v in asdict(params).items() if k != "criteria"}, criteria=asdict(params.criteria))
+
+        def on_event(type_: str, **f) -> None:
+            tl.add(type_, **f)
+            if type_ == "service" and f.get("event") == "exit" and f.get("service") == stack_spec.observe.service:
+                exits.append(tl.now())
+                progress(f"[{label}] service {f['service']} exited: {f.get('cause')}")
+
+        fleet = sampler = None
+        try:
+            progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())}), "
+                     f"profile {profile}")
+            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
+                load = SimpleNamespace(device_prefix=params.device_prefix, devices=params.devices)
+                devices = provision(stack, SimpleNamespace(load=load))
+                dev = stack_spec.devices
+                fleet = build_fleet(dev.transport, devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                                    topic=dev.topic, qos=params.qos, shape=shape, acked_path=out_dir / "acked.csv",
+                                    latency_log_path=out_dir / "latency.hlog")
+                fleet.connect()
+                sampler = Sampler(tl, collectors_for(stack)).start()
+                backlog_key = ("kafka", "lag") if stack_spec.observe.kafka else ("metrics", "queue_depth")
+                time.sleep(1.0)
+                t0 = tl.now()
+                for ph in shape.phases():
+                    tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+                progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
+                         f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step")
+                per_sec: dict[int, dict] = {}
+
+                def evaluate(i: int) -> bool:
+                    """Judge step i (its window is over); True to go on."""
+                    a, b = i * step_s + settle, (i + 1) * step_s
+                    secs = [per_sec[s] for s in range(a, b) if s in per_sec]
+                    ta, tb = t0 + a, t0 + b + 0.5
+                    st = measure_step(i, rates[i], secs, tl.series("storage", "stored", ta, tb),
+                                      tl.series(*backlog_key, ta, tb),
+                                      exits=sum(1 for x in exits if t0 + i * step_s <= x <= tb))
+                    crit, reason = judge_step(st, steps[0].p99_ms if steps else st.p99_ms, params.criteria)
+                    st.ok, st.criterion, st.reason = crit is None, crit, reason
+                    steps.append(st)
+                    tl.add("calibration-step", **st.to_dict())
+                    progress(f"[{label}] step {i}: target {st.target:7,.0f}/s sent {st.send_rate:7,.0f}/s "
+                             f"acked {st.ack_rate:7,.0f}/s stored {_f(st.stored_rate)}/s "
+                             f"backlog slope {_f(st.backlog_slope)}/s p99 {_f(st.p99_ms)}ms -> "
+                             + ("kept up" if crit is None else f"NOT kept up ({crit}: {reason})"))
+                    return crit is None
+
+                def on_second(s) -> None:
+                    d = dict(vars(s))
+                    d["sec"] = d.pop("t")
+                    tl.add("load", **d)
+                    per_sec[s.t] = d
+                    # step i's window is [i*step, (i+1)*step); judge it one second into the next step
+                    if s.t % step_s == 0 and s.t >= step_s:
+                        i = s.t // step_s - 1
+                        if len(steps) == i and not halt.is_set() and not evaluate(i):
+                            halt.set()     # stop at the first step not kept up: never stay above capacity
+                    if stop.is_set():
+                        halt.set()
+
+                totals = fleet.run(halt, on_second)
+                tl.add("op", op="load-end", sent=totals.sent, acked=totals.acked, late=totals.late)
+                if len(steps) == len(rates) - 1 and all(x.ok for x in steps) and not stop.is_set():
+                    time.sleep(1.5)        # one more sample after the last step's end
+                    evaluate(len(rates) - 1)
+                finished[0] = len(steps) == len(rates)
+                fleet.close()
+                sampler.stop()
+        except Exception as e:   # the stack failed: the record says so
+            error = f"{type(e).__name__}: {e}"
+            tl.add("op", op="error", error=error)
+            progress(f"[{label}] ERROR {error}")
+        finally:
+            if fleet is not None:
+                fleet.close()
+            if sampler is not None:
+                sampler.stop()
+
+    failed = next((s for s in steps if not s.ok), None)
+    dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,
+                 finished=finished[0] or failed is not None)
+    if error and failed is None:
+        dec = Decision(dec.capacity_msg_s, "error", error, dec.capacity_msg_s is not None, False, None)
+    record = {
+        "stack": stack_spec.name, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
+        "reason": dec.reason, "lower_bound": dec.lower_bound, "generator_bound": dec.generator_bound,
+        "result": dec.line(), "steps": [s.to_dict() for s in steps], "profile": profile,
+        "params": {k: v for k, v in asdict(params).items() if k != "criteria"}, "criteria": asdict(params.criteria),
+        "host": socket.gethostname(), "cpu_count": os.cpu_count(),
+        "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": round(started, 3), "seconds": round(time.time() - started, 1),
+        "jar_sha256": _jar_checksum(stack_spec), "run_id": run_id, "run_dir": str(out_dir),
+        "stack_source": stack_spec.source,
+    }
+    if error:
+        record["error"] = error
+    (out_dir / "calibration.json").write_text(json.dumps(record, indent=2))
+    if save_to is not None and dec.capacity_msg_s is not None and not error:
+        save_to.parent.mkdir(parents=True, exist_ok=True)
+        tmp = save_to.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(save_to)
+        record["saved_to"] = str(save_to)
+    progress(f"[{label}] {dec.line()}")
+    return record
+
+
+def _f(x: float | None) -> str:
+    return "     -" if x is None else f"{x:6,.0f}"
+
+
+# --------------------------------------------------------- base_rate: auto
+
+def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: Path, run_id: str, profile: str,
+                 progress: Progress = print, stop: threading.Event | None = None) -> dict:
+    """x1 for ``base_rate: auto``: ``fraction`` x the stack's calibrated capacity. Uses the calibration
+    file when usable (same host, recent), else calibrates first (into ``calibrate_dir``) and saves it.
+    Returns ``{base_rate, capacity_msg_s, fraction, source, calibration_file, calibrated_at, ...}``;
+    raises RuntimeError when the stack could not be calibrated."""
+    path = calibration_file(cal_dir, stack_spec.name)
+    cal = read_calibration(path)
+    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
+                     jars=_jar_checksum(stack_spec))
+    source = "calibration-file"
+    if not ok:
+        progress(f"[{stack_spec.name}] base_rate: auto: {path}: {why}; calibrating {stack_spec.name} first "
+                 f"(run directory {calibrate_dir})")
+        cal = calibrate(stack_spec, calibrate_dir, run_id=run_id, profile=profile, progress=progress, stop=stop,
+                        save_to=path)
+        source = "calibrated-now"
+        if cal.get("capacity_msg_s") is None or cal.get("error"):
+            raise RuntimeError(f"base_rate: auto: could not calibrate {stack_spec.name}: {cal.get('result')}"
+                               + (f" ({cal['error']})" if cal.get("error") else "")
+                               + f"; see {calibrate_dir}")
+    cap = float(cal["capacity_msg_s"])
+    out = {"base_rate": round(fraction * cap, 3), "capacity_msg_s": cap, "fraction": fraction, "source": source,
+           "calibration_file": str(path), "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"),
+           "criterion": cal.get("criterion")}
+    progress(f"[{stack_spec.name}] base_rate: auto = {fraction:g} x capacity {cap:,.0f} msg/s = "
+             f"{out['base_rate']:,.0f} msg/s ({source}: {path}, {cal.get('date')})")
+    if cal.get("lower_bound"):
+        progress(f"[{stack_spec.name}] WARNING: the calibrated capacity is only a lower bound "
+                 f"({cal.get('result')}): the stack kept up with everything this machine's generator sent, so "
+                 f"x{1 / fraction:g} of this x1 may not overload it; raise --max-rate, or set a fixed base_rate")
+    return out
+
+
+# ------------------------------------------------------------------------ CLI
+
+def add_arguments(p) -> None:
+    d = Params()
+    p.add_argument("stack", help="a stack name (stacks/NAME.yaml) or a stack file")
+    p.add_argument("--start-rate", type=float, default=d.start_rate, help=f"first step, msg/s (default {d.start_rate:g})")
+    p.add_argument("--max-rate", type=float, default=d.max_rate, help=f"last step at most, msg/s (default {d.max_rate:g})")
+    p.add_argument("--factor", type=float, default=d.factor, help=f"rate multiplier per step (default {d.factor:g})")
+    p.add_argument("--step-seconds", type=int, default=int(d.step_seconds),
+                   help=f"seconds per step, settle included (default {d.step_seconds:g})")
+    p.add_argument("--settle-seconds", type=int, default=int(d.settle_seconds),
+                   help=f"seconds at the start of each step not measured (default {d.settle_seconds:g})")
+    p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
+    p.add_argument("--tolerance", type=float, default=d.criteria.tolerance,
+                   help="achieved rates may fall this fraction below the sent rate (default 0.10)")
+    p.add_argument("--latency-k", type=float, default=d.criteria.latency_k,
+                   help="latency knee: p99 > K x the first step's p99 (default 5)")
+    p.add_argument("--latency-floor-ms", type=float, default=d.criteria.latency_floor_ms,
+                   help="... and above this many ms (default 250)")
+    p.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"),
+                   help="the stack's per-profile settings to start it with, e.g. its heap (default quick)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
+    p.add_argument("--run-id", default=None, help="default: a timestamped id")
+    p.add_argument("--no-save", action="store_true", help=f"do not write <runs>/{CALIBRATION_DIR}/<stack>.json")
+
+
+def cli(args) -> int:
+    import sys
+    try:
+        stack_spec = load_stack(args.stack)
+    except SpecError as e:
+        print(f"monsoon calibrate: {e}", file=sys.stderr)
+        return 2
+    try:
+        params = Params(start_rate=args.start_rate, factor=args.factor, max_rate=args.max_rate,
+                        step_seconds=args.step_seconds, settle_seconds=args.settle_seconds, devices=args.devices,
+                        criteria=Criteria(tolerance=args.tolerance, latency_k=args.latency_k,
+                                          latency_floor_ms=args.latency_floor_ms))
+    except ValueError as e:
+        print(f"monsoon calibrate: {e}", file=sys.stderr)
+        return 2
+    runs = Path(args.runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
+    run_id = args.run_id or new_run_id()
+    out = runs / run_id / f"calibrate-{stack_spec.name}"
+    save = None if args.no_save else calibration_file(calibration_dir(runs), stack_spec.name)
+    stop = threading.Event()
+    rec = calibrate(stack_spec, out, run_id=run_id, profile=args.profile, params=params,
+                    progress=lambda s: print(s, flush=True), stop=stop, save_to=save)
+    print_table(rec)
+    print(f"monsoon calibrate {stack_spec.name}: {rec['result']}")
+    print(f"  run directory: {out}" + (f"; saved {rec['saved_to']}" if rec.get("saved_to") else ""))
+    return 0 if rec.get("capacity_msg_s") is not None and not rec.get("error") else 1
+
+
+def print_table(rec: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=f"calibration of {rec['stack']} on {rec['host']} ({rec['cpu_count']} CPUs, {rec['date']})")
+    for col in ("step", "target/s", "sent/s", "acked/s", "stored/s", "backlog slope/s", "backlog", "p99 ms",
+                "late", "kept up"):
+        t.add_column(col, justify="right" if col != "kept up" else "left")
+
+    def n(x):
+        return "-" if x is None else f"{x:,.0f}"
+    for s in rec["steps"]:
+        t.add_row(str(s["index"]), n(s["target"]), n(s["send_rate"]), n(s["ack_rate"]), n(s["stored_rate"]),
+                  n(s["backlog_slope"]), n(s["backlog_end"]), n(s["p99_ms"]), n(s["late"]),
+                  "yes" if s["ok"] else f"NO: {s['criterion']}")
+    import sys
+    Console(width=None if sys.stdout.isatty() else 140).print(t)
+
+
+def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: str, progress: Progress,
+                       stop: threading.Event | None = None, dry_run: bool = False,
+                       cal_dir: Path | None = None) -> tuple[Any, dict]:
+    """The runner's side of ``base_rate: auto``: ``(exp with a numeric base_rate, how it was resolved)``.
+
+    The calibration file is ``cal_dir`` (default: ``$MONSOON_CALIBRATION_DIR`` or ``<runs>/calibration``,
+    with ``<runs>`` = ``out_dir``'s grandparent, as in ``runs/<run-id>/<stack>--<experiment>``); a
+    calibration run goes to ``<run dir>/calibrate-<stack>/``.  A dry run starts nothing: the rate is
+    the saved calibration's when there is one, else a placeholder, and ``describe`` says which."""
+    out_dir = Path(out_dir)
+    cal_dir = Path(cal_dir) if cal_dir is not None else calibration_dir(out_dir.parent.parent)
+    f = exp.load.fraction
+    if dry_run:
+        cal = read_calibration(calibration_file(cal_dir, stack_spec.name))
+        ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile)
+        rate = f * float(cal["capacity_msg_s"]) if ok else 1.0
+        info = {"base_rate": rate if ok else None, "fraction": f, "source": "calibration-file" if ok else None,
+                "describe": describe_auto(f, stack_spec.name, cal_dir)}
+    else:
+        cdir = out_dir.parent / f"calibrate-{stack_spec.name}"
+        n = 2
+        while cdir.exists():
+            cdir, n = out_dir.parent / f"calibrate-{stack_spec.name}-{n}", n + 1
+        info = resolve_auto(stack_spec, f, cal_dir=cal_dir, calibrate_dir=cdir, run_id=run_id, profile=profile,
+                            progress=progress, stop=stop)
+        rate = info["base_rate"]
+    return exp.model_copy(update={"load": exp.load.model_copy(update={"base_rate": float(rate)})}), info

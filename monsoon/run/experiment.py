@@ -1,0 +1,167 @@
+"""One experiment against one stack: load + observation + checks, into a run directory.
+
+Data flows one way: specs -> stack -> (fleet, collectors) -> timeline and
+files on disk -> checks -> verdicts.  Every exit path stops the fleet, the
+collectors and the stack; an interrupted run still leaves an analysable
+directory (timeline, logs, acked log).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from monsoon.checks.registry import evaluate
+from monsoon.faults.base import FaultContext
+from monsoon.faults.plan import FaultPlan
+from monsoon.faults.resolve import build_backends
+from monsoon.load.fleet import build_fleet
+from monsoon.load.payloads import build_payload
+from monsoon.observe.collectors import collectors_for
+from monsoon.observe.progress import LoadProgress, Progress, progress_fields
+from monsoon.observe.sampler import Sampler
+from monsoon.observe.storage import stored_source
+from monsoon.report.result import ExperimentResult
+from monsoon.run.drain import _Drain
+from monsoon.run.harness import _report_plan, _totals_dict, experiment_shape, provision
+from monsoon.run.shield import TeardownShield
+from monsoon.rundir import ACKED_FILE, LATENCY_FILE, RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
+from monsoon.spec.experiment import ExperimentSpec
+from monsoon.spec.fault import FaultSpec
+from monsoon.spec.stack import StackSpec
+from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline
+
+
+
+@dataclass
+class RunContext:
+    """Everything one run needs, validated and resolved before it starts (see :func:`monsoon.session.run_one`):
+    the experiment's ``base_rate: auto`` already replaced by the calibrated x1, its faults resolved."""
+    stack: StackSpec
+    exp: ExperimentSpec
+    profile: str
+    out_dir: Path
+    run_id: str
+    faults: list[FaultSpec] = field(default_factory=list)
+    base_rate: dict | None = None           # base_rate: auto: how x1 was resolved (monsoon.run.calibrate)
+    progress: Progress = lambda s: None
+    progress_every: float = 5.0             # seconds between plain progress lines
+    stop: threading.Event = field(default_factory=threading.Event)
+    live: TextIO | None = None              # a terminal to draw the live load panel on (plain lines otherwise)
+
+
+def run_experiment(ctx: RunContext) -> ExperimentResult:
+    """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
+    KeyboardInterrupt/SystemExit propagate after everything is torn down (faults healed first)."""
+    stack_spec, exp, profile, run_id = ctx.stack, ctx.exp, ctx.profile, ctx.run_id
+    out_dir, faults, progress, stop, live = Path(ctx.out_dir), ctx.faults, ctx.progress, ctx.stop, ctx.live
+    progress_every = ctx.progress_every
+    result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=ctx.base_rate)
+    durations = exp.durations(profile)
+    shape = experiment_shape(exp, profile)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)]
+    if faults and "faults_landed" not in {n for n, _ in checks}:
+        checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
+    if "load_valid" not in {n for n, _ in checks}:
+        checks.append(("load_valid", {}))      # the generator's self-check: a load that fell behind is not a pass
+    label = f"{stack_spec.name}/{exp.name}"
+    restarts = [0]
+
+    with Timeline(out_dir / TIMELINE_FILE) as tl:
+        tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
+               base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, shape=exp.load.shape.kind,
+               multiplier=exp.load.shape.multiplier, devices=exp.load.devices, qos=exp.load.qos,
+               transport=stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
+               durations=durations.model_dump(),
+               stack_source=stack_spec.source, experiment_source=exp.source,
+               checks=[{"name": n, "params": p} for n, p in checks],
+               faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
+
+        def on_event(type_: str, **fields) -> None:
+            tl.add(type_, **fields)
+            if type_ == "service" and fields.get("event") == "exit":
+                progress(f"[{label}] service {fields['service']} exited: {fields.get('cause')}")
+            if type_ == "service" and fields.get("event") == "restart":
+                restarts[0] += 1
+                progress(f"[{label}] service {fields['service']} restarted (#{fields.get('n')})")
+
+        fleet = sampler = None
+        # the final heal + census and the stack's stop run to the end whatever signals arrive meanwhile
+        shield = TeardownShield(progress)
+        try:
+            progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
+            with shield.around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
+                                          env_overrides=exp.env)) as stack:
+                t = time.monotonic()
+                devices = provision(stack, exp)
+                tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
+                dev = stack_spec.devices
+                fleet = build_fleet(dev.transport, devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                                    topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
+                                    latency_log_path=out_dir / LATENCY_FILE, payload=build_payload(exp.load.payload),
+                                    engine=exp.load.engine, workers=exp.load.workers)
+                fleet.connect()
+                tl.add("op", op="connected", devices=len(devices))
+                sampler = Sampler(tl, collectors_for(stack)).start()
+                time.sleep(1.0)  # one baseline sample before the load
+                t0 = tl.now()
+                for ph in shape.phases():
+                    tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+                progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
+                         + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
+                phases = shape.phases()
+                view = LoadProgress(label, progress, live=live, every=progress_every)
+
+                def on_second(st) -> None:
+                    fields = dict(vars(st))
+                    fields["sec"] = fields.pop("t")  # the fleet's second index; "t" is the timeline's clock
+                    tl.add("load", **fields)
+                    ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
+                    view.update(progress_fields(st.t, ph, st, sampler.value, restarts[0]))
+
+                if faults:
+                    ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
+                    plan = FaultPlan(faults, build_backends(faults, stack, out_dir), tl, ctx=ctx,
+                                     horizon=durations.total)
+                    progress(f"[{label}] faults: " + "; ".join(
+                        f"{f.name} ({f.kind}) on {f.target} at "
+                        + ", ".join(f"{a:g}s" for a, _ in f.schedule.windows(durations.total)[:6])
+                        for f in faults))
+                    # heals every fault on every exit path, then takes the census (shielded up to the stack's stop)
+                    with shield.around_exit(plan, hold=True), view:
+                        totals = fleet.run(stop, on_second)
+                    _report_plan(plan, label, progress)
+                else:
+                    with view:
+                        totals = fleet.run(stop, on_second)
+                tl.add("op", op="load-end", **_totals_dict(totals))
+                write_sent(out_dir / SENT_FILE, totals.last_seq)   # what "never sent" means for the accounting
+                fleet.close()
+                progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
+                         f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
+                drain = _Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
+                tl.add("drain", **drain)
+                sampler.stop()
+                rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
+                tl.add("stored", path=STORED_FILE, rows=rows)
+        except Exception as e:  # the run failed to run: report it, don't crash the session
+            result.error = f"{type(e).__name__}: {e}"
+            tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
+            progress(f"[{label}] ERROR {result.error}")
+        finally:
+            if fleet is not None:
+                fleet.close()
+            if sampler is not None:
+                sampler.stop()
+
+    result.checks = evaluate(out_dir, checks)
+    (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+    return result
+
+

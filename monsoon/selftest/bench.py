@@ -1,0 +1,441 @@
+"""``python -m monsoon.bench`` (``make bench-load``): the native load core against baselines.
+
+One run, one sink, phases one after the other (the machine has 2 cores: nothing else of
+the bench runs during a measured phase):
+
+1. **CPU per acked QoS1 message** of the generator process(es) only (utime + stime):
+   ``monsoon`` (native core, ``NativeFleet``, 1 worker; whole process from ``wait4``),
+   ``paho`` (a plain paho-mqtt 2.2 client in a subprocess publishing QoS1 as fast as it can,
+   large ``max_inflight``, until every PUBACK; measured by ``getrusage`` around connect +
+   publish + acks, so interpreter start-up does not count) and ``monsoon_python`` (the
+   Python :class:`~monsoon.load.MqttFleet`, same measure). ``ratio`` = monsoon / paho (goal <= 0.25).
+2. **Connections held**: ``--connections`` devices (default 50,000) over several worker
+   processes (``--shard``; a 20,000 open-file hard limit per process) and source addresses
+   127.0.0.2.., publishing a low rate for ``--hold`` s; ``max_connections`` is the lowest
+   connected count over the hold, ``rss_mb`` the workers' summed RSS (VmRSS), its maximum.
+3. **Pacing**: ``--pacing-rate`` msg/s (20,000) for ``--pacing-duration`` s (60):
+   ``pacing_error_pct`` = |sent - target| / target over the whole seconds of the target window
+   (messages the generator handed to the socket in seconds ``0 <= s < duration``, against the
+   schedule's per-second target; what it only sent afterwards, working off a backlog, does not
+   count: sent/duration would be 0 % by construction, both engines send the whole schedule),
+   ``worst_second_error_pct`` the same for the worst single second, and ``late_p99_ms`` = p99 of
+   how late messages were handed to the socket vs their intended time.
+
+The sink is ``monsoon-loadgen sink`` (ack-only MQTT 3.1.1, SO_REUSEPORT): one process (one
+thread) for the CPU phase, like one broker; ``--sinks`` processes sharing the same port from
+the connections phase on (a process holds < 20,000 sockets). Per phase its CPU seconds are
+reported, and its utilisation: CPU seconds / elapsed seconds of each sink process (one thread
+each, so 1.0 would be a saturated sink; well below it, the sink was not the bottleneck).
+(Spreading 20 connections over 4 sink processes makes the acks come back in smaller batches,
+which costs the native generator ~2x CPU per message: batching, not a fixed cost.) Progress goes to stderr; the last
+line on stdout is one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from monsoon.load.mqtt import MqttFleet
+from monsoon.load.native import NativeFleet, ensure_loadgen, loopback_sources
+from monsoon.load.payloads import Payload
+from monsoon.load.shapes import Steady
+from monsoon.stack.provision import Device
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu_s(pid: int) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
+def proc_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+class Sinks:
+    """``n`` sink processes sharing one port (SO_REUSEPORT)."""
+
+    def __init__(self, binary: Path, n: int, threads: int = 1) -> None:
+        self.port = free_port()
+        self.binary = binary
+        self.procs: list[subprocess.Popen] = []
+        self.threads = threads
+        self.add(n)
+
+    def add(self, n: int) -> None:
+        """Start ``n`` more sink processes on the same port."""
+        binary, threads = self.binary, self.threads
+        try:
+            for _ in range(n):
+                p = subprocess.Popen([str(binary), "sink", "--port", str(self.port), "--threads", str(threads)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                self.procs.append(p)
+                line = p.stdout.readline() if p.stdout else ""
+                if '"listening"' not in line:
+                    raise RuntimeError(f"sink did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def n(self) -> int:
+        return len(self.procs)
+
+    def cpu_each(self) -> list[float]:
+        """CPU seconds (utime + stime) of each sink process so far, in start order."""
+        return [proc_cpu_s(p.pid) for p in self.procs]
+
+    def cpu_s(self) -> float:
+        return sum(self.cpu_each())
+
+    def mark(self) -> tuple[list[float], float]:
+        """Start of a measured window: for :meth:`usage`."""
+        return self.cpu_each(), time.monotonic()
+
+    def usage(self, mark: tuple[list[float], float]) -> dict:
+        """The sinks' CPU since ``mark``: ``sink_cpu_s`` in all, and ``sink_utilisation`` = CPU
+        seconds / elapsed seconds of each sink process (processes started since count from 0)."""
+        return sink_usage(mark[0], self.cpu_each(), time.monotonic() - mark[1])
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+
+
+def sink_usage(before: list[float], after: list[float], elapsed_s: float) -> dict:
+    """Sink CPU over a window of ``elapsed_s`` from per-process CPU seconds at its start and end."""
+    d = [a - (before[i] if i < len(before) else 0.0) for i, a in enumerate(after)]
+    util = [round(x / elapsed_s, 3) for x in d] if elapsed_s > 0 else []
+    return {"sink_cpu_s": round(sum(d), 3), "sink_elapsed_s": round(elapsed_s, 3),
+            "sink_utilisation": util, "sink_utilisation_max": max(util, default=None)}
+
+
+def pacing_figures(seconds: list[Any], duration: float) -> dict:
+    """Pacing of a run from its per-second stats (:class:`~monsoon.load.SecondStats`), inside the
+    target window only: the whole seconds ``0 <= t < duration``. ``sent`` is what the generator
+    handed to the socket in that second, ``target_rate`` what the schedule asked for in it."""
+    window = [s for s in seconds if 0 <= s.t and s.t + 1 <= duration + 1e-9]
+    target = sum(s.target_rate for s in window)
+    sent = sum(s.sent for s in window)
+    errs = [abs(s.sent - s.target_rate) / s.target_rate for s in window if s.target_rate > 0]
+    return {"window_s": len(window), "target_in_window": round(target, 1), "sent_in_window": sent,
+            "achieved_rate": round(sent / len(window), 2) if window else None,
+            "pacing_error_pct": round(abs(sent - target) / target * 100, 4) if target > 0 else None,
+            "worst_second_error_pct": round(max(errs) * 100, 3) if errs else None}
+
+
+# ------------------------------------------------------------------ children
+def child_paho(port: int, messages: int, inflight: int) -> dict:
+    """A plain paho-mqtt 2.2 client: publish ``messages`` QoS1 as fast as it can with up to
+    ``inflight`` un-acked (paho's ``max_inflight_messages``), until every PUBACK arrived.
+
+    One thread drives ``client.loop()`` and publishes whenever the window has room (on this
+    machine paho's best mode: with ``loop_start()`` and a publishing main thread it is ~40 %
+    slower, and paho's per-PUBACK cost grows with the number in flight: 65,535 in flight
+    costs ~10x more CPU per message than 100)."""
+    import paho.mqtt.client as mqtt
+
+
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    acked = [0]
+
+    def on_publish(client, userdata, mid, rc, props):  # noqa: ANN001
+        acked[0] += 1
+
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="paho-bench", protocol=mqtt.MQTTv311)
+    c.max_inflight_messages_set(inflight)
+    c.max_queued_messages_set(0)
+    c.on_publish = on_publish
+    c.connect("127.0.0.1", port, keepalive=60)
+    render = Payload().renderer(0, "paho-bench")
+    t_pub = time.monotonic()
+    deadline = t_pub + 300
+    seq = 0
+    topic = "v1/devices/me/telemetry"
+    while acked[0] < messages and time.monotonic() < deadline:
+        while seq < messages and seq - acked[0] < inflight:
+            now_ms = int(time.time() * 1000)
+            c.publish(topic, render(seq, now_ms, now_ms), qos=1)
+            seq += 1
+        c.loop(0.01)
+    t_end = time.monotonic()
+    c.disconnect()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    return {"acked": acked[0], "complete": acked[0] >= messages, "inflight": inflight,
+            "elapsed_s": round(t_end - t_pub, 3),
+            "cpu_s": round((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime), 3)}
+
+
+def child_python(port: int, rate: float, duration: float, devices: int, workdir: str) -> dict:
+
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    devs = [Device(f"py-{i:05d}", "") for i in range(devices)]
+    with MqttFleet(devs, "127.0.0.1", port, shape=Steady(rate=rate, duration=duration),
+                   acked_path=Path(workdir) / "acked-python.csv") as f:
+        f.connect()
+        t = f.run(threading.Event())
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    return {"acked": t.acked, "sent": t.sent, "scheduled": t.scheduled, "late": t.late,
+            "elapsed_s": t.elapsed_s, "cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)}
+
+
+def run_child(args: list[str]) -> dict:
+    p = subprocess.run([sys.executable, "-m", "monsoon.bench", "--child", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"bench child {args[0]} failed ({p.returncode}): {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------- phases
+def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
+
+    out: dict[str, Any] = {}
+    # native
+    log(f"cpu: monsoon (native) {a.native_rate:g} msg/s QoS1 for {a.cpu_duration:g}s, {a.devices} devices")
+    m0 = sinks.mark()
+    devs = [Device(f"nat-{i:05d}", "") for i in range(a.devices)]
+    with NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.native_rate, duration=a.cpu_duration),
+                     acked_path=workdir / "acked-native.csv", workers=1) as f:
+        f.connect()
+        t = f.run(threading.Event())
+        cpu = f.extra["workers"][0]["cpu_s"]
+    out["monsoon"] = {"acked": t.acked, "sent": t.sent, "scheduled": t.scheduled, "late": t.late,
+                      "elapsed_s": round(t.elapsed_s, 3), "cpu_s": round(cpu, 3), **sinks.usage(m0)}
+    log(f"  -> {out['monsoon']}")
+    # paho
+    log(f"cpu: paho-mqtt 2.2 baseline, {a.paho_messages} QoS1 messages as fast as possible")
+    m0 = sinks.mark()
+    r = run_child(["paho", str(sinks.port), str(a.paho_messages), str(a.paho_inflight)])
+    r.update(sinks.usage(m0))
+    out["paho"] = r
+    log(f"  -> {r}")
+    # monsoon python
+    if not a.skip_python:
+        log(f"cpu: monsoon_python (MqttFleet) {a.python_rate:g} msg/s for {a.cpu_duration:g}s, {a.devices} devices")
+        m0 = sinks.mark()
+        r = run_child(["python", str(sinks.port), str(a.python_rate), str(a.cpu_duration), str(a.devices),
+                       str(workdir)])
+        r.update(sinks.usage(m0))
+        out["monsoon_python"] = r
+        log(f"  -> {r}")
+    return out
+
+
+def phase_connections(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
+
+    n = a.connections
+    workers = max(1, -(-n // a.per_worker))
+    srcs = loopback_sources("127.0.0.1", n) or ["127.0.0.1"]
+    log(f"connections: {n} devices in {workers} workers from {srcs[0]}..{srcs[-1]}, hold {a.hold:g}s "
+        f"at {a.hold_rate:g} msg/s")
+    devs = [Device(f"c-{i:06d}", "") for i in range(n)]
+    seconds: list[tuple[int, int]] = []
+    rss_max = [0.0]
+    fleet = NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.hold_rate, duration=a.hold),
+                        acked_path=workdir / "acked-conns.csv", workers=workers, source_addrs=srcs,
+                        keepalive=60, drain_timeout_s=5)
+
+    def on_second(s: Any) -> None:
+        seconds.append((s.t, s.connected))
+        rss = sum(proc_rss_mb(p) for p in fleet.pids)
+        rss_max[0] = max(rss_max[0], rss)
+        if s.t % 10 == 0:
+            log(f"  t={s.t}s connected={s.connected} acked={s.acked} rss={rss:.0f} MB")
+
+    m0 = sinks.mark()
+    t_c = time.monotonic()
+    with fleet:
+        fleet.connect(timeout=a.connect_timeout)
+        connect_s = time.monotonic() - t_c
+        log(f"  all {fleet.connected} connected in {connect_s:.1f}s; rss={sum(proc_rss_mb(p) for p in fleet.pids):.0f} MB")
+        t = fleet.run(threading.Event(), on_second)
+    held = [c for sec, c in seconds if sec < a.hold]
+    return {"target": n, "max_connections": min(held) if held else 0, "workers": workers,
+            "source_addrs": len(srcs), "connect_s": round(connect_s, 2), "rss_mb": round(rss_max[0], 1),
+            "acked": t.acked, "sent": t.sent, "failed": t.failed, "reconnects": t.reconnects,
+            **sinks.usage(m0)}
+
+
+def phase_pacing(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
+
+    log(f"pacing: {a.pacing_rate:g} msg/s for {a.pacing_duration:g}s, {a.pacing_devices} devices")
+    devs = [Device(f"p-{i:05d}", "") for i in range(a.pacing_devices)]
+    secs: list[Any] = []
+    m0 = sinks.mark()
+    with NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.pacing_rate, duration=a.pacing_duration),
+                     acked_path=workdir / "acked-pacing.csv", workers=1) as f:
+        f.connect()
+        t = f.run(threading.Event(), secs.append)
+        extra = f.extra
+    usage = sinks.usage(m0)
+    gen_cpu = sum(w["cpu_s"] or 0.0 for w in extra["workers"])
+    return {"target_rate": a.pacing_rate, **pacing_figures(secs, a.pacing_duration),
+            "late_p99_ms": extra.get("send_late_p99_ms"), "late_max_ms": extra.get("send_late_max_ms"),
+            "late": t.late, "scheduled": t.scheduled, "sent": t.sent, "acked": t.acked,
+            "ack_p99_ms": t.p99_ms, "generator_cpu_s": round(gen_cpu, 3), **usage}
+
+
+def per_msg(r: dict | None) -> float | None:
+    if not r or not r.get("acked"):
+        return None
+    return round(r["cpu_s"] / r["acked"] * 1e6, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m monsoon.bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--quick", action="store_true", help="a smoke test: short phases, 2,000 connections")
+    ap.add_argument("--only", choices=["cpu", "connections", "pacing"], action="append",
+                    help="run only these phases (repeatable)")
+    ap.add_argument("--cpu-duration", type=float, help="seconds of the native and MqttFleet CPU runs (10)")
+    ap.add_argument("--native-rate", type=float, default=100_000, help="native CPU-run rate, msg/s (100000)")
+    ap.add_argument("--python-rate", type=float, default=10_000, help="MqttFleet CPU-run rate, msg/s (10000)")
+    ap.add_argument("--paho-messages", type=int, help="messages of the paho baseline (200000)")
+    ap.add_argument("--paho-inflight", type=int, default=100,
+                    help="paho's max_inflight_messages (100: its fastest here; larger windows slow paho down)")
+    ap.add_argument("--devices", type=int, default=20, help="devices (connections) of the CPU runs (20)")
+    ap.add_argument("--skip-python", action="store_true", help="no monsoon_python column")
+    ap.add_argument("--connections", type=int, help="connections to hold (50000)")
+    ap.add_argument("--hold", type=float, help="seconds to hold them (60)")
+    ap.add_argument("--hold-rate", type=float, default=1000.0, help="msg/s while holding (1000)")
+    ap.add_argument("--per-worker", type=int, default=12_500, help="connections per worker process (12500)")
+    ap.add_argument("--connect-timeout", type=float, default=180.0, help="seconds to connect them all (180)")
+    ap.add_argument("--pacing-rate", type=float, default=20_000.0, help="msg/s of the pacing run (20000)")
+    ap.add_argument("--pacing-duration", type=float, help="seconds of the pacing run (60)")
+    ap.add_argument("--pacing-devices", type=int, default=200, help="devices of the pacing run (200)")
+    ap.add_argument("--sinks", type=int, default=4,
+                    help="sink processes sharing the port from the connections phase on (4; the CPU phase "
+                         "runs first against one sink process, like one broker)")
+    ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        kind, *rest = a.child
+        if kind == "paho":
+            r = child_paho(int(rest[0]), int(rest[1]), int(rest[2]))
+        else:
+            r = child_python(int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3]), rest[4])
+        print(json.dumps(r), flush=True)
+        return 0
+    q = a.quick
+    a.cpu_duration = a.cpu_duration or (3.0 if q else 10.0)
+    a.paho_messages = a.paho_messages or (30_000 if q else 200_000)
+    a.connections = a.connections or (2_000 if q else 50_000)
+    a.hold = a.hold or (5.0 if q else 60.0)
+    a.pacing_duration = a.pacing_duration or (5.0 if q else 60.0)
+    if q:
+        a.hold_rate = min(a.hold_rate, 200.0)
+    phases = a.only or ["cpu", "connections", "pacing"]
+
+
+    log("building/locating monsoon-loadgen (cargo build --release --locked on first use)")
+    binary = ensure_loadgen()
+    result: dict[str, Any] = {"bench": "load", "quick": q}
+    with tempfile.TemporaryDirectory(prefix="monsoon-bench-") as tmp:
+        workdir = Path(tmp)
+        sinks = Sinks(binary, 1)
+        log(f"sink: `monsoon-loadgen sink` on 127.0.0.1:{sinks.port} (1 process, 1 thread)")
+        try:
+            if "cpu" in phases:
+                cpu = phase_cpu(a, sinks, workdir)
+                m, p, py = per_msg(cpu.get("monsoon")), per_msg(cpu.get("paho")), per_msg(cpu.get("monsoon_python"))
+
+                def rate(r: dict | None) -> float | None:
+                    return None if not r or not r.get("elapsed_s") else round(r["acked"] / r["elapsed_s"], 1)
+
+                result["cpu_us_per_msg"] = {"monsoon": m, "paho": p, "monsoon_python": py,
+                                            "ratio": None if not (m and p) else round(m / p, 4),
+                                            "ratio_python": None if not (py and p) else round(py / p, 4)}
+                result["msgs_per_s"] = {"monsoon": rate(cpu.get("monsoon")), "paho": rate(cpu.get("paho")),
+                                        "monsoon_python": rate(cpu.get("monsoon_python"))}
+                result["cpu_runs"] = cpu
+            if "connections" in phases:
+                if a.sinks > sinks.n:
+                    log(f"sink: +{a.sinks - sinks.n} sink processes on the same port (open-file limit per process)")
+                    sinks.add(a.sinks - sinks.n)
+                c = phase_connections(a, sinks, workdir)
+                result["max_connections"] = c["max_connections"]
+                result["rss_mb"] = c["rss_mb"]
+                result["connections"] = c
+            if "pacing" in phases:
+                pc = phase_pacing(a, sinks, workdir)
+                result["pacing_error_pct"] = pc["pacing_error_pct"]
+                result["worst_second_error_pct"] = pc["worst_second_error_pct"]
+                result["late_p99_ms"] = pc["late_p99_ms"]
+                result["pacing"] = pc
+            runs = [*result.get("cpu_runs", {}).values(), result.get("connections"), result.get("pacing")]
+            result["sink"] = {"kind": "monsoon-loadgen sink (ack-only MQTT 3.1.1, SO_REUSEPORT)",
+                              "processes": sinks.n, "threads_each": 1, "cpu_s_total": round(sinks.cpu_s(), 3),
+                              # CPU s / elapsed s of the busiest sink process in any phase (1.0 = saturated)
+                              "utilisation_max": max((r["sink_utilisation_max"] for r in runs
+                                                      if r and r.get("sink_utilisation_max") is not None),
+                                                     default=None),
+                              "cpu_us_per_msg_native_run": (
+                                  round(result["cpu_runs"]["monsoon"]["sink_cpu_s"]
+                                        / result["cpu_runs"]["monsoon"]["acked"] * 1e6, 3)
+                                  if result.get("cpu_runs", {}).get("monsoon", {}).get("acked") else None)}
+        finally:
+            sinks.close()
+    result["third_party"] = ("not attempted: no third-party MQTT load generator (ThingsBoard's performance-tests, "
+                             "emqtt-bench, mqtt-benchmark) is installed on this machine, and the bench does not "
+                             "download or build one; the baseline is the paho-mqtt client")
+    goals = {}
+    if "cpu_us_per_msg" in result and result["cpu_us_per_msg"]["ratio"] is not None:
+        goals["ratio<=0.25"] = result["cpu_us_per_msg"]["ratio"] <= 0.25
+    if "max_connections" in result:
+        goals[f"connections>={a.connections}"] = result["max_connections"] >= a.connections
+        goals["rss<1.5GB"] = result["rss_mb"] < 1536
+    if "pacing_error_pct" in result:
+        goals["pacing<1%"] = result["pacing_error_pct"] is not None and result["pacing_error_pct"] < 1.0
+        goals["late_p99<10ms"] = result["late_p99_ms"] is not None and result["late_p99_ms"] < 10.0
+    result["goals_met"] = goals
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

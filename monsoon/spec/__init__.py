@@ -1,0 +1,1 @@
+"""Specs: validated, frozen descriptions parsed from YAML (stacks, experiments, faults, shapes, payloads)."""

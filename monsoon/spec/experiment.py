@@ -1,0 +1,292 @@
+"""Validated, frozen descriptions of stacks and experiments, parsed from YAML.
+
+Every error names the file, the line and the dotted key (see ``yamlio``).
+Nothing here touches a live system: validation happens before anything starts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import PrivateAttr, Field, field_validator, model_validator
+
+from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
+from monsoon.spec.payload import PayloadSpec
+from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
+from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
+
+
+
+
+
+
+
+
+
+# --------------------------------------------------------------------- stacks
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------- experiments
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+class LoadSpec(_Frozen):
+    devices: int = Field(gt=0)
+    qos: Literal[0, 1] = 1
+    # x1 in msg/s (all devices together), or "auto": base_fraction x the stack's calibrated capacity
+    # (monsoon.calibrate; resolved by the runner, so validation needs no live stack)
+    base_rate: float | Literal["auto"] = Field(description="x1 in messages per second, all devices together, or auto")
+    base_fraction: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
+                                        description="base_rate: auto only: x1 = this fraction of the capacity (0.25)")
+    shape: ShapeSpec
+    payload: PayloadSpec = PayloadSpec()
+    device_prefix: str = "monsoon"
+    # the MQTT generator: python (paho, one thread; ~10k msg/s) or native (monsoon-loadgen, Rust; ~100k msg/s per
+    # core, ``workers`` processes each taking a shard of the devices, as the pods of the Kubernetes Job do)
+    engine: Literal["python", "native"] = "python"
+    workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
+
+    @field_validator("base_rate", mode="before")
+    @classmethod
+    def _rate_or_auto(cls, v: Any) -> Any:
+        import math
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return "auto"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _invalid(f"want a number of msg/s greater than 0, or auto (got {v!r})")
+        if not math.isfinite(v):
+            raise _invalid("Input should be a finite number (msg/s greater than 0, or auto)")
+        if v <= 0:
+            raise _invalid(f"Input should be greater than 0 (x1 in msg/s, or auto), got {v:g}")
+        return float(v)
+
+    @property
+    def auto(self) -> bool:
+        return self.base_rate == "auto"
+
+    @property
+    def fraction(self) -> float:
+        """base_rate: auto: the fraction of the calibrated capacity that is x1 (default 0.25)."""
+        return 0.25 if self.base_fraction is None else self.base_fraction
+
+    @property
+    def rate_for_checks(self) -> float:
+        """A rate to build and check the shape with before the stack runs (1.0 stands in for auto)."""
+        return 1.0 if self.base_rate == "auto" else float(self.base_rate)
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_str(cls, v: Any) -> Any:
+        return {"profile": v} if isinstance(v, str) else v
+
+
+AUTO_STAND_INS = (1.0, 100.0, 10_000.0)   # x1 stand-ins for validating a python shape under base_rate: auto
+
+
+
+
+class CheckSpec(_Frozen):
+    """A check reference; a parameter may differ per profile: ``seconds: {quick: 120, full: 1800}``.
+
+    ``profiles: [nightly, full]`` among the params judges the check only in those
+    profiles (e.g. a leak slope that minutes of data cannot decide).
+    """
+    name: str
+    params: dict[str, Any] = {}
+    profiles: tuple[Literal["quick", "nightly", "full"], ...] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_profiles(cls, v: Any) -> Any:
+        if isinstance(v, dict) and isinstance(v.get("params"), dict) and "profiles" in v["params"]:
+            params = dict(v["params"])
+            v = {**v, "params": params, "profiles": params.pop("profiles")}
+        return v
+
+    def applies(self, profile: str) -> bool:
+        return self.profiles is None or profile in self.profiles
+
+    def resolved(self, profile: str) -> dict[str, Any]:
+        return {k: _per_profile(v, profile, f"checks.{self.name}.{k}") for k, v in self.params.items()}
+
+
+
+
+class FaultRef(_Frozen):
+    """One fault of an experiment: a profile from ``fault-profiles/`` plus overrides.
+
+    ``schedule`` and ``params`` are merged key by key onto the profile's; every
+    value may differ per profile (``at: {quick: 30, full: 3600}``).  Times are
+    seconds from the start of the load.
+    """
+    profile: str
+    name: str | None = None
+    target: str | dict[str, Any] | None = None
+    backend: str | None = None
+    params: dict[str, Any] = {}
+    schedule: dict[str, Any] = {}
+
+    def overrides(self, profile: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("name", "target", "backend"):
+            v = getattr(self, key)
+            if v is not None:
+                out[key] = v
+        for key in ("params", "schedule"):
+            d = getattr(self, key)
+            if d:
+                out[key] = {k: _per_profile(v, profile, f"faults.{key}.{k}") for k, v in d.items()}
+        return out
+
+
+class ExperimentSpec(_Frozen):
+    name: str
+    description: str = ""
+    marks: tuple[str, ...] = ()
+    load: LoadSpec
+    profiles: dict[Literal["quick", "nightly", "full"], Durations]
+    checks: tuple[CheckSpec, ...]
+    faults: tuple[FaultRef, ...] = ()
+    # extra environment per stack service, e.g. {platform: {DEFECT_DROP_ACKED_PCT: "0.1"}}; wins over the stack's
+    env: dict[str, dict[str, str]] = {}
+    source: str = ""
+    _doc: LocatedDoc | None = PrivateAttr(None)   # where each key came from (load_experiment)
+
+    def fail(self, path: tuple, msg: str) -> SpecError:
+        """A SpecError naming this experiment's file, the line of ``path`` and the dotted key."""
+        if self._doc is None:
+            return SpecError(self.source, None, ".".join(map(str, path)), msg)
+        return _fail(self._doc, path, msg)
+
+    def line_of(self, path: tuple) -> int | None:
+        return self._doc.line_of(path) if self._doc is not None else None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {svc: ({k: str(x) for k, x in e.items()} if isinstance(e, dict) else e) for svc, e in v.items()}
+        return v
+
+    @field_validator("faults", mode="before")
+    @classmethod
+    def _faults(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"profile": x} if isinstance(x, str) else x for x in v]
+        return v
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _checks(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return v
+        out = []
+        for item in v:
+            if isinstance(item, str):
+                out.append({"name": item})
+            elif isinstance(item, dict) and len(item) == 1:
+                (name, params), = item.items()
+                out.append({"name": name, "params": params or {}})
+            else:
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _valid(self) -> "ExperimentSpec":
+        for prof, d in self.profiles.items():
+            if self.load.shape.kind in BURST_WINDOW_KINDS and d.burst <= 0:
+                raise ValueError(f"profile {prof!r}: a {self.load.shape.kind} experiment needs burst > 0 seconds")
+        if not self.profiles:
+            raise ValueError("profiles: give at least one of quick, nightly, full")
+        return self
+
+    def durations(self, profile: str) -> Durations:
+        if profile not in self.profiles:
+            raise SpecError(self.source, None, "profiles",
+                            f"experiment {self.name!r} has no {profile!r} profile (has: {', '.join(self.profiles)})")
+        return self.profiles[profile]
+
+
+# -------------------------------------------------------------------- loading
+
+
+
+
+
+
+
+
+
+def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
+    """Parse an experiment file: its structure and every rule that needs only the spec itself (errors name
+    file, line and key). What needs other parts of monsoon (shapes sampled, checks and fault profiles
+    resolved) is :func:`monsoon.run.validate.validate`, the one entry point every caller goes through."""
+    doc = load_located(_resolve("experiment", name_or_path))
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("source", str(doc.path))
+    spec = validate(doc, ExperimentSpec)
+    spec._doc = doc
+    if spec.load.base_fraction is not None and not spec.load.auto:
+        raise _fail(doc, ("load", "base_fraction"), "base_fraction is for base_rate: auto (x1 = base_fraction x "
+                    "the calibrated capacity): drop it or write base_rate: auto")
+    if spec.load.workers > 1 and spec.load.engine != "native":
+        raise _fail(doc, ("load", "workers"), "workers > 1 needs engine: native (the python fleet is one process)")
+    if spec.load.engine == "native":
+        problem = workers_problem(spec.load.devices, spec.load.workers, key="workers")
+        if problem:
+            raise _fail(doc, ("load", "workers"), problem)
+    if spec.load.workers > spec.load.devices:
+        raise _fail(doc, ("load", "workers"), f"{spec.load.workers} workers for {spec.load.devices} devices: "
+                    "every worker needs at least one device")
+    return spec
+
+
+MAX_PER_WORKER = 19_900     # connections one worker holds under a 20,000 open-file hard limit
+
+
+PER_SOURCE = 20_000         # connections per source address to one host:port (the ephemeral range is ~28k)
+
+
+def workers_problem(n_devices: int, workers: int, key: str = "load.workers") -> str | None:
+    """Why ``n_devices`` cannot be spread over ``workers`` native workers (None: they can); ``key`` names the
+    setting to raise."""
+    per_worker = -(-n_devices // workers)
+    if per_worker <= MAX_PER_WORKER:
+        return None
+    return (f"{n_devices:,} devices over {workers} worker(s) is {per_worker:,} connections per worker: at most "
+            f"{MAX_PER_WORKER:,} fit under the open-file limit; set {key} >= {-(-n_devices // MAX_PER_WORKER)}")

@@ -1,0 +1,323 @@
+"""Declarative faults: ``fault-profiles/<kind>.yaml`` -> a validated, frozen :class:`FaultSpec`.
+
+A profile names *what* breaks (``kind`` + ``params``), *where* (``target``: a
+stack service, a hop ``"platform->postgres"`` between two services, or a
+Kubernetes selector), *when* (``schedule``) and *how* (``backend``).  Errors
+name the file, the line and the dotted key (see :mod:`monsoon.yamlio`); the
+file name must equal the ``kind`` (kebab-case).
+
+Nothing here touches a live system.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
+
+from monsoon.paths import REPO
+from monsoon.spec.base import _Frozen, _resolve
+from monsoon.spec.yamlio import SpecError, load_located, validate
+
+
+
+
+PROFILES_DIR = REPO / "fault-profiles"
+KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+# a Kubernetes label key/value, loosely: [prefix/]name
+LABEL_RE = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+Backend = Literal["toxiproxy", "process", "cgroup", "chaos-mesh", "litmus"]
+KUBE_BACKENDS = ("chaos-mesh", "litmus")
+
+
+
+
+# --------------------------------------------------------------------- target
+
+class KubeSelector(_Frozen):
+    """Pods of a Kubernetes namespace selected by labels (``matchLabels`` semantics)."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    namespace: str
+    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1)
+    container: str | None = None
+
+    @field_validator("namespace")
+    @classmethod
+    def _ns(cls, v: str) -> str:
+        if not DNS_LABEL.match(v):
+            raise ValueError(f"{v!r} is not a valid namespace name (lower-case DNS label)")
+        return v
+
+    @field_validator("label_selector")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not LABEL_RE.match(str(k)):
+                raise ValueError(f"{k!r} is not a valid label key")
+            if val != "" and not LABEL_RE.match(str(val)):
+                raise ValueError(f"{val!r} (label {k}) is not a valid label value")
+        return {str(k): str(val) for k, val in v.items()}
+
+    def selector_string(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
+
+
+class Target(_Frozen):
+    """Exactly one of: ``service`` ("kafka"), ``hop`` ("platform->postgres"), ``kube`` (a selector).
+
+    In YAML write ``target: kafka``, ``target: platform->postgres`` or
+    ``target: {namespace: iot, labelSelector: {app: hono-adapter}}``.
+    """
+    service: str | None = None
+    hop: tuple[str, str] | None = None
+    kube: KubeSelector | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_yaml(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if "->" in v:
+                src, _, dst = v.partition("->")
+                src, dst = src.strip(), dst.strip()
+                if not src or not dst or "->" in dst:
+                    raise ValueError(f"a hop is 'client->server', got {v!r}")
+                return {"hop": (src, dst)}
+            if not v.strip():
+                raise ValueError("empty target")
+            return {"service": v.strip()}
+        if isinstance(v, dict) and "namespace" in v:
+            return {"kube": v}
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> "Target":
+        given = [k for k in ("service", "hop", "kube") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give a service name, a hop 'client->server', or {namespace, labelSelector}")
+        return self
+
+    @property
+    def what(self) -> Literal["service", "hop", "kube"]:
+        return "service" if self.service else "hop" if self.hop else "kube"
+
+    def __str__(self) -> str:
+        if self.service:
+            return self.service
+        if self.hop:
+            return f"{self.hop[0]}->{self.hop[1]}"
+        assert self.kube is not None
+        return f"{self.kube.namespace}/{self.kube.selector_string()}"
+
+
+# ------------------------------------------------------------------- schedule
+
+class Schedule(_Frozen):
+    """Seconds from the start of the run: inject at ``at``, heal ``duration`` later, again every ``repeat_every``."""
+    at: float = Field(0.0, ge=0)
+    duration: float = Field(gt=0)
+    repeat_every: float | None = Field(None, gt=0)
+    times: int | None = Field(None, gt=0, description="how many injections when repeating (default: until the run ends)")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "Schedule":
+        if self.repeat_every is not None and self.repeat_every <= self.duration:
+            raise ValueError(f"repeat_every ({self.repeat_every}s) must be longer than duration ({self.duration}s): "
+                             "a fault must heal before it is injected again")
+        if self.times is not None and self.repeat_every is None and self.times > 1:
+            raise ValueError("times > 1 needs repeat_every")
+        return self
+
+    def windows(self, horizon: float) -> list[tuple[float, float]]:
+        """(inject, heal) times that start before ``horizon``; a heal may fall after it."""
+        out: list[tuple[float, float]] = []
+        t = self.at
+        while t < horizon:
+            out.append((t, t + self.duration))
+            if self.repeat_every is None or (self.times is not None and len(out) >= self.times):
+                break
+            t += self.repeat_every
+        return out
+
+
+# --------------------------------------------------------------------- params
+
+SIGNALS = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"]
+Stream = Literal["downstream", "upstream", "both"]
+Probe = Literal["auto", "echo", "postgres", "http", "kafka", "mongo", "redis", "none"]
+
+
+class PodKillParams(_Frozen):
+    signal: SIGNALS = "SIGKILL"
+    restart_timeout: float = Field(60.0, gt=0, description="seconds to wait for the restart that proves landing")
+    grace_period: int = Field(0, ge=0, description="Kubernetes only: pod deletion grace period")
+
+
+class KafkaBrokerRestartParams(PodKillParams):
+    signal: SIGNALS = "SIGTERM"
+
+
+class ProcessPauseParams(_Frozen):
+    verify_timeout: float = Field(5.0, gt=0)
+
+
+class LatencyParams(_Frozen):
+    latency_ms: int = Field(gt=0)
+    jitter_ms: int = Field(0, ge=0)
+    stream: Stream = "downstream"
+    probe: Probe = "auto"
+
+    @model_validator(mode="after")
+    def _jitter(self) -> "LatencyParams":
+        if self.jitter_ms > self.latency_ms:
+            raise ValueError(f"jitter_ms ({self.jitter_ms}) larger than latency_ms ({self.latency_ms})")
+        return self
+
+
+class DependencyDownParams(_Frozen):
+    mode: Literal["disable", "reset_peer", "timeout"] = "disable"
+    timeout_ms: int = Field(0, ge=0, description="reset_peer/timeout: after how long (0 = at once / forever)")
+    probe: Probe = "auto"
+
+
+class BandwidthParams(_Frozen):
+    rate_kbps: int = Field(gt=0, description="KiB per second (Toxiproxy's bandwidth 'rate')")
+    stream: Stream = "downstream"
+    probe: Probe = "auto"
+
+
+class MemoryPressureParams(_Frozen):
+    limit_mb: int | None = Field(None, gt=0, description="cgroup: the lowered memory limit")
+    hog_mb: int | None = Field(None, gt=0, description="Kubernetes: memory a stressor allocates in the pod")
+    workers: int = Field(1, gt=0)
+    mode: Literal["child", "in-place"] = "child"
+
+    @model_validator(mode="after")
+    def _one(self) -> "MemoryPressureParams":
+        if self.limit_mb is None and self.hog_mb is None:
+            raise ValueError("give limit_mb (cgroup backend) and/or hog_mb (chaos-mesh/litmus)")
+        return self
+
+
+class KindInfo(BaseModel):
+    params: type[BaseModel]
+    backends: tuple[str, ...]
+    targets: tuple[str, ...]
+
+
+KINDS: dict[str, KindInfo] = {
+    "pod-kill": KindInfo(params=PodKillParams, backends=("process", "chaos-mesh", "litmus"),
+                         targets=("service", "kube")),
+    "kafka-broker-restart": KindInfo(params=KafkaBrokerRestartParams, backends=("process", "chaos-mesh", "litmus"),
+                                     targets=("service", "kube")),
+    "process-pause": KindInfo(params=ProcessPauseParams, backends=("process",), targets=("service",)),
+    "network-latency": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
+                                targets=("hop", "kube")),
+    "mongo-slowdown": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
+                               targets=("hop", "kube")),
+    "infinispan-slowdown": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
+                                    targets=("hop", "kube")),
+    "dependency-down": KindInfo(params=DependencyDownParams, backends=("toxiproxy",), targets=("hop",)),
+    "bandwidth": KindInfo(params=BandwidthParams, backends=("toxiproxy",), targets=("hop",)),
+    "memory-pressure": KindInfo(params=MemoryPressureParams, backends=("cgroup", "chaos-mesh", "litmus"),
+                                targets=("service", "kube")),
+}
+
+
+# ----------------------------------------------------------------------- spec
+
+class FaultSpec(_Frozen):
+    name: str
+    kind: str
+    description: str = ""
+    target: Target
+    backend: Backend
+    params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True)  # type: ignore[assignment]
+    schedule: Schedule
+    source: str = ""
+
+    @field_validator("name", "kind")
+    @classmethod
+    def _kebab(cls, v: str, info: ValidationInfo) -> str:
+        if not KEBAB.match(v):
+            raise ValueError(f"{info.field_name} must be kebab-case (like network-latency), got {v!r}")
+        return v
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        if v not in KINDS:
+            raise ValueError(f"unknown kind {v!r} (known: {', '.join(sorted(KINDS))})")
+        path = (info.context or {}).get("path")
+        if path is not None and Path(path).stem != v:
+            raise ValueError(f"kind {v!r} must match the file name ({Path(path).name}: kind {Path(path).stem!r})")
+        return v
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params(cls, v: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind")
+        if kind is None:          # kind itself is invalid: that error is reported
+            return v
+        model = KINDS[kind].params
+        if isinstance(v, model):
+            return v
+        return model.model_validate(v or {})
+
+    @model_validator(mode="after")
+    def _compatible(self) -> "FaultSpec":
+        info = KINDS[self.kind]
+        if self.backend not in info.backends:
+            raise ValueError(f"backend {self.backend!r} cannot do {self.kind} (use one of: {', '.join(info.backends)})")
+        if self.target.what not in info.targets:
+            raise ValueError(f"{self.kind} targets a {' or a '.join(info.targets)}, not a {self.target.what} "
+                             f"({self.target})")
+        kube_target = self.target.what == "kube"
+        if kube_target != (self.backend in KUBE_BACKENDS):
+            raise ValueError(f"backend {self.backend!r} needs a "
+                             f"{'Kubernetes selector {namespace, labelSelector}' if not kube_target else 'stack service or hop'}"
+                             f" as target (got {self.target})")
+        if isinstance(self.params, MemoryPressureParams):
+            if self.backend == "cgroup" and self.params.limit_mb is None:
+                raise ValueError("memory-pressure on the cgroup backend needs params.limit_mb")
+            if self.backend in KUBE_BACKENDS and self.params.hog_mb is None:
+                raise ValueError(f"memory-pressure on {self.backend} needs params.hog_mb")
+        return self
+
+
+# -------------------------------------------------------------------- loading
+
+
+
+def load_fault(name_or_path: str | Path, *, folder: Path = PROFILES_DIR,
+               services: set[str] | None = None, **overrides: Any) -> FaultSpec:
+    """Load and validate one fault profile.
+
+    ``services`` (the stack's service names), when given, is checked against
+    the target; ``overrides`` replace top-level keys (e.g. ``schedule=...``)
+    before validation.
+    """
+    doc = load_located(_resolve("fault profile", name_or_path, folder))
+    if isinstance(doc.data, dict):
+        doc.data.setdefault("source", str(doc.path))
+        doc.data.update(overrides)
+    spec = validate(doc, FaultSpec)
+    if services is not None:
+        check_target(spec, services, doc_path=doc.path, line=doc.line_of(("target",)))
+    return spec
+
+
+def check_target(spec: FaultSpec, services: set[str], *, doc_path: str | Path = "", line: int | None = None) -> None:
+    """The target names services of the stack (a hop: both ends)."""
+    names = [spec.target.service] if spec.target.service else list(spec.target.hop or ())
+    for n in names:
+        if n not in services:
+            raise SpecError(doc_path or spec.source, line, "target",
+                            f"unknown service {n!r} (the stack has: {', '.join(sorted(services))})")
+
+
+def load_profiles(folder: Path = PROFILES_DIR) -> dict[str, FaultSpec]:
+    """Every profile in ``folder`` by kind; the first invalid one raises."""
+    return {p.stem: load_fault(p) for p in sorted(folder.glob("*.yaml"))}

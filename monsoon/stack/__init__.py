@@ -1,0 +1,1 @@
+"""Stacks: start, supervise and stop a deployment under test; ports, readiness, labels and the reaper, provisioning."""

@@ -1,0 +1,246 @@
+"""Device provisioning: make sure the devices of a run exist and know their
+MQTT credentials.
+
+* :class:`TbRestProvisioner` talks to a ThingsBoard-style REST API.
+* :class:`NoProvisioner` is for a plain broker: nothing to create, the token
+  is the device name.
+"""
+
+from __future__ import annotations
+from dataclasses import dataclass
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from requests.adapters import HTTPAdapter
+
+
+
+
+__all__ = ["NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names"]
+
+DEVICE_TYPE = "monsoon"
+
+
+class ProvisionError(RuntimeError):
+    """A provisioning call failed; the message names URL, status and body."""
+
+
+def device_names(prefix: str, n: int) -> list[tuple[str, str]]:
+    """``n`` (name, token) pairs: names ``f"{prefix}-{i:05d}"``, tokens derived
+    deterministically from the name (so a re-run reuses the same devices and
+    credentials), 20 hex characters."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    out = []
+    for i in range(n):
+        name = f"{prefix}-{i:05d}"
+        token = hashlib.sha256(f"monsoon-token:{name}".encode()).hexdigest()[:20]
+        out.append((name, token))
+    return out
+
+
+def _body_text(resp: requests.Response) -> str:
+    """TB errors are JSON with a "message"; fall back to the raw body."""
+    text = resp.text or ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    return text.strip()[:500]
+
+
+class NoProvisioner:
+    """For a plain MQTT broker: no devices to create; token = name."""
+
+    def login(self) -> None:
+        pass
+
+    def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:
+        return [Device(name, name) for name, _ in names_and_tokens]
+
+    def delete_devices(self, names: Iterable[str]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TbRestProvisioner:
+    """Create/look up/delete devices through ThingsBoard's REST API.
+
+    Thread-safe: ``ensure_devices`` fans out over a pool of ``workers``
+    threads sharing one ``requests.Session`` (connection pool sized to the
+    pool); the auth header is built per request, never stored on the session.
+    A 401 on any call refreshes the JWT once (``POST /api/auth/token``, or a
+    fresh login if the refresh token is rejected) and retries the call.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        timeout: float = 10,
+        *,
+        workers: int = 8,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self.password = password
+        self.timeout = timeout
+        self.workers = workers
+        self._session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(workers, 1))
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+        self._token: str | None = None
+        self._refresh: str | None = None
+        self._gen = 0  # bumped on every new token, so concurrent 401s refresh once
+        self._auth_lock = threading.Lock()
+        self._reauth_lock = threading.Lock()
+
+    # ----------------------------------------------------------------- auth
+    def _post_json(self, what: str, path: str, body: dict[str, Any]) -> requests.Response:
+        url = self.base_url + path
+        try:
+            return self._session.post(url, json=body, timeout=self.timeout)
+        except requests.RequestException as e:
+            raise ProvisionError(f"{what} {url} failed: {type(e).__name__}: {e}") from e
+
+    def login(self) -> None:
+        """POST /api/auth/login; keeps the JWT and refresh token."""
+        resp = self._post_json(
+            "login to", "/api/auth/login", {"username": self.username, "password": self.password}
+        )
+        if resp.status_code != 200:
+            raise ProvisionError(
+                f"login to {self.base_url} failed: {resp.status_code} {_body_text(resp)}"
+            )
+        data = resp.json()
+        with self._auth_lock:
+            self._token = data["token"]
+            self._refresh = data.get("refreshToken")
+            self._gen += 1
+
+    def _reauth(self, seen_gen: int) -> None:
+        with self._reauth_lock:  # one refresh at a time; the others reuse it
+            with self._auth_lock:
+                if self._gen != seen_gen:
+                    return  # another thread already got a fresh token
+                refresh = self._refresh
+            self._reauth_locked(refresh)
+
+    def _reauth_locked(self, refresh: str | None) -> None:
+        if refresh:
+            resp = self._post_json("token refresh at", "/api/auth/token", {"refreshToken": refresh})
+            if resp.status_code == 200:
+                data = resp.json()
+                with self._auth_lock:
+                    self._token = data["token"]
+                    self._refresh = data.get("refreshToken", refresh)
+                    self._gen += 1
+                return
+        self.login()
+
+    def _request(
+        self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **kw: Any
+    ) -> requests.Response:
+        """One authenticated call; returns the response if its status is in
+        ``ok`` (404 may be listed), raises ProvisionError otherwise."""
+        if self._token is None:
+            self.login()
+        url = self.base_url + path
+        for attempt in (0, 1):
+            with self._auth_lock:
+                token, gen = self._token, self._gen
+            try:
+                resp = self._session.request(
+                    method, url, headers={"X-Authorization": f"Bearer {token}"},
+                    timeout=self.timeout, **kw,
+                )
+            except requests.RequestException as e:
+                raise ProvisionError(f"{method} {url} failed: {type(e).__name__}: {e}") from e
+            if resp.status_code == 401 and attempt == 0:
+                self._reauth(gen)
+                continue
+            if resp.status_code in ok:
+                return resp
+            raise ProvisionError(f"{method} {url} failed: {resp.status_code} {_body_text(resp)}")
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -------------------------------------------------------------- devices
+    def _find(self, name: str) -> dict[str, Any] | None:
+        resp = self._request(
+            "GET", f"/api/tenant/devices?deviceName={quote(name, safe='')}", ok=(200, 404)
+        )
+        return None if resp.status_code == 404 else resp.json()
+
+    def _credentials(self, device: dict[str, Any]) -> str:
+        dev_id = device["id"]["id"]
+        resp = self._request("GET", f"/api/device/{dev_id}/credentials")
+        return resp.json()["credentialsId"]
+
+    def _ensure_one(self, name: str, token: str) -> Device:
+        existing = self._find(name)
+        if existing is None:
+            try:
+                self._request(
+                    "POST", f"/api/device?accessToken={quote(token, safe='')}",
+                    json={"name": name, "type": DEVICE_TYPE},
+                )
+                return Device(name, token)
+            except ProvisionError as e:
+                # lost a race with a concurrent creator: look it up again
+                existing = self._find(name)
+                if existing is None:
+                    raise e
+        return Device(name, self._credentials(existing))
+
+    def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:
+        """Idempotent: create the missing devices (with the given token),
+        return every device with its *real* token, in input order."""
+        if self._token is None:
+            self.login()
+        if not names_and_tokens:
+            return []
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="monsoon-provision") as pool:
+            return list(pool.map(lambda nt: self._ensure_one(*nt), names_and_tokens))
+
+    def _delete_one(self, name: str) -> None:
+        existing = self._find(name)
+        if existing is not None:
+            self._request("DELETE", f"/api/device/{existing['id']['id']}", ok=(200, 404))
+
+    def delete_devices(self, names: Iterable[str]) -> None:
+        """Delete the named devices; absent ones are fine."""
+        names = list(names)
+        if self._token is None:
+            self.login()
+        if not names:
+            return
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="monsoon-provision") as pool:
+            list(pool.map(self._delete_one, names))
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> TbRestProvisioner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    token: str

@@ -1,0 +1,384 @@
+"""Run a stack (a deployment under test) as supervised local processes.
+
+``Stack`` starts the services of a :class:`~monsoon.specs.StackSpec` in
+dependency order on free 127.0.0.1 ports, waits for each to be ready, keeps
+each service's output in ``<stack_dir>/logs/<service>.log``, restarts services
+whose policy says so, reports every start/ready/exit/restart through an
+``on_event`` callback, and tears everything down on every exit path
+(``__exit__`` also undoes a half-started stack).
+
+Every process gets ``MONSOON_RUN_ID`` in its environment and its own process
+group, so a leftover can be found (``find_leftovers``) and killed as a group;
+``MONSOON_OWNER_PID`` beside it names the monsoon process that started it, so
+``monsoon heal --all`` can tell a live run from one whose monsoon was killed.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from monsoon.paths import CACHE, REPO
+from monsoon.spec.stack import ServiceSpec, StackSpec, TEMPLATE_RE
+from monsoon.stack.ports import StackError, allocate_ports
+from monsoon.stack.ready import _ready_once
+from monsoon.stack.reaper import OWNER_ENV
+
+
+
+
+
+OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
+
+EventSink = Callable[..., Any]
+
+
+
+
+# what a server prints when its port is taken: Python, the JVM, Go, Postgres, mosquitto
+PORT_TAKEN = re.compile(r"Address already in use|BindException|EADDRINUSE|could not bind", re.I)
+START_ATTEMPTS = 3
+
+
+def _noop(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+# ----------------------------------------------------------------- templates
+
+def render(value: str, ctx: dict[str, str], ports: dict[str, int]) -> str:
+    def sub(m: re.Match) -> str:
+        name, arg = m.group(1), m.group(2)
+        if name == "port":
+            return str(ports[arg])
+        return ctx[name]
+    return TEMPLATE_RE.sub(sub, value)
+
+
+
+
+
+
+# ----------------------------------------------------------------- readiness
+
+
+
+# ------------------------------------------------------------------ services
+
+@dataclass
+class Service:
+    name: str
+    spec: ServiceSpec
+    command: list[str]
+    env: dict[str, str]
+    dir: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    exits: list[dict] = field(default_factory=list)
+    supervisor: threading.Thread | None = None
+    sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+
+def exit_cause(code: int, log_tail: str, sent: int | None = None) -> tuple[str, bool]:
+    """Human cause of an exit and whether it was an out-of-memory death.
+
+    ``sent`` is the signal monsoon itself sent the service (a pod-kill fault): an exit by that
+    signal is named as monsoon's kill, not guessed at (an OutOfMemoryError in the log still wins)."""
+    oom_in_log = any(p.search(log_tail) for p in OOM_PATTERNS)
+    if code == 3 and oom_in_log:
+        return "java.lang.OutOfMemoryError (JVM exit 3)", True
+    if sent is not None and code == 128 + sent and not oom_in_log:
+        return f"killed by monsoon with {signal.Signals(sent).name} (exit {code})", False
+    if code == 137:
+        return ("SIGKILL (exit 137) after OutOfMemoryError in log" if oom_in_log
+                else "SIGKILL (exit 137): killed, possibly by the kernel OOM killer"), oom_in_log
+    if oom_in_log:
+        return f"exit {code} with OutOfMemoryError in log", True
+    if code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit {code})", False
+        except ValueError:
+            pass
+    return f"exit {code}", False
+
+
+def _tail(path: Path, nbytes: int = 65536) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - nbytes))
+            return fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class Stack:
+    def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
+                 ready_timeout_scale: float = 1.0, profile: str = "quick",
+                 env_overrides: dict[str, dict[str, str]] | None = None):
+        self.spec = spec
+        self.profile = profile
+        unknown = sorted(set(env_overrides or {}) - set(spec.services))
+        if unknown:
+            raise StackError(f"env for unknown service(s) {', '.join(unknown)} of stack {spec.name!r} "
+                             f"(it has: {', '.join(spec.services)})")
+        self.env_overrides = env_overrides or {}
+        self.dir = Path(stack_dir)
+        self.run_id = run_id
+        self.on_event = on_event
+        self.scale = ready_timeout_scale
+        self.ports: dict[str, int] = {}
+        self.ctx: dict[str, str] = {}
+        self.services: dict[str, Service] = {}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    # --- templates
+    def render(self, value: str, service_dir: Path | None = None) -> str:
+        ctx = dict(self.ctx)
+        if service_dir is not None:
+            ctx["dir"] = str(service_dir)
+        return render(value, ctx, self.ports)
+
+    def endpoint(self, value: str) -> str:
+        """Render a stack-level template (devices.port, storage.dsn, ...)."""
+        return self.render(value)
+
+    # --- lifecycle
+    def _base_ctx(self) -> dict[str, str]:
+        return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+
+    def preflight(self) -> None:
+        """Check every declared requirement before touching anything."""
+        problems = []
+        ctx = self._base_ctx()
+        for name, svc in self.spec.services.items():
+            for req in svc.requires:
+                if req.binary and shutil.which(req.binary) is None:
+                    problems.append(f"service {name!r} needs `{req.binary}` on PATH: {req.hint or 'install it'}")
+                if req.path and not Path(render(req.path, ctx, {})).exists():
+                    problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
+        if problems:
+            raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
+
+    def start(self) -> "Stack":
+        """Start every service in dependency order, each once ready.
+
+        Ports are chosen free, then released for the services to bind: another process can take one in
+        between. A service that dies at start-up saying its address is in use makes the stack stop and
+        start again on new ports (up to START_ATTEMPTS times in all, each with its own stack-start event)."""
+        self.preflight()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        for attempt in itertools.count(1):
+            self.ports = allocate_ports(self.spec)
+            self.ctx = self._base_ctx()
+            self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports, attempt=attempt)
+            try:
+                for name in self.spec.start_order():
+                    self._start_service(name)
+                return self
+            except BaseException as e:
+                self.stop()
+                if not getattr(e, "port_taken", False) or attempt == START_ATTEMPTS:
+                    raise
+                self.on_event("op", op="stack-retry", stack=self.spec.name, attempt=attempt,
+                              reason=str(e).splitlines()[0])
+                self.services = {}
+                self._stopping.clear()
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _build(self, name: str) -> Service:
+        spec = self.spec.services[name]
+        sdir = self.dir / "services" / name
+        sdir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        try:
+            env.update({k: self.render(v, sdir) for k, v in spec.env_for(self.profile).items()})
+            env.update({k: self.render(v, sdir) for k, v in self.env_overrides.get(name, {}).items()})
+        except ValueError as e:
+            raise StackError(f"service {name!r}: {e} (in {self.spec.source})") from None
+        env["MONSOON_RUN_ID"] = self.run_id
+        env[OWNER_ENV] = str(os.getpid())     # the monsoon process that owns the run (heal --all skips live runs)
+        env["MONSOON_SERVICE"] = name
+        cmd = [self.render(c, sdir) for c in spec.command]
+        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log")
+
+    def _spawn(self, svc: Service) -> None:
+        with open(svc.log_path, "ab") as log:
+            log.write(f"--- monsoon: start #{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
+            log.flush()
+            try:
+                svc.proc = subprocess.Popen(svc.command, env=svc.env, cwd=svc.dir, stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True)
+            except FileNotFoundError:
+                raise StackError(f"service {svc.name!r}: command not found: {svc.command[0]}") from None
+            except PermissionError:
+                raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
+        svc.starts += 1
+        svc.sent = None
+        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts)
+
+    def _start_service(self, name: str) -> None:
+        svc = self._build(name)
+        self.services[name] = svc
+        self._spawn(svc)
+        self._wait_ready(svc)
+        svc.supervisor = threading.Thread(target=self._supervise, args=(svc,), name=f"supervise-{name}",
+                                          daemon=True)
+        svc.supervisor.start()
+
+    def _wait_ready(self, svc: Service, first: bool = True) -> bool:
+        ready = svc.spec.ready
+        t0 = time.monotonic()
+        if ready is None:
+            time.sleep(0.2)
+            if svc.proc.poll() is not None and first:
+                raise self._died(svc, t0)
+            self.on_event("service", service=svc.name, event="ready", after_s=0.0)
+            return True
+        deadline = t0 + ready.timeout * self.scale
+        while time.monotonic() < deadline:
+            if self._stopping.is_set():
+                return False
+            if svc.proc.poll() is not None:
+                if first:
+                    raise self._died(svc, t0)
+                return False
+            if _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
+                self.on_event("service", service=svc.name, event="ready", after_s=round(time.monotonic() - t0, 3))
+                return True
+            time.sleep(0.1)
+        if first:
+            what = ready.tcp or ready.http or f"log /{ready.log}/"
+            raise StackError(f"service {svc.name!r} not ready after {ready.timeout * self.scale:.0f}s "
+                             f"(waiting for {self.render(what, svc.dir)}); last log lines of {svc.log_path}:\n"
+                             + _last_lines(svc.log_path))
+        return False
+
+    def _died(self, svc: Service, t0: float) -> StackError:
+        code = _norm(svc.proc.returncode)
+        this_start = _tail(svc.log_path).rpartition("--- monsoon: start #")[2]
+        taken = PORT_TAKEN.search(this_start) is not None
+        err = StackError(f"service {svc.name!r} exited with code {code} during start-up "
+                         f"after {time.monotonic() - t0:.1f}s" + (" (its address was in use)" if taken else "")
+                         + f"; last log lines of {svc.log_path}:\n" + _last_lines(svc.log_path))
+        err.port_taken = taken
+        return err
+
+    def _supervise(self, svc: Service) -> None:
+        while not self._stopping.is_set():
+            proc = svc.proc
+            code = _norm(proc.wait())
+            if self._stopping.is_set():
+                return
+            cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent)
+            ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
+            svc.exits.append(ev)
+            self.on_event("service", service=svc.name, event="exit", **ev)
+            policy = svc.spec.restart
+            if policy == "no" or (policy == "on-failure" and code == 0):
+                return
+            if self._stopping.wait(svc.spec.restart_delay):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                try:
+                    self._spawn(svc)
+                except StackError as e:
+                    self.on_event("service", service=svc.name, event="restart-failed", error=str(e))
+                    return
+            self.on_event("service", service=svc.name, event="restart", n=svc.starts)
+            self._wait_ready(svc, first=False)
+
+    # --- capabilities
+    def pid(self, service: str) -> int | None:
+        return self.services[service].pid
+
+    def kill(self, service: str, sig: int = signal.SIGKILL) -> None:
+        svc = self.services[service]
+        if svc.proc and svc.proc.poll() is None:
+            if sig not in (signal.SIGSTOP, signal.SIGCONT):
+                svc.sent = int(sig)
+            os.killpg(svc.proc.pid, sig)
+
+    def log_path(self, service: str) -> Path:
+        return self.services[service].log_path
+
+    def stop(self) -> None:
+        """Stop every service, newest first: SIGTERM to its group, then SIGKILL after stop_timeout."""
+        with self._lock:
+            self._stopping.set()
+        for name in reversed(list(self.services)):
+            svc = self.services[name]
+            if svc.proc is None:
+                continue
+            _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
+            self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
+        for svc in self.services.values():
+            if svc.supervisor and svc.supervisor is not threading.current_thread():
+                svc.supervisor.join(timeout=5)
+            if svc.spec.ephemeral:
+                shutil.rmtree(svc.dir, ignore_errors=True)
+
+
+def _norm(code: int | None) -> int:
+    if code is None:
+        return -1
+    return 128 - code if code < 0 else code
+
+
+def _terminate_group(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> None:
+    pgid = proc.pid
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    # the leader may be gone while children of its group linger: kill the group regardless
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _last_lines(path: Path, n: int = 25) -> str:
+    lines = _tail(path).splitlines()[-n:]
+    return "\n".join("    " + ln for ln in lines) or "    (empty log)"
+
+
+
+
+
+
+
+

@@ -1,0 +1,496 @@
+"""Accounting of every (device, seq) over ``sent.csv``, ``acked.csv`` and ``stored.csv``: lost,
+duplicated, unexpected, reordered (numpy over int columns; one pass per file)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+import numpy as np
+
+from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
+
+
+MISSING = np.iinfo(np.int64).min      # an empty optional field (e.g. stored_ms NULL)
+
+
+_CHUNK = 2 << 20                      # bytes per parsed chunk (~40k rows): bounds the temporaries
+
+
+_INT32_MIN = np.iinfo(np.int32).min
+
+
+class _Names:
+    """Device name <-> small int code; names are hashed in bulk, decoded once per new name."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.code: dict[str, int] = {}
+        self.by_hash: dict[int, tuple[bytes, int]] = {}    # hash -> (name bytes, code)
+
+    def get(self, name: str) -> int:
+        c = self.code.get(name)
+        if c is None:
+            c = self.code[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+
+# name hash: sum of 64-bit word i * P**(i+1) mod 2**64 (odd P); only a fast path, verified row by row
+_POW = np.cumprod(np.full(64, 1099511628211, dtype=np.uint64))
+
+
+_TEN = 10 ** np.arange(19, dtype=np.int64)
+
+
+def _fast_chunk(data: bytes, ncol: int, want: list[int], required: list[bool], names: _Names, dev_col: int):
+    """Parse complete ``\\n``-terminated lines of exactly ``ncol`` plain fields; None if that is not so."""
+    if b'"' in data:
+        return None
+    buf = np.frombuffer(data + bytes(520), dtype=np.uint8)   # padded: a gather past the end reads zeros
+    nl = np.flatnonzero(buf == 10)
+    rows = len(nl)
+    if rows == 0:
+        return None
+    commas = np.flatnonzero(buf == 44)
+    k = ncol - 1
+    if len(commas) != rows * k:
+        return None
+    starts = np.empty(rows, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = nl[:-1] + 1
+    if k:
+        commas = commas.reshape(rows, k)
+        if (commas[:, 0] < starts).any() or (commas[:, -1] >= nl).any():
+            return None
+        fs = [starts] + [commas[:, j] + 1 for j in range(k)]
+        fe = [commas[:, j] for j in range(k)] + [nl]
+    else:
+        fs, fe = [starts], [nl]
+    # device names -> codes: hash each name's bytes as 64-bit words, then check every row against the
+    # name its hash stands for, so a collision cannot merge two devices (it takes the slow path instead)
+    s, ln = fs[dev_col], fe[dev_col] - fs[dev_col]
+    maxl = int(ln.max())
+    if maxl > 512 or int(ln.min()) == 0:
+        return None
+    w = (maxl + 7) // 8 * 8
+    ar = np.arange(w)
+    g = buf[s[:, None] + ar]
+    g[ar >= ln[:, None]] = 0
+    words = g.view(np.uint64)
+    h = words @ _POW[:w // 8]
+    h ^= ln.astype(np.uint64) << np.uint64(56)
+    uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    if not (words == words[first[inv]]).all():
+        return None
+    lut = np.empty(len(uniq), dtype=np.int32)
+    for i, (hv, fi) in enumerate(zip(uniq.tolist(), first.tolist())):
+        raw = data[int(s[fi]):int(s[fi] + ln[fi])]
+        known = names.by_hash.get(hv)
+        if known is None:
+            known = names.by_hash[hv] = (raw, names.get(raw.decode("utf-8", "replace")))
+        elif known[0] != raw:
+            return None
+        lut[i] = known[1]
+    codes = lut[inv]
+    cols = []
+    drop = None
+    for j, req in zip(want, required):
+        e, ln = fe[j], fe[j] - fs[j]
+        if req and int(ln.min()) == 0:       # a row without its seq: skipped, as the slow path does
+            drop = (ln == 0) if drop is None else drop | (ln == 0)
+        maxl = int(ln.max())
+        if maxl > 18:
+            return None
+        if maxl == 0:
+            cols.append(np.full(rows, MISSING, dtype=np.int64))
+            continue
+        ar = np.arange(maxl)
+        # right-aligned digits: column i holds the digit worth 10**(maxl-1-i); absent leading digits are 0
+        d = buf[e[:, None] - maxl + ar].astype(np.int64) - 48    # (a negative index is masked below)
+        d[ar < maxl - ln[:, None]] = 0
+        if ((d < 0) | (d > 9)).any():
+            return None
+        v = d @ _TEN[maxl - 1::-1]
+        v[ln == 0] = MISSING
+        cols.append(v)
+    if drop is not None:
+        keep = ~drop
+        codes, cols = codes[keep], [c[keep] for c in cols]
+    return codes, cols
+
+
+def _int(x: str) -> int:
+    x = x.strip()
+    if not x:
+        return MISSING
+    try:
+        return int(x)
+    except ValueError:
+        return int(float(x))
+
+
+def _slow_chunk(text: str, ncol: int, want: list[int], required: list[bool], names: _Names, dev_col: int):
+    """The csv module's way, one row at a time: skips rows that are torn or malformed."""
+    codes: list[int] = []
+    cols: list[list[int]] = [[] for _ in want]
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) < ncol or not row[dev_col]:
+            continue
+        try:
+            vals = [_int(row[j]) for j in want]
+        except (ValueError, OverflowError):
+            continue
+        if any(r and v == MISSING for r, v in zip(required, vals)):
+            continue
+        codes.append(names.get(row[dev_col]))
+        for c, v in zip(cols, vals):
+            c.append(v)
+    return np.array(codes, dtype=np.int32), [np.array(c, dtype=np.int64) for c in cols]
+
+
+def csv_header(path: Path) -> list[str]:
+    with open(path, "rb") as fh:
+        head = fh.readline().decode("utf-8", "replace").strip("\r\n")
+    return next(csv.reader([head]), []) if head else []
+
+
+def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (), names: _Names | None = None
+                 ) -> tuple[list[str], Iterator[tuple[np.ndarray, list[np.ndarray]]]]:
+    """Stream a CSV with a ``device`` column and integer ``columns`` in chunks of numpy arrays.
+
+    Returns the columns found (``columns`` then the ``optional`` ones the header has) and an iterator of
+    ``(device codes, [int64 array per column found])``.  A header that does not name ``device`` and the
+    first column is read by position (device, then ``columns``, then ``optional``): a query whose columns
+    were not named with ``AS``.
+    """
+    names = names if names is not None else _Names()
+    header = csv_header(path)
+    if "device" in header and columns[0] in header:
+        idx = {h: i for i, h in enumerate(header)}
+    else:
+        idx = {n: i for i, n in enumerate(["device", *columns, *optional][:len(header)])}
+    present = [c for c in columns if c in idx] + [c for c in optional if c in idx]
+    if "device" not in idx or any(c not in idx for c in columns):
+        return present, iter(())
+    ncol, dev = len(header), idx["device"]
+    want = [idx[c] for c in present]
+    required = [c in columns for c in present]
+
+    def chunks() -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+        with open(path, "rb") as fh:
+            fh.readline()
+            rest = b""
+            while True:
+                block = fh.read(_CHUNK)
+                if not block:
+                    break
+                data = rest + block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                rest, data = data[cut + 1:], data[:cut + 1]
+                if b"\r" in data:
+                    data = data.replace(b"\r", b"")
+                out = _fast_chunk(data, ncol, want, required, names, dev)
+                if out is None:
+                    out = _slow_chunk(data.decode("utf-8", "replace"), ncol, want, required, names, dev)
+                yield out
+            if rest.strip():    # a last line without its newline: an interrupted writer
+                yield _slow_chunk(rest.decode("utf-8", "replace"), ncol, want, required, names, dev)
+
+    return present, chunks()
+
+
+class _Grow:
+    """A growable 1-D numpy array (amortised doubling)."""
+
+    __slots__ = ("a", "n")
+
+    def __init__(self, dtype, fill=0, cap: int = 0):
+        self.a = np.full(max(cap, 16), fill, dtype=dtype)
+        self.n = 0
+
+    def ensure(self, size: int, fill=0) -> None:
+        if size > len(self.a):
+            new = np.full(max(size, 2 * len(self.a)), fill, dtype=self.a.dtype)
+            new[:len(self.a)] = self.a
+            self.a = new
+
+    def extend(self, v: np.ndarray) -> None:
+        self.ensure(self.n + len(v))
+        self.a[self.n:self.n + len(v)] = v
+        self.n += len(v)
+
+    def view(self) -> np.ndarray:
+        return self.a[:self.n]
+
+
+class _Times(_Grow):
+    """Growable epoch-ms values kept as int32 offsets from the first one (int64 once they span > 24 days)."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, cap: int = 0):
+        super().__init__(np.int32, 0, cap)
+        self.base: int | None = None
+
+    def extend(self, v: np.ndarray) -> None:
+        if len(v) == 0:
+            return
+        if self.base is None:
+            self.base = int(v[0])
+        off = v - self.base
+        if self.a.dtype == np.int32 and (off.min() < _INT32_MIN or off.max() > np.iinfo(np.int32).max):
+            self.a = self.a.astype(np.int64)
+        super().extend(off)
+
+    def view(self) -> np.ndarray:
+        return self.a[:self.n].astype(np.int64) + (self.base or 0)
+
+
+def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(code, row indices) for each device present in a chunk."""
+    if len(codes) == 0:
+        return
+    if (codes == codes[0]).all():
+        yield int(codes[0]), np.arange(len(codes))
+        return
+    # a stable sort of 16-bit keys is a radix sort: linear in the chunk
+    order = np.argsort(codes.astype(np.uint16) if len(codes) and codes.max() < 65536 else codes, kind="stable")
+    sc = codes[order]
+    cuts = np.flatnonzero(sc[1:] != sc[:-1]) + 1
+    for a, b in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(sc)]))):
+        yield int(sc[a]), order[a:b]
+
+
+@dataclass
+class Accounting:
+    """The outcome of every (device, seq); ``None`` where the inputs cannot tell."""
+
+    devices: int = 0
+    acked: int = 0                      # distinct acked keys
+    stored: int = 0                     # stored rows (copies)
+    acked_lost: int = 0
+    lost_sample: list[tuple[str, int]] = field(default_factory=list)
+    lost_keys: list[tuple[str, int]] | None = None   # every lost (device, seq): account(..., keep_lost=True)
+    duplicates: int = 0                 # copies beyond the first
+    duplicate_keys: int = 0
+    dup_sample: list[tuple[str, int, int]] = field(default_factory=list)   # (device, seq, copies)
+    stored_unacked: int = 0             # distinct stored keys never acked (recovered + unexpected)
+    sent: int | None = None             # messages handed out (sum of last_seq + 1), from sent.csv
+    recovered: int | None = None
+    unexpected: int | None = None
+    unexpected_devices: int | None = None
+    unexpected_sample: list[tuple[str, int]] = field(default_factory=list)
+    reordered: int | None = None
+    e2e_samples: int = 0
+    e2e_ms: dict[str, float] | None = None   # p50, p99, p999, max, min
+
+    def figures(self) -> dict[str, float]:
+        f: dict[str, float] = {"acked": self.acked, "acked_lost": self.acked_lost, "duplicates": self.duplicates,
+                               "stored": self.stored, "stored_unacked": self.stored_unacked}
+        if self.recovered is not None:
+            f["recovered"] = self.recovered
+        if self.unexpected is not None:
+            f["unexpected"] = self.unexpected
+        if self.reordered is not None:
+            f["reordered"] = self.reordered
+        if self.e2e_ms is not None:
+            f["e2e_samples"] = self.e2e_samples
+            f.update({f"e2e_{k}_ms": v for k, v in self.e2e_ms.items()})
+        return f
+
+
+def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """Nearest-rank percentile of a (sorted values, counts) distribution."""
+    cum = np.cumsum(counts)
+    rank = max(1, math.ceil(round(q / 100.0 * int(cum[-1]), 9)))   # round: 99.9 % of 1000 is 999, not 999.0000001
+    return float(values[min(len(values) - 1, int(np.searchsorted(cum, rank)))])
+
+
+def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
+    """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist.
+    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample)."""
+    dir = Path(dir)
+    names = _Names()
+    sent = read_sent(dir / sent_file)
+    bound: dict[int, int] = {}
+    if sent is not None:
+        for name, last in sent.items():
+            bound[names.get(name)] = last
+    stored_cols, _ = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",))
+    timed = "stored_ms" in stored_cols
+
+    # --- acked: per device, seq -> intended ms (int32 from a base; MIN = not acked), or a flag
+    acked: dict[int, _Grow] = {}
+    base: int | None = None
+    wide = False
+    _, it = read_columns(dir / ACKED_FILE, ["seq", "intended_ms"], (), names)
+    for codes, (seq, intended) in it:
+        keep = (seq >= 0) & (seq < (1 << 31))      # the fleet's seqs; a garbled row must not size an array
+        if not keep.all():
+            codes, seq, intended = codes[keep], seq[keep], intended[keep]
+        if len(seq) == 0:
+            continue
+        off = None
+        if timed:
+            if base is None:
+                base = int(intended[0])
+            off = intended - base
+            if not wide and (off.min() <= _INT32_MIN or off.max() > np.iinfo(np.int32).max):
+                wide = True     # more than 24 days apart: fall back to int64
+                for g in acked.values():
+                    a = g.a.astype(np.int64)
+                    a[g.a == _INT32_MIN] = MISSING
+                    g.a = a
+        for code, rows in _groups(codes):
+            g = acked.get(code)
+            if g is None:
+                g = acked[code] = _Grow(np.bool_ if not timed else (np.int64 if wide else np.int32),
+                                        (MISSING if wide else _INT32_MIN) if timed else False,
+                                        bound.get(code, -1) + 1)
+            s = seq[rows]
+            top = int(s.max()) + 1
+            g.ensure(top, (MISSING if wide else _INT32_MIN) if timed else False)
+            g.n = max(g.n, top)
+            g.a[s] = off[rows] if timed else True
+
+    # --- stored: per device, a copy count for every seq in the dense range; the rest kept sparse
+    dense = {c: max(bound.get(c, -1) + 1, acked[c].n if c in acked else 0)
+             for c in set(bound) | set(acked)}
+    count: dict[int, np.ndarray] = {c: np.zeros(n, dtype=np.uint16) for c, n in dense.items()}
+    rows_seq: dict[int, _Grow] = {}     # int32: a dense seq is below the device's sent count
+    rows_ms: dict[int, _Times] = {}
+    sparse: list[np.ndarray] = []       # (code << 40 | seq) of rows outside the dense range
+    sparse_bad = 0                      # ... whose seq cannot be keyed (negative or huge)
+    n_stored = n_timed = 0
+    _, it = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",) if timed else (), names)
+    for codes, cols in it:
+        seq = cols[0]
+        n_stored += len(seq)
+        for code, rows in _groups(codes):
+            s = seq[rows]
+            n = dense.get(code, 0)
+            inside = (s >= 0) & (s < n)
+            if not inside.all():
+                out = s[~inside]
+                ok = (out >= 0) & (out < (1 << 40))
+                sparse_bad += int((~ok).sum())
+                sparse.append((np.int64(code) << np.int64(40)) | out[ok])
+                rows, s = rows[inside], s[inside]
+            if len(s) == 0:
+                continue
+            u, c = np.unique(s, return_counts=True)     # (np.add.at is slower)
+            count[code][u] += c.astype(np.uint16)
+            if timed:
+                ms = cols[1][rows]
+                has = ms != MISSING
+                if not has.all():
+                    s, ms = s[has], ms[has]
+                n_timed += len(s)
+                if code not in rows_seq:    # sized for one copy of every dense seq: no regrowth normally
+                    rows_seq[code], rows_ms[code] = _Grow(np.int32, 0, len(count[code]) + 1024), \
+                        _Times(len(count[code]) + 1024)
+                rows_seq[code].extend(s)
+                rows_ms[code].extend(ms)
+
+    acc = Accounting(stored=n_stored)
+    dev_names = names.names
+    lost_s: list[tuple[str, int]] = []
+    dup_s: list[tuple[str, int, int]] = []
+    unexp_s: list[tuple[str, int]] = []
+    unexpected = recovered = 0
+    unexp_devs: set[int] = set()
+    lat_vals: list[np.ndarray] = []
+    lat_cnts: list[np.ndarray] = []
+    reordered = 0
+    for code in sorted(count, key=lambda c: dev_names[c]):
+        cnt = count[code]
+        n = len(cnt)
+        g = acked.get(code)
+        a = np.zeros(n, dtype=bool)
+        if g is not None:
+            av = g.a[:n]
+            a[:len(av)] = (av != (MISSING if wide else _INT32_MIN)) if timed else av
+        st = cnt > 0
+        acc.acked += int(a.sum())
+        lost = np.flatnonzero(a & ~st)
+        acc.acked_lost += len(lost)
+        lost_s.extend((dev_names[code], int(x)) for x in (lost if keep_lost else lost[:5]))
+        dup = cnt > 1
+        nd = int(dup.sum())
+        if nd:
+            acc.duplicate_keys += nd
+            acc.duplicates += int(cnt[dup].sum()) - nd
+            dup_s.extend((dev_names[code], int(x), int(cnt[x])) for x in np.flatnonzero(dup)[:5])
+        unacked = st & ~a
+        acc.stored_unacked += int(unacked.sum())
+        if sent is not None:
+            b = bound.get(code, -1)
+            ue = np.flatnonzero(unacked[b + 1:]) + b + 1
+            unexpected += len(ue)
+            recovered += int(unacked[:b + 1].sum())
+            if len(ue):
+                unexp_devs.add(code)
+                unexp_s.extend((dev_names[code], int(x)) for x in ue[:5])
+        if timed and code in rows_seq:
+            s, ms = rows_seq[code].view().astype(np.int64), rows_ms[code].view()
+            o = np.lexsort((ms, s))                  # by seq, then stored time: first copies first
+            s, ms = s[o], ms[o]
+            first = np.ones(len(s), dtype=bool)
+            first[1:] = s[1:] != s[:-1]
+            s, ms = s[first], ms[first]
+            if g is not None:
+                ok = a[s]
+                if ok.any():
+                    lat = ms[ok] - (g.a[s[ok]].astype(np.int64) + (base or 0))
+                    v, c = np.unique(lat, return_counts=True)
+                    lat_vals.append(v)
+                    lat_cnts.append(c)
+            o = np.lexsort((s, ms))                  # stored order; ties in seq order
+            s2 = s[o]
+            if len(s2) > 1:
+                reordered += int((s2[1:] < np.maximum.accumulate(s2)[:-1]).sum())
+            rows_seq.pop(code)
+            rows_ms.pop(code)
+    # rows outside the dense range: never acked; unexpected when sent.csv says they were never sent
+    if sparse:
+        keys = np.concatenate(sparse)
+        uk, uc = np.unique(keys, return_counts=True)
+        acc.stored_unacked += len(uk)
+        dupk = uc > 1
+        acc.duplicate_keys += int(dupk.sum())
+        acc.duplicates += int(uc[dupk].sum() - dupk.sum())
+        if sent is not None:
+            unexpected += len(uk)
+            devs = (uk >> np.int64(40)).astype(np.int64)
+            unexp_devs.update(int(d) for d in np.unique(devs))
+            unexp_s.extend((dev_names[int(k >> 40)], int(k & ((1 << 40) - 1))) for k in uk[:5].tolist())
+    if sparse_bad:
+        acc.stored_unacked += sparse_bad
+        if sent is not None:
+            unexpected += sparse_bad
+    acc.devices = len(dev_names)
+    acc.lost_sample = sorted(lost_s)[:5]
+    if keep_lost:
+        acc.lost_keys = lost_s
+    acc.dup_sample = sorted(dup_s)[:5]
+    if sent is not None:
+        acc.sent = sum(max(0, v + 1) for v in sent.values())
+        acc.recovered, acc.unexpected = recovered, unexpected
+        acc.unexpected_devices = len(unexp_devs)
+        acc.unexpected_sample = sorted(unexp_s)[:5]
+    if timed and n_timed:       # a stored_ms column of NULLs tells nothing
+        acc.reordered = reordered
+        if lat_vals:
+            v, inv = np.unique(np.concatenate(lat_vals), return_inverse=True)
+            c = np.bincount(inv.reshape(-1), weights=np.concatenate(lat_cnts)).astype(np.int64)
+            acc.e2e_samples = int(c.sum())
+            acc.e2e_ms = {"p50": _pct_counts(v, c, 50), "p99": _pct_counts(v, c, 99),
+                          "p999": _pct_counts(v, c, 99.9), "max": float(v[-1]), "min": float(v[0])}
+    return acc

@@ -1,0 +1,1 @@
+"""monsoon's own tests."""

@@ -1,0 +1,1 @@
+"""monsoon's integration tests: real Kafka, Postgres, Toxiproxy, the reference platform."""

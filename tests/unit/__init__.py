@@ -1,0 +1,1 @@
+"""monsoon's unit tests: pure logic, fakes allowed, no live service."""
