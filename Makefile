@@ -10,13 +10,14 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load clean reap
+.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load clean reap
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
+	@echo "make lint       the import contracts (layers, no cycles): lint-imports"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
@@ -71,8 +72,12 @@ setup: venv kafka debs platform toxiproxy ferretdb infinispan loadgen
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
 
-test: setup
+test: setup lint
 	$(PYTEST) tests $(PYTEST_ARGS)
+
+# the import contracts in pyproject.toml: the layers, checks/report only on the timeline and specs, no cycles
+lint: venv
+	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)

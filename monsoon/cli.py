@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import subprocess
+
 from monsoon.checks.registry import evaluate
 from monsoon.faults.heal import heal_everything
 from monsoon.faults.kube import to_yaml
@@ -16,14 +18,13 @@ from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
-from monsoon.rundir import RESULT_FILE, new_run_id
 from monsoon.run.validate import load_checked
+from monsoon.rundir import RESULT_FILE, new_run_id
 from monsoon.spec.fault import load_fault
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.reaper import reap
 from monsoon.timeline.store import Events
-
 
 
 def analyze(run_dir: Path) -> dict:
@@ -82,7 +83,6 @@ def story_problems(summary: dict) -> list[str]:
 
 def demo(extra: list[str]) -> int:
     """Run the burst scenarios under pytest, print the checklist, and say whether the story was reproduced."""
-    import subprocess
     run_id = new_run_id()
     cmd = [sys.executable, "-m", "pytest", "-m", "burst", str(REPO / "pytest"), "-p", "no:cacheprovider",
            "--monsoon-run-id", run_id, *extra]

@@ -19,6 +19,7 @@ from monsoon.spec.base import PROFILES
 
 
 
+
 MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",

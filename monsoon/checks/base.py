@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from monsoon.timeline.accounting import account
 from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
+from monsoon.timeline.accounting import account
 from monsoon.timeline.hdrlog import phase_histograms
 from monsoon.timeline.store import Events
+
 
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"

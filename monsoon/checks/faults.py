@@ -28,6 +28,7 @@ from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 
 
 
+
 LATENCY_DEFAULT_DURING = "faults"
 
 

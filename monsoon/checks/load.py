@@ -24,6 +24,7 @@ from monsoon.checks.base import PASS, RunData, UNKNOWN, Verdict
 
 
 
+
 __all__ = ["load_valid"]
 
 

@@ -35,10 +35,11 @@ plain ``name,int,...`` lines: quotes, signs, decimals, a torn last line).
 """
 from __future__ import annotations
 
-
-
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
+
+
+
 
 
 

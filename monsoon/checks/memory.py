@@ -52,6 +52,7 @@ from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 
 
 
+
 MIN_POINTS = 10
 T_SIGNIFICANT = 3.0
 

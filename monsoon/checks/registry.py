@@ -33,6 +33,7 @@ from monsoon.checks.slo import error_budget
 
 
 
+
 CHECKS: dict[str, Callable[..., Verdict]] = {
     "lag_recovers_within": lag_recovers_within,
     "no_acked_loss": no_acked_loss,

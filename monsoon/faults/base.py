@@ -23,6 +23,7 @@ from monsoon.stack.reaper import check_run_id
 
 
 
+
 _seq = itertools.count(1)
 
 

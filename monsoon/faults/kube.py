@@ -52,6 +52,7 @@ from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 
 
 
+
 FAULT_LABEL = "monsoon.io/fault"
 CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
 LITMUS = ("litmuschaos.io", "v1alpha1")
@@ -225,6 +226,7 @@ def cluster_configured() -> bool:
 def kube_client(error: type[Exception] = RuntimeError):
     """The ``kubernetes.client`` module, configured in-cluster or from the kubeconfig."""
     try:
+        # optional dependency (extra "kube"): the Kubernetes client, needed only when a cluster is configured
         from kubernetes import client, config  # type: ignore[import-not-found]
     except ImportError:
         raise error("a Kubernetes cluster is configured but the Python client is missing: "

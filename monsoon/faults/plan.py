@@ -38,6 +38,7 @@ from monsoon.spec.fault import FaultSpec
 
 
 
+
 @dataclass(frozen=True, order=True)
 class Action:
     t: float

@@ -15,11 +15,12 @@ from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, one_window, render, to_yaml
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.toxiproxy import ToxiproxyBackend
+from monsoon.spec.base import _resolve
 from monsoon.spec.experiment import ExperimentSpec, FaultRef
 from monsoon.spec.fault import FaultSpec, PROFILES_DIR, check_target
-from monsoon.spec.base import _resolve
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError, load_located, validate
+
 
 
 KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"

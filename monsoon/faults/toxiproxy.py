@@ -37,6 +37,7 @@ from monsoon.stack.reaper import check_run_id
 
 
 
+
 DEFAULT_API = "http://127.0.0.1:8474"
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiocoap
+from aiocoap import GET, POST, Message, Reliable, Unreliable
+
 from monsoon.load.aio import AsyncFleet, _Dev
-from monsoon.load.stats import FleetConnectError
 from monsoon.load.http import telemetry_path
+from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import Device
-
-
 
 
 class CoapFleet(AsyncFleet):
@@ -37,8 +38,6 @@ class CoapFleet(AsyncFleet):
         return f"coap://{host}:{self.port}"
 
     async def _open(self) -> None:
-        import aiocoap
-        from aiocoap import GET, POST, Message, Reliable, Unreliable
 
         self._ctxs = list(await asyncio.gather(*(
             aiocoap.Context.create_client_context(loggername=f"coap-{d.device.name}", transports=["udp6"])
@@ -60,7 +59,6 @@ class CoapFleet(AsyncFleet):
             raise FleetConnectError(f"CoAP endpoint {self.uri_base}: {type(e).__name__}: {e}") from None
 
     async def _deliver(self, dev: _Dev, payload: bytes) -> str | None:
-        from aiocoap import Message
 
         target = dev.target
         msg = Message(code=self._post, payload=payload, transport_tuning=self._tuning,

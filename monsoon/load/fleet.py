@@ -13,6 +13,7 @@ from monsoon.load.shapes import LoadShape
 from monsoon.stack.provision import Device
 
 
+
 TRANSPORTS = ("mqtt", "http", "coap")
 
 

@@ -5,11 +5,12 @@ import asyncio
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
+from yarl import URL
+
 from monsoon.load.aio import AsyncFleet, _Dev
 from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import Device
-
-
 
 
 def telemetry_path(token: str) -> str:
@@ -33,8 +34,6 @@ class HttpFleet(AsyncFleet):
         self._headers = {"Content-Type": "application/json"}
 
     async def _open(self) -> None:
-        import aiohttp
-        from yarl import URL
 
         try:
             async with asyncio.timeout(self.connect_timeout_s):

@@ -33,11 +33,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from monsoon.load.stats import FleetConnectError
+import paho.mqtt
+import paho.mqtt.client as mqtt
+import json
+
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Pacer, Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetTotals, SecondStats, _HIST_MAX_US, _new_hist, _pct_ms
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _HIST_MAX_US, _new_hist, _pct_ms
 from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import IntervalLogWriter
 
@@ -102,8 +105,6 @@ def _fleet_client_class() -> type:
     ``_packet_read``, ``_loop_rc_handle``, ``_in_packet``), hence the version
     pin (requirements.txt pins paho-mqtt==2.2.0).
     """
-    import paho.mqtt
-    import paho.mqtt.client as mqtt
 
     if not paho.mqtt.__version__.startswith("2.2."):
         raise RuntimeError(
@@ -205,7 +206,6 @@ class _Conn:
     )
 
     def __init__(self, idx: int, device: Device) -> None:
-        import json
 
         self.idx = idx
         self.device = device
@@ -393,7 +393,6 @@ class MqttFleet:
         """Start one connection attempt (blocking TCP connect, then CONNECT is
         sent; the CONNACK arrives through the event loop). Never raises:
         failures are recorded in ``conn.connect_error`` and retried later."""
-        import paho.mqtt.client as mqtt
 
         client = self._client_cls(
             mqtt.CallbackAPIVersion.VERSION2,

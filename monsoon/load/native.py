@@ -48,6 +48,7 @@ from monsoon.timeline.hdrlog import IntervalLogWriter
 
 
 
+
 __all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
 
 CRATE_DIR = Path(__file__).resolve().parent / "loadgen"

@@ -11,6 +11,7 @@ from monsoon.load.shapes import LoadShape
 
 
 
+
 class Schedule:
     """Intended send times (seconds since start) of an open-model load.
 

@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from monsoon.spec.shape import Durations, SCHEDULE_STEP, ShapeSpec
 
+
 __all__ = [
     "Burst",
     "Ladder",

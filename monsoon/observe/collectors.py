@@ -14,6 +14,12 @@ from typing import Any, Callable
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition
+import psycopg
+import json
+import subprocess
+
 from monsoon.faults.base import FaultError
 from monsoon.faults.cgroup import CgroupDir, CgroupFS, limit_bytes
 from monsoon.faults.kube import cluster_configured, kube_client
@@ -114,14 +120,12 @@ class KafkaLagCollector(Collector):
     name = "kafka"
 
     def __init__(self, bootstrap: str, group: str, topic: str | None, timeout: float = 0.9):
-        from confluent_kafka import Consumer
         self.group, self.topic, self.timeout = group, topic, timeout
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                                   "socket.timeout.ms": 2000, "log_level": 0,
                                   "logger": logging.getLogger("monsoon.kafka-lag")})
 
     def sample(self) -> dict[str, Any]:
-        from confluent_kafka import TopicPartition
         md = self.consumer.list_topics(topic=self.topic, timeout=self.timeout) if self.topic \
             else self.consumer.list_topics(timeout=self.timeout)
         topics = [self.topic] if self.topic else [t for t in md.topics if not t.startswith("__")]
@@ -155,7 +159,6 @@ class SqlCountCollector(Collector):
         self.conn = None
 
     def sample(self) -> dict[str, Any]:
-        import psycopg
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2,
@@ -344,8 +347,6 @@ class DockerCollector(Collector):
         self.containers, self.docker, self.timeout = list(containers), docker, timeout
 
     def sample(self) -> dict[str, Any]:
-        import json
-        import subprocess
         p = subprocess.run([self.docker, "inspect", *self.containers], capture_output=True, text=True,
                            timeout=self.timeout)
         try:

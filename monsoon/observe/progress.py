@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+from rich.panel import Panel
+from rich.text import Text
+from rich.console import Console
+from rich.live import Live
 
 __all__ = ["LoadProgress", "progress_fields"]
 Progress = Callable[[str], None]   # where a run says what it is doing (print, or the pytest terminal)
-
 
 
 def progress_fields(t: float, phase: str, st: Any, sample: Callable[[str, str], Any], restarts: int) -> dict:
@@ -48,8 +51,6 @@ class LoadProgress:
 
     def __enter__(self) -> "LoadProgress":
         if self._live_file is not None:
-            from rich.console import Console
-            from rich.live import Live
             self._live = Live(console=Console(file=self._live_file), refresh_per_second=2, transient=True,
                               auto_refresh=True)
             self._live.start()
@@ -77,8 +78,6 @@ class LoadProgress:
             self.progress(self.line(fields))
 
     def _table(self, fields: dict):
-        from rich.panel import Panel
-        from rich.text import Text
         text = Text()
         for i, (k, v) in enumerate((k, v) for k, v in fields.items() if v is not None):
             if i:

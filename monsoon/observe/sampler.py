@@ -9,6 +9,7 @@ from monsoon.observe.collectors import Collector
 
 
 
+
 class Sampler:
     """Runs collectors at a fixed period, each in its own thread, into a timeline."""
 

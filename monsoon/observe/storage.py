@@ -4,8 +4,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
-
-
+import psycopg
 
 
 @runtime_checkable
@@ -60,7 +59,6 @@ class PostgresSource:
         self.dsn, self.query, self.itersize = dsn, query, itersize
 
     def export(self, path: Path) -> int:
-        import psycopg
         with psycopg.connect(self.dsn, connect_timeout=5) as conn:
             with conn.cursor(name="monsoon_export") as cur:
                 cur.itersize = self.itersize

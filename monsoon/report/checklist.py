@@ -18,6 +18,7 @@ from monsoon.checks.base import check_base, combine
 
 
 
+
 class _KeyFigures(dict):
     """Key figures by check; a qualified verdict name (``latency_objective[steady]``) reads its check's entry."""
 

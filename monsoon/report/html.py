@@ -40,6 +40,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+import json
+
 from monsoon.checks.base import combine
 from monsoon.checks.lag import lag_seconds_series
 from monsoon.checks.memory import timeline_gc_pauses
@@ -592,7 +594,6 @@ def render(run_dir: Path, summary_: dict) -> str:
 
 def _meta_quick(path: Path) -> dict:
     """The meta event (the first line) without parsing the whole timeline."""
-    import json
     try:
         with open(path) as fh:
             for line in fh:

@@ -16,6 +16,7 @@ from monsoon.report.checklist import HEADLINE
 
 
 
+
 class RunFailed(AssertionError):
     """An experiment did not pass; the message carries every check's verdict and numbers."""
 

@@ -41,6 +41,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import sys
+from rich.console import Console
+from rich.table import Table
+
 from monsoon.load.fleet import build_fleet
 from monsoon.load.shapes import Stage, Stages
 from monsoon.observe.collectors import collectors_for
@@ -564,7 +568,6 @@ def add_arguments(p) -> None:
 
 
 def cli(args) -> int:
-    import sys
     try:
         stack_spec = load_stack(args.stack)
     except SpecError as e:
@@ -592,8 +595,6 @@ def cli(args) -> int:
 
 
 def print_table(rec: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
     t = Table(title=f"calibration of {rec['stack']} on {rec['host']} ({rec['cpu_count']} CPUs, {rec['date']})")
     for col in ("step", "target/s", "sent/s", "acked/s", "stored/s", "backlog slope/s", "backlog", "p99 ms",
                 "late", "kept up"):
@@ -605,7 +606,6 @@ def print_table(rec: dict) -> None:
         t.add_row(str(s["index"]), n(s["target"]), n(s["send_rate"]), n(s["ack_rate"]), n(s["stored_rate"]),
                   n(s["backlog_slope"]), n(s["backlog_end"]), n(s["p99_ms"]), n(s["late"]),
                   "yes" if s["ok"] else f"NO: {s['criterion']}")
-    import sys
     Console(width=None if sys.stdout.isatty() else 140).print(t)
 
 

@@ -38,6 +38,7 @@ from monsoon.timeline.store import Timeline
 
 
 
+
 @dataclass
 class RunContext:
     """Everything one run needs, validated and resolved before it starts (see :func:`monsoon.session.run_one`):

@@ -8,6 +8,7 @@ from monsoon.stack.provision import NoProvisioner, TbRestProvisioner, device_nam
 from monsoon.stack.supervisor import Stack
 
 
+
 def experiment_shape(exp: ExperimentSpec, profile: str):
     """The experiment's load shape for ``profile`` (see ``ShapeSpec``: how each kind uses the profile's
     warmup / burst / recovery windows)."""

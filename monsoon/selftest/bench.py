@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
+
 from monsoon.load.mqtt import MqttFleet
 from monsoon.load.native import NativeFleet, ensure_loadgen, loopback_sources
 from monsoon.load.payloads import Payload
@@ -176,7 +178,6 @@ def child_paho(port: int, messages: int, inflight: int) -> dict:
     machine paho's best mode: with ``loop_start()`` and a publishing main thread it is ~40 %
     slower, and paho's per-PUBACK cost grows with the number in flight: 65,535 in flight
     costs ~10x more CPU per message than 100)."""
-    import paho.mqtt.client as mqtt
 
 
     ru0 = resource.getrusage(resource.RUSAGE_SELF)

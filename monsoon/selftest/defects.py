@@ -43,9 +43,10 @@ from monsoon.checks.base import check_base
 from monsoon.checks.registry import CHECKS
 from monsoon.paths import REPO
 from monsoon.run.shield import sigterm_as_interrupt
-from monsoon.session import MonsoonSession
 from monsoon.run.validate import load_checked
+from monsoon.session import MonsoonSession
 from monsoon.spec.stack import load_stack
+
 
 
 FLAG_PREFIX = "DEFECT_"

@@ -15,6 +15,7 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError
 
 
 
+
 PROFILES = ("quick", "nightly", "full")
 
 

@@ -10,59 +10,18 @@ from typing import Any, Literal
 
 from pydantic import PrivateAttr, Field, field_validator, model_validator
 
+import math
+
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
-
-
-
-
-
-
-
 # --------------------------------------------------------------------- stacks
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------- experiments
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 class LoadSpec(_Frozen):
@@ -84,7 +43,6 @@ class LoadSpec(_Frozen):
     @field_validator("base_rate", mode="before")
     @classmethod
     def _rate_or_auto(cls, v: Any) -> Any:
-        import math
         if isinstance(v, str) and v.strip().lower() == "auto":
             return "auto"
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -118,8 +76,6 @@ class LoadSpec(_Frozen):
 AUTO_STAND_INS = (1.0, 100.0, 10_000.0)   # x1 stand-ins for validating a python shape under base_rate: auto
 
 
-
-
 class CheckSpec(_Frozen):
     """A check reference; a parameter may differ per profile: ``seconds: {quick: 120, full: 1800}``.
 
@@ -143,8 +99,6 @@ class CheckSpec(_Frozen):
 
     def resolved(self, profile: str) -> dict[str, Any]:
         return {k: _per_profile(v, profile, f"checks.{self.name}.{k}") for k, v in self.params.items()}
-
-
 
 
 class FaultRef(_Frozen):
@@ -243,13 +197,6 @@ class ExperimentSpec(_Frozen):
 
 
 # -------------------------------------------------------------------- loading
-
-
-
-
-
-
-
 
 
 def load_experiment(name_or_path: str | Path) -> ExperimentSpec:

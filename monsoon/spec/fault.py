@@ -23,6 +23,7 @@ from monsoon.spec.yamlio import SpecError, load_located, validate
 
 
 
+
 PROFILES_DIR = REPO / "fault-profiles"
 KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 # a Kubernetes label key/value, loosely: [prefix/]name

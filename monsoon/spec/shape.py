@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
+import importlib
+import importlib.util
+
 from monsoon.spec.base import _Frozen, _invalid
 
 
@@ -206,8 +209,6 @@ class Durations(_Frozen):
 
 def _load_function(function: str | None, file: str | None) -> Any:
     """Import a user shape function: ``module:attr`` or ``attr`` in ``file``; ValueError if it cannot."""
-    import importlib
-    import importlib.util
     if not function:
         raise ValueError("a python shape needs function")
     if file is not None:

@@ -14,6 +14,7 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
 
+
 # {repo} {cache} {python} {run_dir} {stack_dir} {dir} {port:NAME}
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
 

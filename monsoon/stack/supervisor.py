@@ -37,6 +37,7 @@ from monsoon.stack.reaper import OWNER_ENV
 
 
 
+
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
 
 EventSink = Callable[..., Any]

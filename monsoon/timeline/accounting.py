@@ -13,6 +13,7 @@ import numpy as np
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
 
 
+
 MISSING = np.iinfo(np.int64).min      # an empty optional field (e.g. stored_ms NULL)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import monsoon.timeline.accounting as A
+import monsoon.observe.storage as storage
 from monsoon.observe.storage import PostgresSource, StoredSource, stored_source, write_stored_csv
 from monsoon.timeline.accounting import account
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
@@ -379,7 +380,7 @@ def test_postgres_source_writes_the_query_columns(tmp_path, monkeypatch):
             seen["dsn"] = dsn
             return _FakeConn(cur)
 
-    monkeypatch.setitem(sys.modules, "psycopg", FakePsycopg)
+    monkeypatch.setattr(storage, "psycopg", FakePsycopg)   # the module the source connects with
 
     class Storage:
         kind, dsn, loss_query = "postgres", "postgresql://h:{port:pg}/db", "SELECT ..."
