@@ -19,12 +19,13 @@ from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
 from monsoon.run.validate import load_checked
-from monsoon.rundir import RESULT_FILE, new_run_id
+from monsoon.rundir import RESULT_FILE, TIMELINE_FILE, new_run_id
 from monsoon.spec.fault import load_fault
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.reaper import reap
 from monsoon.timeline.store import Events
+
 
 
 def analyze(run_dir: Path) -> dict:
@@ -33,8 +34,8 @@ def analyze(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
     results, run_id, profile = [], run_dir.name, "quick"
-    for sub in sorted(p for p in run_dir.iterdir() if (p / "timeline.jsonl").exists()):
-        meta = Events.load(sub / "timeline.jsonl").meta()
+    for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
+        meta = Events.load(sub / TIMELINE_FILE).meta()
         if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
             continue
         profile = meta.get("profile", profile)

@@ -48,6 +48,8 @@ import yaml
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
+from monsoon.timeline.views import KILL_KINDS
+
 
 
 
@@ -59,7 +61,6 @@ LITMUS = ("litmuschaos.io", "v1alpha1")
 PLURALS = {"PodChaos": "podchaos", "NetworkChaos": "networkchaos", "StressChaos": "stresschaos",
            "Schedule": "schedules", "ChaosEngine": "chaosengines"}
 LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown")
-KILL_KINDS = ("pod-kill", "kafka-broker-restart")
 # chaos-mesh controllers/common: AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
 CLEAN_FINALIZER = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
 CLEAN_FINALIZER_FORCED = "forced"

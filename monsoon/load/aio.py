@@ -52,7 +52,7 @@ from typing import IO, Any
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Pacer, Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetTotals, SecondStats, _pct_ms
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetTotals, SecondStats, SecondTicker, _pct_ms
 from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import HIST_MAX_US, IntervalLogWriter, new_histogram
 
@@ -359,27 +359,9 @@ class AsyncFleet:
 
             self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
         pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
-        sec = 0
-        next_sec_at = t0 + 1.0
-        prev = [0, 0, 0, 0, 0]  # scheduled, sent, acked, failed, late
-
-        def emit(s: int) -> None:
-            fa = self._failed_async
-            cur = [pacer.scheduled, self._started - fa, self._acked, pacer.failed + fa, self._late]
-            d = [c - p for c, p in zip(cur, prev)]
-            prev[:] = cur
-            p50, p99, mx = _pct_ms(self._hist_sec)
-            if self._hist_sec.get_total_count():
-                if self._hlog is not None:
-                    self._hlog.write(s, self._hist_sec)
-                self._hist_total.add(self._hist_sec)
-                self._hist_sec.reset()
-            self._flush_csv()
-            if on_second is not None:
-                on_second(SecondStats(
-                    t=s, target_rate=targets[s] if s < len(targets) else 0.0, scheduled=d[0], sent=d[1], acked=d[2], failed=d[3],
-                    late=d[4], connected=self._n_up, p50_ms=p50, p99_ms=p99, max_ms=mx,
-                ))
+        tick = SecondTicker(t0, targets, lambda: (pacer.scheduled, self._started - self._failed_async, self._acked,
+                                                  pacer.failed + self._failed_async, self._late),
+                            lambda: self._n_up, self._hist_sec, self._hist_total, self._hlog, self._flush_csv, on_second)
 
         try:
             # --- load phase: take every due message off the schedule (a full device queues it)
@@ -389,10 +371,7 @@ class AsyncFleet:
                     pacer.stop(now)
                     self._drop_backlogs()
                     break
-                while now >= next_sec_at:
-                    emit(sec)
-                    sec += 1
-                    next_sec_at = t0 + sec + 1
+                tick.catch_up(now)
                 n = pacer.pump(now, self._send, self.MAX_BATCH)
                 if pacer.exhausted:
                     break
@@ -401,7 +380,7 @@ class AsyncFleet:
                     continue
                 nd = pacer.next_due
                 assert nd is not None
-                await self._sleep(min(nd, next_sec_at, now + self.POLL_S) - clock())
+                await self._sleep(min(nd, tick.next_at, now + self.POLL_S) - clock())
             # --- drain: work off the backlogs, wait for the answers still outstanding
             deadline = clock() + self.drain_timeout_s
             self._wake_on_empty = True
@@ -411,20 +390,13 @@ class AsyncFleet:
                     break
                 if stop.is_set():
                     self._drop_backlogs()
-                while now >= next_sec_at:
-                    emit(sec)
-                    sec += 1
-                    next_sec_at = t0 + sec + 1
-                await self._sleep(min(deadline, next_sec_at, now + self.POLL_S) - clock())
+                tick.catch_up(now)
+                await self._sleep(min(deadline, tick.next_at, now + self.POLL_S) - clock())
             self._wake_on_empty = False
             self._drop_backlogs()              # never sent: dropped
             await self._cancel_inflight()      # never answered: unacked
             now = clock()
-            while now >= next_sec_at:
-                emit(sec)
-                sec += 1
-                next_sec_at = t0 + sec + 1
-            emit(sec)                          # the final (partial) second: per-second sums equal the totals
+            tick.finish(now)                   # the final (partial) second: per-second sums equal the totals
             elapsed = clock() - t0
         finally:
             self._wake_on_empty = False

@@ -40,7 +40,8 @@ import json
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Pacer, Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _HIST_MAX_US, _new_hist, _pct_ms
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, SecondTicker, _pct_ms
+from monsoon.timeline.hdrlog import HIST_MAX_US, new_histogram
 from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import IntervalLogWriter
 
@@ -312,8 +313,8 @@ class MqttFleet:
         self._csv_file: IO[str] | None = None
         self._t0 = 0.0
         self._wall0_ms = 0.0
-        self._hist_sec = _new_hist()
-        self._hist_total = _new_hist()
+        self._hist_sec = new_histogram()
+        self._hist_total = new_histogram()
 
     # ---------------------------------------------------------------- props
     @property
@@ -385,7 +386,7 @@ class MqttFleet:
         self._acked += 1
         self._inflight -= 1
         us = int((now - intended) * 1_000_000)
-        self._hist_sec.record_value(1 if us < 1 else (us if us < _HIST_MAX_US else _HIST_MAX_US))
+        self._hist_sec.record_value(1 if us < 1 else (us if us < HIST_MAX_US else HIST_MAX_US))
         self._csv_buf.append(f"{conn.device.name},{seq},{ts},{int(self._wall() * 1000)}\n")
 
     # ------------------------------------------------------------- sockets
@@ -599,30 +600,10 @@ class MqttFleet:
 
             self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
         pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
-        sec = 0
-        next_sec_at = t0 + 1.0
         next_misc = t0 + self.MISC_INTERVAL
-        prev = [0, 0, 0, 0, 0]  # scheduled, sent, acked, failed, late
-
-        def emit(s: int) -> None:
-            cur = [pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late]
-            d = [c - p for c, p in zip(cur, prev)]
-            prev[:] = cur
-            p50, p99, mx = _pct_ms(self._hist_sec)
-            if self._hist_sec.get_total_count():
-                if self._hlog is not None:
-                    self._hlog.write(s, self._hist_sec)   # once per second: one encode(), ~0.1 ms
-                self._hist_total.add(self._hist_sec)
-                self._hist_sec.reset()
-            self._flush_csv()
-            if on_second is not None:
-                on_second(
-                    SecondStats(
-                        t=s, target_rate=targets[s] if s < len(targets) else 0.0, scheduled=d[0], sent=d[1],
-                        acked=d[2], failed=d[3], late=d[4], connected=self._n_connected,
-                        p50_ms=p50, p99_ms=p99, max_ms=mx,
-                    )
-                )
+        tick = SecondTicker(t0, targets, lambda: (pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late),
+                            lambda: self._n_connected, self._hist_sec, self._hist_total, self._hlog, self._flush_csv,
+                            on_second)
 
         send = self._send
         try:
@@ -632,10 +613,7 @@ class MqttFleet:
                 if stop.is_set() or self._closing:
                     pacer.stop(now)
                     break
-                while now >= next_sec_at:
-                    emit(sec)
-                    sec += 1
-                    next_sec_at = t0 + sec + 1
+                tick.catch_up(now)
                 if now >= next_misc:
                     self._misc(now)
                     next_misc = now + self.MISC_INTERVAL
@@ -644,7 +622,7 @@ class MqttFleet:
                     break
                 nd = pacer.next_due
                 assert nd is not None
-                wake = min(nd, next_sec_at, next_misc)
+                wake = min(nd, tick.next_at, next_misc)
                 self._poll(max(0.0, wake - clock()))
             # --- drain: wait for PUBACKs of what is in flight
             deadline = clock() + self.drain_timeout_s
@@ -652,21 +630,14 @@ class MqttFleet:
                 now = clock()
                 if now >= deadline:
                     break
-                while now >= next_sec_at:
-                    emit(sec)
-                    sec += 1
-                    next_sec_at = t0 + sec + 1
+                tick.catch_up(now)
                 if now >= next_misc:
                     self._misc(now, reconnect=False)
                     next_misc = now + self.MISC_INTERVAL
-                self._poll(max(0.0, min(deadline, next_sec_at, next_misc) - clock()))
+                self._poll(max(0.0, min(deadline, tick.next_at, next_misc) - clock()))
             # --- final (partial) second, so per-second sums equal the totals
             now = clock()
-            while now >= next_sec_at:
-                emit(sec)
-                sec += 1
-                next_sec_at = t0 + sec + 1
-            emit(sec)
+            tick.finish(now)
             elapsed = clock() - t0
         finally:
             self._flush_csv()

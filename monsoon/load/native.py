@@ -41,10 +41,11 @@ from hdrh.histogram import HdrHistogram
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms
 from monsoon.spec.experiment import PER_SOURCE, workers_problem
 from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import IntervalLogWriter
+
 
 
 
@@ -167,12 +168,6 @@ def _hist_from(b64: str | None) -> HdrHistogram | None:
         return None
     return HdrHistogram.decode(b64)
 
-
-def _pct_ms(h: HdrHistogram | None) -> tuple[float | None, float | None, float | None]:
-    if h is None or h.get_total_count() == 0:
-        return None, None, None
-    return (h.get_value_at_percentile(50) / 1000.0, h.get_value_at_percentile(99) / 1000.0,
-            h.get_max_value() / 1000.0)
 
 
 @dataclass

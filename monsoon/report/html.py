@@ -46,11 +46,12 @@ from monsoon.checks.base import combine
 from monsoon.checks.lag import lag_seconds_series
 from monsoon.checks.memory import timeline_gc_pauses
 from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt
+from monsoon.rundir import TIMELINE_FILE
 from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows
 
 
-TIMELINE_FILE = "timeline.jsonl"
+
 MAX_POINTS = 2000
 PLOTS = ("rate", "latency", "backlog", "memory", "gc", "stored")
 TITLES = {

@@ -38,25 +38,24 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import sys
 from rich.console import Console
 from rich.table import Table
 
-from monsoon.load.fleet import build_fleet
 from monsoon.load.shapes import Stage, Stages
-from monsoon.observe.collectors import collectors_for
 from monsoon.observe.progress import Progress
-from monsoon.observe.sampler import Sampler
 from monsoon.paths import REPO
-from monsoon.run.harness import provision
-from monsoon.rundir import new_run_id
+from monsoon.run.harness import LoadHarness, StackEvents
+from monsoon.rundir import TIMELINE_FILE, new_run_id
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
+
+
+
 
 
 CALIBRATION_DIR = "calibration"
@@ -345,30 +344,27 @@ class Params:
         ladder_rates(self.start_rate, self.factor, self.max_rate)
 
 
-def _timeline_class():
+class RecordingTimeline(Timeline):
+    """A timeline that also keeps the storage / backlog samples in memory for the step judge."""
 
-    class RecordingTimeline(Timeline):
-        """A timeline that also keeps the storage / backlog samples in memory for the step judge."""
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.samples: list[dict] = []
+        self._mem = threading.Lock()
 
-        def __init__(self, path: Path):
-            super().__init__(path)
-            self.samples: list[dict] = []
-            self._mem = threading.Lock()
-
-        def add(self, type: str, **fields: Any) -> dict:
-            ev = super().add(type, **fields)
-            if type == "sample" and fields.get("collector") in ("storage", "metrics", "kafka"):
-                with self._mem:
-                    self.samples.append(ev)
-            return ev
-
-        def series(self, collector: str, key: str, a: float, b: float) -> list[tuple[float, float]]:
+    def add(self, type: str, **fields: Any) -> dict:
+        ev = super().add(type, **fields)
+        if type == "sample" and fields.get("collector") in ("storage", "metrics", "kafka"):
             with self._mem:
-                return [(e["t"], float(e[key])) for e in self.samples
-                        if e.get("collector") == collector and a <= e["t"] <= b
-                        and isinstance(e.get(key), (int, float))]
+                self.samples.append(ev)
+        return ev
 
-    return RecordingTimeline
+    def series(self, collector: str, key: str, a: float, b: float) -> list[tuple[float, float]]:
+        with self._mem:
+            return [(e["t"], float(e[key])) for e in self.samples
+                    if e.get("collector") == collector and a <= e["t"] <= b
+                    and isinstance(e.get(key), (int, float))]
+
 
 
 def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick", params: Params = Params(),
@@ -385,40 +381,26 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     shape = Stages(tuple(Stage(f"step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
     label = f"{stack_spec.name}/calibrate"
     steps: list[Step] = []
-    exits: list[float] = []
     error: str | None = None
     finished = [False]
     started = time.time()
-    TL = _timeline_class()
-    with TL(out_dir / "timeline.jsonl") as tl:
+    with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", kind="calibration", run_id=run_id, stack=stack_spec.name, profile=profile,
                stack_source=stack_spec.source, rates=rates,
                params={k: v for k, v in asdict(params).items() if k != "criteria"}, criteria=asdict(params.criteria))
 
-        def on_event(type_: str, **f) -> None:
-            tl.add(type_, **f)
-            if type_ == "service" and f.get("event") == "exit" and f.get("service") == stack_spec.observe.service:
-                exits.append(tl.now())
-                progress(f"[{label}] service {f['service']} exited: {f.get('cause')}")
+        on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
+        exits = on_event.exits
 
-        fleet = sampler = None
+        load = LoadHarness(tl)
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())}), "
                      f"profile {profile}")
             with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
-                load = SimpleNamespace(device_prefix=params.device_prefix, devices=params.devices)
-                devices = provision(stack, SimpleNamespace(load=load))
-                dev = stack_spec.devices
-                fleet = build_fleet(dev.transport, devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                                    topic=dev.topic, qos=params.qos, shape=shape, acked_path=out_dir / "acked.csv",
-                                    latency_log_path=out_dir / "latency.hlog")
-                fleet.connect()
-                sampler = Sampler(tl, collectors_for(stack)).start()
+                load.start(stack, device_prefix=params.device_prefix, devices=params.devices, shape=shape,
+                           qos=params.qos, out_dir=out_dir)
+                fleet, sampler, t0 = load.fleet, load.sampler, load.t0
                 backlog_key = ("kafka", "lag") if stack_spec.observe.kafka else ("metrics", "queue_depth")
-                time.sleep(1.0)
-                t0 = tl.now()
-                for ph in shape.phases():
-                    tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
                 progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
                          f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step")
                 per_sec: dict[int, dict] = {}
@@ -442,10 +424,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
                     return crit is None
 
                 def on_second(s) -> None:
-                    d = dict(vars(s))
-                    d["sec"] = d.pop("t")
-                    tl.add("load", **d)
-                    per_sec[s.t] = d
+                    per_sec[s.t] = load.record_second(s)
                     # step i's window is [i*step, (i+1)*step); judge it one second into the next step
                     if s.t % step_s == 0 and s.t >= step_s:
                         i = s.t // step_s - 1
@@ -467,10 +446,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
             tl.add("op", op="error", error=error)
             progress(f"[{label}] ERROR {error}")
         finally:
-            if fleet is not None:
-                fleet.close()
-            if sampler is not None:
-                sampler.stop()
+            load.close()
 
     failed = next((s for s in steps if not s.ok), None)
     dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,

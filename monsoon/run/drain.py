@@ -10,6 +10,7 @@ from monsoon.observe.sampler import Sampler
 
 
 
+
 class _Drain:
     """Waits until the stack's backlog is empty and storage stops moving."""
 

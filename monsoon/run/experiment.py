@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,22 +18,20 @@ from monsoon.checks.registry import evaluate
 from monsoon.faults.base import FaultContext
 from monsoon.faults.plan import FaultPlan
 from monsoon.faults.resolve import build_backends
-from monsoon.load.fleet import build_fleet
 from monsoon.load.payloads import build_payload
-from monsoon.observe.collectors import collectors_for
 from monsoon.observe.progress import LoadProgress, Progress, progress_fields
-from monsoon.observe.sampler import Sampler
 from monsoon.observe.storage import stored_source
 from monsoon.report.result import ExperimentResult
 from monsoon.run.drain import _Drain
-from monsoon.run.harness import _report_plan, _totals_dict, experiment_shape, provision
+from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
 from monsoon.run.shield import TeardownShield
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE, RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
+from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
+
 
 
 
@@ -72,7 +69,6 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     if "load_valid" not in {n for n, _ in checks}:
         checks.append(("load_valid", {}))      # the generator's self-check: a load that fell behind is not a pass
     label = f"{stack_spec.name}/{exp.name}"
-    restarts = [0]
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
@@ -84,47 +80,28 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                checks=[{"name": n, "params": p} for n, p in checks],
                faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
 
-        def on_event(type_: str, **fields) -> None:
-            tl.add(type_, **fields)
-            if type_ == "service" and fields.get("event") == "exit":
-                progress(f"[{label}] service {fields['service']} exited: {fields.get('cause')}")
-            if type_ == "service" and fields.get("event") == "restart":
-                restarts[0] += 1
-                progress(f"[{label}] service {fields['service']} restarted (#{fields.get('n')})")
+        on_event = StackEvents(tl, label, progress)
 
-        fleet = sampler = None
+        load = LoadHarness(tl)
         # the final heal + census and the stack's stop run to the end whatever signals arrive meanwhile
         shield = TeardownShield(progress)
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
             with shield.around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
                                           env_overrides=exp.env)) as stack:
-                t = time.monotonic()
-                devices = provision(stack, exp)
-                tl.add("op", op="provisioned", devices=len(devices), seconds=round(time.monotonic() - t, 2))
-                dev = stack_spec.devices
-                fleet = build_fleet(dev.transport, devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                                    topic=dev.topic, qos=exp.load.qos, shape=shape, acked_path=out_dir / ACKED_FILE,
-                                    latency_log_path=out_dir / LATENCY_FILE, payload=build_payload(exp.load.payload),
-                                    engine=exp.load.engine, workers=exp.load.workers)
-                fleet.connect()
-                tl.add("op", op="connected", devices=len(devices))
-                sampler = Sampler(tl, collectors_for(stack)).start()
-                time.sleep(1.0)  # one baseline sample before the load
-                t0 = tl.now()
-                for ph in shape.phases():
-                    tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+                load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
+                           qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
+                           engine=exp.load.engine, workers=exp.load.workers)
+                fleet, sampler = load.fleet, load.sampler
                 progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
                          + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
                 phases = shape.phases()
                 view = LoadProgress(label, progress, live=live, every=progress_every)
 
                 def on_second(st) -> None:
-                    fields = dict(vars(st))
-                    fields["sec"] = fields.pop("t")  # the fleet's second index; "t" is the timeline's clock
-                    tl.add("load", **fields)
+                    load.record_second(st)
                     ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
-                    view.update(progress_fields(st.t, ph, st, sampler.value, restarts[0]))
+                    view.update(progress_fields(st.t, ph, st, sampler.value, on_event.restarts))
 
                 if faults:
                     ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
@@ -156,10 +133,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
             tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
             progress(f"[{label}] ERROR {result.error}")
         finally:
-            if fleet is not None:
-                fleet.close()
-            if sampler is not None:
-                sampler.stop()
+            load.close()
 
     result.checks = evaluate(out_dir, checks)
     (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))

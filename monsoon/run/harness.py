@@ -1,11 +1,22 @@
 """What a run and a calibration share: the experiment's shape, device provisioning, and the reports of a fault plan."""
 from __future__ import annotations
+from typing import Any
+from pathlib import Path
+import time
 
-from monsoon.load.shapes import build_shape
+from monsoon.load.fleet import build_fleet
+from monsoon.load.payloads import Payload
+from monsoon.load.shapes import LoadShape, build_shape
+from monsoon.load.stats import SecondStats
+from monsoon.observe.collectors import collectors_for
 from monsoon.observe.progress import Progress
+from monsoon.observe.sampler import Sampler
+from monsoon.rundir import ACKED_FILE, LATENCY_FILE
 from monsoon.spec.experiment import ExperimentSpec
-from monsoon.stack.provision import NoProvisioner, TbRestProvisioner, device_names
+from monsoon.stack.provision import Device, NoProvisioner, TbRestProvisioner, device_names
 from monsoon.stack.supervisor import Stack
+from monsoon.timeline.store import Timeline
+
 
 
 
@@ -15,9 +26,10 @@ def experiment_shape(exp: ExperimentSpec, profile: str):
     return build_shape(exp.load.shape, exp.load.base_rate, exp.durations(profile), profile)
 
 
-def provision(stack: Stack, exp: ExperimentSpec):
+def provision(stack: Stack, device_prefix: str, n: int) -> list[Device]:
+    """The stack's devices, created through its provisioning (ThingsBoard's REST API) or named as they are."""
     prov = stack.spec.provisioning
-    wanted = device_names(exp.load.device_prefix, exp.load.devices)
+    wanted = device_names(device_prefix, n)
     client = NoProvisioner() if prov.kind == "none" else \
         TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
     client.login()
@@ -38,3 +50,68 @@ def _totals_dict(totals) -> dict:
     d = dict(vars(totals))
     d.pop("last_seq", None)
     return d
+
+
+class StackEvents:
+    """The stack's events onto the timeline; a service's exit (of ``watch`` only, when given) and restarts are
+    also said as progress lines and counted."""
+
+    def __init__(self, tl: Timeline, label: str, progress: Progress, watch: str | None = None):
+        self.tl, self.label, self.progress, self.watch = tl, label, progress, watch
+        self.restarts = 0
+        self.exits: list[float] = []     # timeline times of the exits said
+
+    def __call__(self, type_: str, **fields: Any) -> None:
+        self.tl.add(type_, **fields)
+        if type_ != "service":
+            return
+        if fields.get("event") == "exit" and self.watch in (None, fields.get("service")):
+            self.exits.append(self.tl.now())
+            self.progress(f"[{self.label}] service {fields['service']} exited: {fields.get('cause')}")
+        if fields.get("event") == "restart":
+            self.restarts += 1
+            self.progress(f"[{self.label}] service {fields['service']} restarted (#{fields.get('n')})")
+
+
+class LoadHarness:
+    """What a run and a calibration do before their load, and undo after it: devices provisioned, the fleet
+    connected, the sampler sampling (one baseline sample), the shape's phases on the timeline. ``close()``
+    stops the fleet and the sampler; it is safe on every exit path, however far ``start`` got."""
+
+    def __init__(self, tl: Timeline):
+        self.tl = tl
+        self.fleet: Any = None
+        self.sampler: Sampler | None = None
+        self.t0: float | None = None
+
+    def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
+              payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
+        tl, dev = self.tl, stack.spec.devices
+        t = time.monotonic()
+        devs = provision(stack, device_prefix, devices)
+        tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
+        self.fleet = build_fleet(dev.transport, devs, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
+                                 topic=dev.topic, qos=qos, shape=shape, acked_path=out_dir / ACKED_FILE,
+                                 latency_log_path=out_dir / LATENCY_FILE, payload=payload, engine=engine,
+                                 workers=workers)
+        self.fleet.connect()
+        tl.add("op", op="connected", devices=len(devs))
+        self.sampler = Sampler(tl, collectors_for(stack)).start()
+        time.sleep(1.0)  # one baseline sample before the load
+        self.t0 = t0 = tl.now()
+        for ph in shape.phases():
+            tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+        return self
+
+    def record_second(self, st: SecondStats) -> dict:
+        """One second of the fleet onto the timeline (``sec``: the fleet's second index; ``t`` is the timeline's)."""
+        fields = dict(vars(st))
+        fields["sec"] = fields.pop("t")
+        self.tl.add("load", **fields)
+        return fields
+
+    def close(self) -> None:
+        if self.fleet is not None:
+            self.fleet.close()
+        if self.sampler is not None:
+            self.sampler.stop()

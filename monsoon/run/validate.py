@@ -20,6 +20,7 @@ from monsoon.spec.yamlio import SpecError
 
 
 
+
 def check_experiment(spec: ExperimentSpec) -> ExperimentSpec:
     """Every rule of an experiment that needs shapes, checks or fault profiles, for each of its profiles."""
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate

@@ -191,9 +191,11 @@ def test_census_reports_what_heal_all_could_not_remove(setup):
 
 def test_missing_backend_is_refused_before_anything_runs(setup):
     clock, tl, be, ctx = setup
+    good, bad = fault("p", 0, 1), fault("n", 0, 1, backend="toxiproxy", target="a->b", kind="dependency-down")
     with pytest.raises(ValueError, match="no backend for toxiproxy"):
-        FaultPlan([fault("n", 0, 1, backend="toxiproxy", target="a->b", kind="dependency-down")],
-                  {"process": be}, tl, ctx=ctx, horizon=10)
+        FaultPlan([good, bad], {"process": be}, tl, ctx=ctx, horizon=10)
+    assert be.log == [] and be.in_place == set()          # the fault that had a backend was not injected either
+    assert not [e for e in read_events(tl.path) if e["type"] in ("fault", "fault-census")]
 
 
 def test_events_are_json_lines(setup):
@@ -202,8 +204,11 @@ def test_events_are_json_lines(setup):
     plan.t0 = clock()
     plan.run()
     plan.heal_all()
-    for line in tl.path.read_text().splitlines():
-        json.loads(line)
+    events = [json.loads(line) for line in tl.path.read_text().splitlines()]   # every line is one JSON object
+    faults = [e for e in events if e["type"] == "fault"]
+    assert [(e["phase"], e["name"]) for e in faults] == [("inject", "a"), ("heal", "a")]
+    assert all(isinstance(e["t"], (int, float)) for e in events)
+    assert [e["type"] for e in events][-1] == "fault-census"
 
 
 # ------------------------------------------- a slow teardown: in-flight actions are waited for, every heal written
