@@ -59,3 +59,62 @@ def test_missing_profile_in_an_experiment_is_reported(pytester, tmp_path):
     res = pytester.runpytest("--monsoon-profile=full", f"--monsoon-runs-dir={tmp_path / 'runs'}")
     res.assert_outcomes(failed=1)
     assert "has no 'full' profile (has: quick)" in res.stdout.str()
+
+
+# ------------------------------------------------------------------ monsoon's own hooks (monsoon/hookspec.py)
+
+CUSTOM_EXP = ("name: e\nload:\n  devices: 1\n  base_rate: 10\n  shape: {kind: steady}\n"
+              "profiles: {quick: {warmup: 5}}\nchecks:\n  - stored_within: {seconds: 3}\n")
+
+
+def test_a_check_added_through_the_hook_is_validated_like_a_built_in_one(pytester, tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(CUSTOM_EXP)
+    pytester.makeconftest("""
+        from monsoon.checks.base import PASS, Verdict
+        def stored_within(run, seconds):
+            return Verdict("stored_within", PASS, {"seconds": seconds})
+        def pytest_monsoon_add_checks(register):
+            register("stored_within", stored_within)
+    """)
+    pytester.makepyfile(f"""
+        from monsoon.checks.registry import CHECKS
+        def test_x(monsoon):
+            assert "stored_within" in CHECKS
+            monsoon.run("inmemory", {str(exp)!r}).assert_pass()   # a dry run: validated, then skipped
+    """)
+    res = pytester.runpytest_subprocess("-rs", "--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
+    res.assert_outcomes(skipped=1)
+    assert "dry run of inmemory/e" in res.stdout.str()
+
+
+def test_without_the_hook_the_same_experiment_names_the_unknown_check(pytester, tmp_path):
+    exp = tmp_path / "e.yaml"
+    exp.write_text(CUSTOM_EXP)
+    pytester.makepyfile(f"""
+        def test_x(monsoon):
+            monsoon.run("inmemory", {str(exp)!r})
+    """)
+    res = pytester.runpytest_subprocess("--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
+    res.assert_outcomes(failed=1)
+    assert f"{exp}:8: checks.0: unknown check 'stored_within'" in res.stdout.str()
+
+
+def test_each_result_reaches_the_result_hook_before_the_report(pytester, tmp_path):
+    pytester.makeconftest("""
+        import monsoon.session
+        from monsoon.report.result import ExperimentResult
+        seen = []
+        def pytest_monsoon_result(result, session):
+            seen.append((result.stack, result.experiment, (session.run_dir / "summary.json").exists()))
+        def fake_run_one(stack_spec, exp, profile, out_dir, **kw):   # no stack is started in a unit test
+            return ExperimentResult(stack_spec.name, exp.name, profile, out_dir)
+        monsoon.session.run_one = fake_run_one
+    """)
+    pytester.makepyfile("""
+        from conftest import seen
+        def test_x(monsoon):
+            monsoon.run("inmemory", "burst-x3")
+            assert seen == [("inmemory", "burst-x3", False)]   # seen before summary.json was written
+    """)
+    pytester.runpytest_subprocess(f"--monsoon-runs-dir={tmp_path / 'runs'}").assert_outcomes(passed=1)
