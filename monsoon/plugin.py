@@ -11,10 +11,11 @@ import pytest
 
 from monsoon import hookspec
 from monsoon.checks.registry import register_check
-from monsoon.report.result import DryRunSkipped, RunFailed
+from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed
 from monsoon.run.shield import sigterm_as_interrupt
 from monsoon.session import MonsoonSession
 from monsoon.spec.base import PROFILES
+from monsoon.spec.yamlio import SpecError
 
 
 
@@ -27,6 +28,7 @@ MARKERS = {
     "integration": "integration: monsoon self-test on real services (Kafka, Postgres, the reference platform)",
 }
 SESSION_KEY = pytest.StashKey[MonsoonSession]()
+SOAK_DESELECTED = pytest.StashKey[int]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,13 +108,42 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
-    """A scenario's ``result.assert_pass()`` fails with the numbers and no traceback; after a dry run it skips."""
+    """A scenario's spec error is one line (file:line: key: message) and no traceback; ``result.assert_pass()``
+    fails with the numbers and no traceback; after a dry run it skips. Every result's headline figures go to
+    the test's JUnit properties (``--junitxml``)."""
+    session = pyfuncitem.config.stash.get(SESSION_KEY, None)
+    before = len(session.results) if session is not None else 0
     try:
         return (yield)
+    except SpecError as e:
+        pytest.fail(str(e), pytrace=False)
     except RunFailed as e:
         pytest.fail(str(e), pytrace=False)
     except DryRunSkipped as e:
         pytest.skip(str(e))
+    finally:
+        if session is not None:
+            for r in session.results[before:]:
+                pyfuncitem.user_properties.extend(junit_properties(r))
+
+
+def junit_properties(result: ExperimentResult) -> list[tuple[str, object]]:
+    """``monsoon.<stack>.<experiment>.<figure>`` = value for the verdict and every headline figure."""
+    key = f"monsoon.{result.stack}.{result.experiment}"
+    return [(f"{key}.verdict", result.verdict)] + [(f"{key}.{k}", v) for k, v in result.headline().items()]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A bare ``pytest`` (no ``-m``, no paths: the ``testpaths``) does not start a soak: soak scenarios run
+    when asked for, ``pytest -m soak`` or by naming their file."""
+    if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    soak = [i for i in items if i.get_closest_marker("soak") is not None]
+    if not soak:
+        return
+    items[:] = [i for i in items if i.get_closest_marker("soak") is None]
+    config.hook.pytest_deselected(items=soak)
+    config.stash[SOAK_DESELECTED] = len(soak)
 
 
 @pytest.fixture
@@ -122,6 +153,9 @@ def monsoon(request: pytest.FixtureRequest) -> MonsoonSession:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if config.stash.get(SOAK_DESELECTED, 0):
+        terminalreporter.write_line(f"monsoon: {config.stash[SOAK_DESELECTED]} soak scenario(s) deselected by a bare "
+                                    "`pytest`: run them with `pytest -m soak`")
     session = config.stash.get(SESSION_KEY, None)
     if session is None or not session.results:
         return

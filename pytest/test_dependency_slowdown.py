@@ -1,6 +1,6 @@
 """A slow Mongo registry and a slow Infinispan cache under steady load (Hono shape).
 
-Run:  pytest -m chaos pytest/test_dependency_slowdown.py      (quick profile: ~3 min each)
+Run:  pytest -m chaostest_dependency_slowdown.py      (quick profile: ~3 min each)
 
 Stack ``kafka-registry``: the platform looks devices up in a MongoDB registry
 (FerretDB) through an Infinispan cache, and every hop goes through Toxiproxy.

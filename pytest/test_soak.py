@@ -1,7 +1,7 @@
 """Soak: steady x1 load with a fault every period.
 
-Run:  pytest -m soak pytest/                               (quick: 4 min)
-      pytest -m soak pytest/ --monsoon-profile=full        (24 h)
+Run:  pytest -m soak                               (quick: 4 min)
+      pytest -m soak --monsoon-profile=full        (24 h)
 
 In turn, each period: a pod kill of the platform, a Mongo slowdown, an
 Infinispan slowdown, and a Kafka broker restart (see experiments/soak.yaml;

@@ -12,7 +12,7 @@ from pydantic import PrivateAttr, Field, field_validator, model_validator
 
 import math
 
-from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
+from monsoon.spec.base import FOLDERS, _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
@@ -237,3 +237,22 @@ def workers_problem(n_devices: int, workers: int, key: str = "load.workers") -> 
         return None
     return (f"{n_devices:,} devices over {workers} worker(s) is {per_worker:,} connections per worker: at most "
             f"{MAX_PER_WORKER:,} fit under the open-file limit; set {key} >= {-(-n_devices // MAX_PER_WORKER)}")
+
+
+def experiments_marked(mark: str, pattern: str = "*.yaml", folder: Path | None = None) -> list[str]:
+    """Names of the experiments in ``folder`` (default ``experiments/``) matching ``pattern`` whose ``marks``
+    include ``mark``, for a scenario's parametrization. It reads only the ``marks`` key and never raises: a
+    file that cannot be read is listed too, so the one scenario that runs it reports its error (file, line,
+    key) while the others still run."""
+    folder = FOLDERS["experiment"] if folder is None else folder
+    out = []
+    for p in sorted(folder.glob(pattern)):
+        try:
+            doc = load_located(p)
+            marks = doc.data.get("marks", ()) if isinstance(doc.data, dict) else ()
+            hit = mark in marks if isinstance(marks, (list, tuple)) else True
+        except (ValueError, OSError):   # SpecError, or bytes that are not UTF-8
+            hit = True
+        if hit:
+            out.append(p.stem)
+    return out
