@@ -42,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--monsoon-dry-run", action="store_true", default=False,
                 help="validate every stack, experiment and fault, print what would be started and injected "
                      "(Kubernetes manifests included), and skip the scenarios: nothing is started")
+    g.addoption("--monsoon-force", action="store_true", default=False,
+                help="run experiments past monsoon's sanity ceilings (a multiplier above x100); the machine's "
+                     "own limits (open files, ports, generator rate) still apply")
     parser.addini("monsoon_profile", "default --monsoon-profile", default="quick")
     parser.addini("monsoon_runs_dir", "default --monsoon-runs-dir", default="")
 
@@ -97,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = MonsoonSession(profile=profile, runs_dir=runs,
                                                run_id=config.getoption("--monsoon-run-id"), progress=progress,
                                                dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
-                                               on_result=on_result)
+                                               on_result=on_result, force=config.getoption("--monsoon-force"))
     sigterm_as_interrupt("monsoon")
     config.pluginmanager.hook.pytest_monsoon_add_checks(register=register_check)
 

@@ -70,7 +70,7 @@ def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: P
 class MonsoonSession:
     def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
                  progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None,
-                 on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None):
+                 on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None, force: bool = False):
         self.profile = profile
         self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
         self.run_id = run_id or new_run_id()
@@ -80,6 +80,7 @@ class MonsoonSession:
         self.dry_run = dry_run
         self.live = live      # a terminal for the live load panel (None: plain progress lines)
         self.on_result = on_result   # sees each result before the report is written (pytest_monsoon_result)
+        self.force = force           # lift the multiplier ceiling (--monsoon-force)
 
     @property
     def run_dir(self) -> Path:
@@ -89,7 +90,7 @@ class MonsoonSession:
         """Validate both specs, then run the experiment against a fresh stack."""
         stack_spec = load_stack(stack)
         exp = load_experiment(experiment)
-        faults = validate(stack_spec, exp, self.profile)   # fail before starting anything
+        faults = validate(stack_spec, exp, self.profile, force=self.force)   # fail before starting anything
         if self.dry_run:
             return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
                            run_id=self.run_id, progress=self.progress, dry_run=True, faults=faults)

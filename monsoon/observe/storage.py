@@ -5,6 +5,7 @@ import csv
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 import psycopg
+from psycopg import pq
 
 
 @runtime_checkable
@@ -30,6 +31,9 @@ class StoredSource(Protocol):
     """
 
     def export(self, path: Path) -> int: ...
+
+    def check(self) -> None:
+        """Raise ValueError saying what is wrong if the export cannot work (run before the load starts)."""
 
 
 def write_stored_csv(path: Path, columns: list[str], rows) -> int:
@@ -65,6 +69,31 @@ class PostgresSource:
                 cur.execute(self.query)
                 columns = [d.name for d in cur.description or []]
                 return write_stored_csv(path, columns, cur)
+
+    def check(self) -> None:
+        """Prepare the query (parsed and planned by the server, not run) and read its columns: broken SQL, a
+        missing table or a query without ``device`` and ``seq`` columns is found before the load, not after a
+        24-hour soak."""
+        query = self.query.strip().rstrip(";")
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+                res = conn.pgconn.prepare(b"monsoon_check", query.encode())
+                if res.status != pq.ExecStatus.COMMAND_OK:
+                    raise ValueError(_pg_error(res.error_message))
+                desc = conn.pgconn.describe_prepared(b"monsoon_check")
+                columns = [desc.fname(i).decode() for i in range(desc.nfields)]
+        except psycopg.Error as e:
+            raise ValueError(" ".join(str(e).split())) from None
+        missing = [c for c in ("device", "seq") if c not in columns]
+        if missing:
+            raise ValueError(f"returns the columns {', '.join(columns) or 'none'}: it needs {' and '.join(missing)} "
+                             "(name them with AS)")
+
+
+def _pg_error(message: bytes) -> str:
+    """Postgres's first line, without its ``ERROR:`` prefix: ``syntax error at or near "SELEC"``."""
+    first = message.decode(errors="replace").strip().splitlines()[0] if message else "the query was refused"
+    return first.split(":", 1)[1].strip() if first.startswith(("ERROR:", "FATAL:")) else first
 
 
 SOURCES: dict[str, Callable[..., StoredSource]] = {

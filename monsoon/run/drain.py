@@ -1,4 +1,10 @@
-"""The drain after the load: wait until the backlog is empty and storage stops moving."""
+"""The drain after the load: wait until the stack has settled, on whichever sign it gives.
+
+The signs, best first: the backlog (Kafka consumer lag, or the platform's queue-depth metric) at zero with the
+stored count steady; or, for a stack with neither, the stored count (its ``count_query``) no longer growing.
+The ``drain`` event says which sign ended the wait (``signal``), or that the stack gives none, so a loss check
+can tell "lost" from "not yet stored" and say why when it cannot.
+"""
 from __future__ import annotations
 
 import threading
@@ -6,16 +12,18 @@ import time
 
 from monsoon.observe.sampler import Sampler
 
+STORED_STEADY_S = 3     # seconds of an unchanged stored count that mean "settled" when there is no backlog signal
 
 
-
-
-
-class _Drain:
-    """Waits until the stack's backlog is empty and storage stops moving."""
+class Drain:
+    """Waits until the stack's backlog is empty and storage stops moving (or the stored count alone settles)."""
 
     def __init__(self, sampler: Sampler, has_kafka: bool):
         self.sampler, self.has_kafka = sampler, has_kafka
+
+    @property
+    def backlog_signal(self) -> str:
+        return "kafka lag" if self.has_kafka else "queue depth"
 
     def backlog(self) -> float | None:
         if self.has_kafka:
@@ -25,12 +33,25 @@ class _Drain:
     def wait(self, timeout: float, stop: threading.Event) -> dict:
         t0 = time.monotonic()
         last_stored, stable = None, 0
+        seen: set[str] = set()
+        backlog = None
         while time.monotonic() - t0 < timeout and not stop.is_set():
             time.sleep(1.0)
             backlog = self.backlog()
             stored = self.sampler.value("storage", "stored")
             stable = stable + 1 if (stored is not None and stored == last_stored) else 0
             last_stored = stored
+            if backlog is not None:
+                seen.add(self.backlog_signal)
+            if stored is not None:
+                seen.add("stored count")
             if backlog is not None and backlog <= 0 and (stored is None or stable >= 2):
-                return {"drained": True, "waited_s": round(time.monotonic() - t0, 1), "backlog": backlog}
-        return {"drained": False, "waited_s": round(time.monotonic() - t0, 1), "backlog": self.backlog()}
+                return self._done(True, t0, backlog, self.backlog_signal)
+            if backlog is None and stored is not None and stable >= STORED_STEADY_S:
+                return self._done(True, t0, backlog, "stored count")
+        # not settled: say which signs there were (none at all: nothing could have told)
+        return self._done(False, t0, backlog, ", ".join(sorted(seen)) or None)
+
+    @staticmethod
+    def _done(drained: bool, t0: float, backlog: float | None, signal: str | None) -> dict:
+        return {"drained": drained, "waited_s": round(time.monotonic() - t0, 1), "backlog": backlog, "signal": signal}

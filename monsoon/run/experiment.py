@@ -22,7 +22,7 @@ from monsoon.load.payloads import build_payload
 from monsoon.observe.progress import LoadProgress, Progress, progress_fields
 from monsoon.observe.storage import stored_source
 from monsoon.report.result import ExperimentResult
-from monsoon.run.drain import _Drain
+from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
 from monsoon.run.shield import TeardownShield
 from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
@@ -123,7 +123,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 fleet.close()
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
                          f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
-                drain = _Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
+                drain = Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
                 tl.add("drain", **drain)
                 sampler.stop()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)

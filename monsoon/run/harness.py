@@ -9,13 +9,16 @@ from monsoon.load.payloads import Payload
 from monsoon.load.shapes import LoadShape, build_shape
 from monsoon.load.stats import SecondStats
 from monsoon.observe.collectors import collectors_for
+from monsoon.observe.preflight import preflight
 from monsoon.observe.progress import Progress
 from monsoon.observe.sampler import Sampler
+from monsoon.observe.storage import stored_source
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.stack.provision import Device, NoProvisioner, TbRestProvisioner, device_names
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
+
 
 
 
@@ -82,11 +85,16 @@ class LoadHarness:
         self.tl = tl
         self.fleet: Any = None
         self.sampler: Sampler | None = None
+        self.collectors: list = []
         self.t0: float | None = None
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
               payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
         tl, dev = self.tl, stack.spec.devices
+        self.collectors = collectors = collectors_for(stack)
+        # every declared endpoint answers before anything is sent
+        preflight(stack.spec, collectors, stored_source(stack.spec.storage, stack.endpoint))
+        tl.add("op", op="preflight", ok=True)
         t = time.monotonic()
         devs = provision(stack, device_prefix, devices)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
@@ -96,7 +104,7 @@ class LoadHarness:
                                  workers=workers)
         self.fleet.connect()
         tl.add("op", op="connected", devices=len(devs))
-        self.sampler = Sampler(tl, collectors_for(stack)).start()
+        self.sampler = Sampler(tl, collectors).start()
         time.sleep(1.0)  # one baseline sample before the load
         self.t0 = t0 = tl.now()
         for ph in shape.phases():
@@ -114,4 +122,7 @@ class LoadHarness:
         if self.fleet is not None:
             self.fleet.close()
         if self.sampler is not None:
-            self.sampler.stop()
+            self.sampler.stop()       # closes the collectors
+        else:
+            for c in self.collectors:
+                c.close()

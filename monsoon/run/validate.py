@@ -8,11 +8,12 @@ check registry, every fault reference against its fault profile (and the stack's
 """
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 from monsoon.checks.registry import validate_check
 from monsoon.faults.resolve import experiment_faults, resolve_fault
-from monsoon.load.shapes import check_shape
+from monsoon.load.shapes import build_shape, check_shape
 from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, load_experiment
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
@@ -66,15 +67,81 @@ def load_checked(name_or_path: str | Path) -> ExperimentSpec:
     return check_experiment(load_experiment(name_or_path))
 
 
-def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None = None) -> list[FaultSpec]:
+# Limits known up front: what this machine and a profile can run. An experiment past one is refused at
+# validation, naming the limit; the multiplier ceiling alone is a judgement call that --monsoon-force lifts.
+MULTIPLIER_CEILING = 100.0                       # x1 times more than this is a typo (1e9) more often than a test
+PROFILE_CEILING_S = {"quick": 3600.0, "nightly": 86400.0, "full": 7 * 86400.0}   # a profile's whole load
+ENGINE_RATE = {"python": 25_000.0, "native": 100_000.0}    # msg/s one generator process paces here (bench-load)
+FD_RESERVE = 256                                 # descriptors the generator process keeps for everything else
+
+
+def fd_limit() -> int:
+    """The open-file limit the load generator can raise itself to (the hard limit)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def port_range() -> int:
+    """Ephemeral ports: connections one source address can open to one host:port."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return hi - lo + 1
+    except (OSError, ValueError):
+        return 28_232   # Linux's default range
+
+
+def peak_rate(exp: ExperimentSpec, profile: str) -> float:
+    """The highest rate the experiment's shape asks for in ``profile`` (msg/s; x1 = 1 under base_rate: auto)."""
+    d = exp.durations(profile)
+    shape = build_shape(exp.load.shape, exp.load.rate_for_checks, d, profile)
+    n = min(20_000, max(1, int(d.total / 0.1)))
+    rates = [shape.rate_at(i * d.total / n) for i in range(n)]
+    return max((r for r in rates if isinstance(r, (int, float))), default=0.0)
+
+
+def limits(exp: ExperimentSpec, profile: str, *, force: bool = False) -> None:
+    """Refuse, naming the limit, what this machine or the profile cannot run (SpecError with file, line, key)."""
+    load, d = exp.load, exp.durations(profile)
+    shape = load.shape
+    mults = [m for m in (shape.multiplier, shape.to, shape.from_) if m is not None]
+    mults += [s.multiplier for s in shape.stages or () if s.multiplier is not None]
+    mults += [s.multiplier for s in shape.steps or ()]
+    if not force and mults and max(mults) > MULTIPLIER_CEILING:
+        raise exp.fail(("load", "shape"), f"a multiplier of x{max(mults):g} is above monsoon's ceiling of "
+                       f"x{MULTIPLIER_CEILING:g}; if you mean it, run with --monsoon-force (monsoon validate --force)")
+    ceiling = PROFILE_CEILING_S[profile]
+    if d.total > ceiling:
+        raise exp.fail(("profiles", profile), f"the {profile} load lasts {d.total:,.0f} s, past the {profile} "
+                       f"profile's limit of {ceiling:,.0f} s ({ceiling / 3600:g} h)")
+    if not load.auto:
+        per_process = load.workers if load.engine == "native" else 1
+        cap = ENGINE_RATE[load.engine] * per_process
+        peak = peak_rate(exp, profile)
+        if peak > cap:
+            hint = ("use engine: native with more workers" if load.engine == "native" else
+                    "use engine: native (about 100,000 msg/s per worker)")
+            raise exp.fail(("load", "shape"), f"the {profile} profile peaks at {peak:,.0f} msg/s, past what "
+                           f"{per_process} {load.engine} generator process(es) can pace here ({cap:,.0f} msg/s): {hint}")
+    if load.engine == "python":
+        fds, ports = fd_limit() - FD_RESERVE, port_range()
+        if load.devices > min(fds, ports):
+            which = (f"the open-file limit ({fd_limit():,} less {FD_RESERVE} reserved)" if fds <= ports else
+                     f"the {ports:,} ephemeral ports one source address has")
+            raise exp.fail(("load", "devices"), f"{load.devices:,} devices is more connections than one python "
+                           f"generator can hold here: {which}; use engine: native with workers (each spreads its "
+                           "devices over 127.0.0.x source addresses)")
+
+
+def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None = None, *,
+             force: bool = False) -> list[FaultSpec]:
     """Everything a run of ``exp`` on ``stack`` in ``profile`` needs, checked before anything starts.
 
     Raises SpecError (file, line, key) on the first problem; returns the experiment's faults resolved for
-    the profile and the stack (empty without a stack or a profile)."""
+    the profile and the stack (empty without a stack or a profile). ``force`` lifts the multiplier ceiling."""
     check_experiment(exp)
     if profile is None:
         return []
     exp.durations(profile)   # the experiment has this profile
+    limits(exp, profile, force=force)
     if stack is None:
         return []
     unknown = sorted(set(exp.env) - set(stack.services))

@@ -39,3 +39,31 @@ def test_run_postgres_serves_tcp_from_a_directory_deeper_than_the_unix_socket_li
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(30)
+
+
+def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
+    """PostgresSource.check (the preflight's storage probe): broken SQL, a missing table and a query without
+    device/seq columns are refused with Postgres's own words; a good query (with a trailing ;) passes."""
+    from monsoon.observe.storage import PostgresSource
+    port = free_port()
+    proc = subprocess.Popen([str(REPO / "stacks/bin/run-postgres"), str(tmp_path / "pg"), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    try:
+        def connects():
+            try:
+                with psycopg.connect(dsn, connect_timeout=2) as c:
+                    c.execute("CREATE TABLE IF NOT EXISTS t (name text, n bigint)")
+                    return True
+            except psycopg.OperationalError:
+                return False
+        assert wait_for(connects, 60, "postgres to accept TCP")
+        PostgresSource(dsn, "SELECT name AS device, n AS seq FROM t;").check()
+        for query, words in [("SELEC name FROM t", 'syntax error at or near "SELEC"'),
+                             ("SELECT name AS device, n AS seq FROM nope", 'relation "nope" does not exist'),
+                             ("SELECT name AS device FROM t", "returns the columns device: it needs seq")]:
+            with pytest.raises(ValueError, match=words):
+                PostgresSource(dsn, query).check()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)

@@ -1,0 +1,56 @@
+"""Preflight: within seconds of the stack becoming ready, before any load, every declared endpoint answers.
+
+The stack's storage queries run (the loss query for its columns only), its metrics endpoint is scraped and
+every declared metric must be there, its Kafka bootstrap must answer. The first thing broken stops the run
+before the load, as a SpecError naming the stack file and the key; a 24-hour soak does not find out at its end.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from monsoon.observe.collectors import Collector, KafkaLagCollector, MetricsCollector, SqlCountCollector
+from monsoon.observe.storage import StoredSource
+from monsoon.spec.stack import StackSpec
+from monsoon.spec.yamlio import SpecError
+
+WITHIN_S = 10.0   # how long a declared endpoint may take to answer once the stack is ready
+
+
+def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource | None) -> dict[str, str]:
+    """What does not answer now: {key: message}, in the stack file's terms."""
+    problems: dict[str, str] = {}
+    for c in collectors:
+        try:
+            got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector, SqlCountCollector)) else None
+        except Exception as e:   # noqa: BLE001 - any failure to answer is the finding
+            key = {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
+                   "storage": "storage.count_query"}[c.name]
+            problems[key] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+            continue
+        if isinstance(c, MetricsCollector):
+            for name, selector in c.selectors.items():
+                if name not in got:
+                    problems[f"observe.metrics.{name}"] = f"no series {selector!r} at {c.url}"
+    if source is not None:
+        try:
+            source.check()
+        except Exception as e:   # noqa: BLE001
+            problems["storage.loss_query"] = str(e)
+    return problems
+
+
+def preflight(spec: StackSpec, collectors: list[Collector], source: StoredSource | None, *,
+              within: float = WITHIN_S, sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> None:
+    """Probe until everything answers or ``within`` seconds pass; then raise SpecError for what still does not."""
+    deadline = clock() + within
+    while True:
+        problems = probe(spec, collectors, source)
+        if not problems or clock() >= deadline:
+            break
+        sleep(1.0)
+    if problems:
+        (key, msg), *more = problems.items()
+        also = f" (also: {', '.join(k for k, _ in more)})" if more else ""
+        raise SpecError(spec.source, None, key, f"{msg}: checked before the load, nothing was sent{also}")
