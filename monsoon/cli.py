@@ -1,14 +1,16 @@
-"""The ``monsoon`` command: analyze saved runs, validate specs, heal faults and reap leftovers."""
+"""The ``monsoon`` command: analyze saved runs, validate specs, print their schema, heal faults and reap leftovers."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import os
 import sys
 from pathlib import Path
 
 import subprocess
 
-from monsoon.checks.registry import evaluate
+from monsoon.checks.registry import CHECKS, evaluate
 from monsoon.faults.heal import heal_everything
 from monsoon.faults.kube import to_yaml
 from monsoon.faults.resolve import kube_namespaces
@@ -18,13 +20,17 @@ from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
-from monsoon.run.validate import load_checked
+from monsoon.run.validate import load_checked, validate
 from monsoon.rundir import RESULT_FILE, TIMELINE_FILE, new_run_id
+from monsoon.spec.base import FOLDERS, kind_of
+from monsoon.spec.experiment import check_fits, load_experiment
 from monsoon.spec.fault import load_fault
+from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
-from monsoon.spec.yamlio import SpecError
+from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack.reaper import reap
 from monsoon.timeline.store import Events
+from monsoon.timeline.torn import torn_notes
 
 
 
@@ -35,7 +41,8 @@ def analyze(run_dir: Path) -> dict:
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
     results, run_id, profile = [], run_dir.name, "quick"
     for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
-        meta = Events.load(sub / TIMELINE_FILE).meta()
+        events = Events.load(sub / TIMELINE_FILE)
+        meta = events.meta()
         if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
             continue
         profile = meta.get("profile", profile)
@@ -44,10 +51,17 @@ def analyze(run_dir: Path) -> dict:
         old = sub / RESULT_FILE
         if old.exists():
             res.error = json.loads(old.read_text()).get("error")
-        res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])])
+        torn = torn_notes(sub, events)        # files cut off mid-line (a run killed mid-write), said out loud
+        for note in torn:
+            print(f"monsoon analyze: {run_dir.name}/{sub.name}: {note}", file=sys.stderr)
+        res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])],
+                              events=events)
         res.base_rate = meta.get("base_rate_auto")
-        (sub / RESULT_FILE).write_text(json.dumps(res.to_dict(), indent=2))
-        results.append(res.to_dict())
+        result = res.to_dict()
+        if torn:                              # only then: an intact run's result.json and summary.json are as before
+            result["torn"] = torn
+        (sub / RESULT_FILE).write_text(json.dumps(result, indent=2))
+        results.append(result)
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
     s, md = write_report(run_dir, run_id, profile, results)
@@ -125,17 +139,175 @@ def load_job(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ validate
+
+#: Every (stack, experiment) a scenario in pytest/*.py runs: ``monsoon validate`` with no argument validates each
+#: pair together. tests/unit/test_cli_validate.py runs the scenarios against a recorder and fails when this list
+#: and what they run differ.
+SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
+    ("inmemory", "burst-x3"), ("inmemory", "burst-x10"), ("kafka", "burst-x3"), ("kafka", "burst-x10"),
+    ("kafka-registry", "mongo-slowdown"), ("kafka-registry", "infinispan-slowdown"),
+    ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
+    ("kafka-registry", "soak"),
+)
+
+LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
+
+
+def shipped_spec_files() -> list[Path]:
+    """Every YAML file in stacks/, experiments/ and fault-profiles/ (not their subfolders: launchers, sources)."""
+    return sorted(p for folder in FOLDERS.values() for p in folder.iterdir()
+                  if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def _shown(path: str | Path) -> str:
+    """A path as the user would type it: relative to the current directory when under it."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve())) if p.is_absolute() else str(p)
+    except (ValueError, OSError):
+        return str(p)
+
+
+def problem_line(e: SpecError) -> str:
+    """``file:line: key: message`` on one line (line 1 when the problem is the whole file)."""
+    msg = " ".join(str(e.message).split()).replace(str(Path.cwd().resolve()) + os.sep, "")
+    where = f"{_shown(e.path)}:{e.line or 1}"
+    return f"{where}: {e.key}: {msg}" if e.key else f"{where}: {msg}"
+
+
+def validate_file(path: Path) -> str:
+    """Validate one spec file as what its content says it is; returns the kind, raises SpecError."""
+    kind = kind_of(load_located(path))
+    LOADERS[kind](path)
+    return kind
+
+
+def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str] | None = None) -> list[SpecError]:
+    """A stack and an experiment together, as a run would have them (:func:`monsoon.run.validate.validate`, for
+    each of the experiment's profiles or ``profiles``), then every check against what the stack observes."""
+    stack_spec, exp = load_stack(stack), load_experiment(experiment)
+    problems = []
+    for profile in profiles or list(exp.profiles):
+        try:
+            validate(stack_spec, exp, profile)
+        except SpecError as e:
+            problems.append(e)
+            break
+    said = {str(e) for e in problems}   # validate() raises the first misfit itself
+    return problems + [e for e in check_fits(exp, stack_spec) if str(e) not in said]
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and x.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def validate_cli(args) -> int:
+    """``monsoon validate``: one line per problem, ``file:line: key: message``; exit 1 if any, never a traceback."""
+    if (args.stack is None) != (args.experiment is None):
+        print("monsoon validate: --stack and --experiment go together (or give neither)", file=sys.stderr)
+        return 2
+    files, pairs = _expand(args.files), []
+    if args.stack is not None:
+        pairs.append((args.stack, args.experiment))
+    if not files and not pairs:
+        files, pairs = shipped_spec_files(), list(SCENARIO_PAIRS)
+    printed: set[str] = set()
+
+    def report(line: str) -> None:
+        if line not in printed:
+            printed.add(line)
+            print(line, flush=True)
+
+    def guarded(what: str, fn) -> list[SpecError]:
+        try:
+            return fn() or []
+        except SpecError as e:
+            return [e]
+        except (Exception, SystemExit) as e:   # a user's shape module, a bug of ours: one line, never a traceback
+            return [SpecError(what, None, "", f"could not be validated: {type(e).__name__}: {e}")]
+
+    for f in files:
+        for e in guarded(str(f), lambda: validate_file(f) and None):
+            report(problem_line(e))
+    for stack, exp in pairs:
+        for e in guarded(f"{stack} + {exp}", lambda: validate_pair(stack, exp, args.profile and [args.profile])):
+            report(problem_line(e))
+    n_pairs = f" and {len(pairs)} stack/experiment pair(s)" if pairs else ""
+    verdict = f"{len(printed)} problem(s)" if printed else "all valid"
+    print(f"monsoon validate: {len(files)} file(s){n_pairs}: {verdict}", file=sys.stderr)
+    return 1 if printed else 0
+
+
+# ------------------------------------------------------------------ schema
+
+def check_catalogue() -> list[CheckInfo]:
+    """monsoon's own checks (not those a plugin registers) with their parameters, as an experiment names them."""
+    out = []
+    for name, fn in sorted(CHECKS.items()):
+        if not fn.__module__.startswith("monsoon.checks."):
+            continue
+        params = []
+        for p in list(inspect.signature(fn).parameters.values())[1:]:
+            default = REQUIRED if p.default is inspect.Parameter.empty else p.default
+            params.append(CheckParam(p.name, default, text=default is None or isinstance(default, str)))
+        out.append(CheckInfo(name, inspect.getdoc(fn) or "", tuple(params)))
+    return out
+
+
+def reference() -> str:
+    """docs/reference.md: what ``monsoon schema --markdown`` prints."""
+    return markdown(check_catalogue())
+
+
+def schema_cli(args) -> int:
+    if args.markdown:
+        sys.stdout.write(markdown(check_catalogue(), [args.kind] if args.kind else list(SCHEMA_KINDS)))
+        return 0
+    if args.kind is None:
+        print(f"monsoon schema: name a kind ({', '.join(SCHEMA_KINDS)}), or --markdown for the reference",
+              file=sys.stderr)
+        return 2
+    print(json.dumps(json_schema(args.kind, check_catalogue()), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
-                                 "platforms. Scenarios run under pytest (pytest -m burst pytest/); this command "
+                                 "platforms. Scenarios run under pytest (pytest -m burst); this command "
                                  "works on saved runs and specs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
     a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
     c = sub.add_parser("checklist", help="print the sign-off checklist of a run")
     c.add_argument("run_dir", type=Path)
-    v = sub.add_parser("validate", help="validate stack and experiment YAML files without running anything")
-    v.add_argument("files", nargs="+", type=Path)
+    v = sub.add_parser("validate", help="validate stack, experiment and fault-profile YAML without running anything",
+                       description="Validates each FILE as what its content says it is (a stack has services:, an "
+                       "experiment load:, a fault profile kind:); a folder stands for its YAML files. --stack and "
+                       "--experiment validate the two together, as a run would: fault targets and env services "
+                       "exist in the stack, and every check can be judged from what the stack observes. With no "
+                       "argument: every YAML file in stacks/, experiments/ and fault-profiles/, and every "
+                       "(stack, experiment) pair a scenario in pytest/ runs. Prints one line per problem, "
+                       "FILE:LINE: KEY: MESSAGE; exit 1 if there is any.")
+    v.add_argument("files", nargs="*", type=Path, metavar="FILE", help="spec files or folders")
+    v.add_argument("--stack", help="a stack name or file, validated with --experiment")
+    v.add_argument("--experiment", help="an experiment name or file, validated with --stack")
+    v.add_argument("--profile", choices=("quick", "nightly", "full"),
+                   help="with --stack/--experiment: only this profile (default: each of the experiment's)")
+    sc = sub.add_parser("schema", help="print the JSON Schema of a kind of spec file (for YAML language servers), "
+                        "or the format reference (--markdown)",
+                        description="Prints the JSON Schema (draft 2020-12) of stack, experiment or fault-profile "
+                        "files, generated from monsoon's models, for a YAML language server to validate and "
+                        "complete them. --markdown prints the format reference instead (docs/reference.md): every "
+                        "key, its type, default and meaning.")
+    sc.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
+    sc.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
     r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
     h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
@@ -202,17 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         print(p.read_text())
         return 0
     if args.cmd == "validate":
-        bad = 0
-        loaders = {"stacks": ("stack", load_stack), "fault-profiles": ("fault profile", load_fault)}
-        for f in args.files:
-            kind, load = loaders.get(f.resolve().parent.name, ("experiment", load_checked))
-            try:
-                load(f)
-                print(f"ok   {f} ({kind})")
-            except SpecError as e:
-                print(f"FAIL {e}")
-                bad += 1
-        return 1 if bad else 0
+        return validate_cli(args)
+    if args.cmd == "schema":
+        return schema_cli(args)
     if args.cmd == "heal":
         done, census, notes = heal_everything(None if args.all else args.run_id,
                                               toxiproxy_apis=args.toxiproxy_api,

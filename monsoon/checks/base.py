@@ -10,6 +10,8 @@ from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
 from monsoon.timeline.accounting import account
 from monsoon.timeline.hdrlog import phase_histograms
 from monsoon.timeline.store import Events
+from monsoon.timeline.tail import Tear
+from monsoon.timeline.torn import run_tears
 
 
 
@@ -49,6 +51,20 @@ class RunData:
         if self._events is None:
             self._events = Events.load(self.dir / TIMELINE_FILE)
         return self._events
+
+    @cached_property
+    def tears(self) -> list[Tear]:
+        """The run's torn files (:func:`monsoon.timeline.torn.run_tears`): a timeline or CSV cut off mid-line,
+        a timeline line that is not JSON; empty for an intact run."""
+        events = self._events
+        if events is None and (self.dir / TIMELINE_FILE).exists():
+            events = self.events
+        return run_tears(self.dir, events)
+
+    @property
+    def torn(self) -> list[str]:
+        """What :attr:`tears` says, one sentence per torn spot (``monsoon analyze`` prints them)."""
+        return [t.note for t in self.tears]
 
     @property
     def meta(self) -> dict:

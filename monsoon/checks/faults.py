@@ -22,6 +22,7 @@ import math
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE
 from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
+from monsoon.timeline.tail import tail_end
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 
 
@@ -148,8 +149,11 @@ def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> list
     if not p.exists() or off is None:
         return []
     out = []
+    size, end = tail_end(p)
     with open(p, newline="") as fh:
-        for row in csv.DictReader(fh):
+        # a last row cut off mid-line (``d7,12,1700000000000,17000`` of ``...,1700000000350``) is not data
+        lines = fh if end == size else (ln for ln in fh if ln.endswith("\n"))
+        for row in csv.DictReader(lines):
             try:
                 intended, acked = int(row["intended_ms"]), int(row["acked_ms"])
             except (KeyError, TypeError, ValueError):

@@ -31,7 +31,7 @@ arrays indexed by seq: the acked intended time (int32 ms from a base; a bool whe
 stored rows are also kept per device (int64 seq + int64 ms, 16 bytes per row) to sort them.  Rows
 outside the dense range (unknown devices, seqs beyond what was sent) are kept sparsely.  The CSVs are
 parsed in 2 MB chunks with vectorised numpy (falling back to the csv module for a chunk that is not
-plain ``name,int,...`` lines: quotes, signs, decimals, a torn last line).
+plain ``name,int,...`` lines: quotes, signs, decimals); a last row cut off mid-line is not data.
 """
 from __future__ import annotations
 

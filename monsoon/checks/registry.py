@@ -20,6 +20,8 @@ from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
 from monsoon.checks.oom import no_oom
 from monsoon.checks.slo import error_budget
+from monsoon.checks.torn import withhold
+from monsoon.timeline.store import Events
 
 
 
@@ -85,12 +87,14 @@ def validate_check(name: str, params: dict[str, Any]) -> None:
             raise ValueError(f"check {name!r} needs parameter {p.name!r}")
 
 
-def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]]) -> list[Verdict]:
-    run = RunData(run_dir)
+def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]], events: Events | None = None) -> list[Verdict]:
+    """Every check's verdict on a saved run (``events``: its timeline, when already loaded with
+    :meth:`Events.load`).  A verdict that a torn file can overturn is ``unknown`` (:func:`withhold`)."""
+    run = RunData(run_dir, events)
     out = []
     for name, params in checks:
         try:
-            out.append(CHECKS[name](run, **params))
+            out.append(withhold(run, name, CHECKS[name](run, **params)))
         except Exception as e:  # a broken check must not hide the others
             out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from monsoon.checks.registry import validate_check
 from monsoon.faults.resolve import experiment_faults, resolve_fault
 from monsoon.load.shapes import build_shape, check_shape
-from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, load_experiment
+from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, check_fits, load_experiment
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
@@ -148,4 +148,8 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
     if unknown:
         raise exp.fail(("env",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
                        f"(it has: {', '.join(stack.services)})")
-    return experiment_faults(exp, profile, stack)   # a bad fault fails here
+    faults = experiment_faults(exp, profile, stack)   # a bad fault fails here
+    misfits = check_fits(exp, stack)   # a check that needs a signal the stack does not observe
+    if misfits:
+        raise misfits[0]
+    return faults

@@ -58,3 +58,29 @@ def _resolve(kind: str, name_or_path: str | Path, folder: Path | None = None) ->
 
 def _fail(doc: LocatedDoc, path: tuple, msg: str) -> SpecError:
     return SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)), msg)
+
+
+#: The top-level key that tells each kind of spec file from the others.
+MARKERS = {"services": "stack", "load": "experiment", "kind": "fault profile"}
+
+
+def kind_of(doc: LocatedDoc) -> str:
+    """What a spec file is, read from its content, never from its folder: a stack has ``services:``, an
+    experiment ``load:``, a fault profile ``kind:``. A SpecError says so when it cannot tell."""
+    how = "a stack has services:, an experiment load:, a fault profile kind:"
+    if not isinstance(doc.data, dict):
+        raise SpecError(doc.path, 1, "", f"cannot tell what this file is: it holds a {type(doc.data).__name__}, "
+                        f"not a mapping ({how})")
+    found = [m for m in MARKERS if m in doc.data]
+    if len(found) == 1:
+        return MARKERS[found[0]]
+    if not found:
+        where = next((k for k, f in FOLDERS.items() if f == Path(doc.path).resolve().parent), None)
+        hint = ""
+        if where is not None:
+            marker = next(m for m, k in MARKERS.items() if k == where)
+            hint = f"; it is in {FOLDERS[where].name}/: is {marker}: missing?"
+        raise SpecError(doc.path, 1, "", f"cannot tell what this file is: {how}, and it has none of them{hint}")
+    kinds = " and ".join(f"{m}: ({'an' if MARKERS[m][0] in 'aeiou' else 'a'} {MARKERS[m]})" for m in found)
+    raise SpecError(doc.path, doc.line_of((found[1],)), found[1],
+                    f"cannot tell what this file is: it has {kinds}; a spec file is one of them")

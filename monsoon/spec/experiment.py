@@ -6,15 +6,16 @@ Nothing here touches a live system: validation happens before anything starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import PrivateAttr, Field, field_validator, model_validator
 
 import math
 
 from monsoon.spec.base import FOLDERS, _Frozen, _fail, _invalid, _per_profile, _resolve
-from monsoon.spec.payload import PayloadSpec
+from monsoon.spec.payload import PayloadProfile, PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
+from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
@@ -25,22 +26,28 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
 class LoadSpec(_Frozen):
-    devices: int = Field(gt=0)
-    qos: Literal[0, 1] = 1
+    """The load (open model): ``devices`` send ``base_rate`` msg/s together (x1), shaped over the profile's
+    windows by ``shape``."""
+    devices: int = Field(gt=0, description="simulated devices (one connection each)")
+    qos: Literal[0, 1] = Field(1, description="MQTT QoS of every publish (1: acked by PUBACK)")
     # x1 in msg/s (all devices together), or "auto": base_fraction x the stack's calibrated capacity
     # (monsoon.calibrate; resolved by the runner, so validation needs no live stack)
-    base_rate: float | Literal["auto"] = Field(description="x1 in messages per second, all devices together, or auto")
+    base_rate: float | Literal["auto"] = Field(description="x1 in messages per second, all devices together, or "
+                                               "auto (base_fraction x the stack's calibrated capacity)")
     base_fraction: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,
                                         description="base_rate: auto only: x1 = this fraction of the capacity (0.25)")
-    shape: ShapeSpec
-    payload: PayloadSpec = PayloadSpec()
-    device_prefix: str = "monsoon"
+    shape: ShapeSpec = Field(description="the rate over time: steady, burst, ramp, stages, ladder, spike or python")
+    payload: PayloadSpec = Field(PayloadSpec(), description="what each message carries: a profile name, or "
+                                 "{profile, datapoints} / {profile: template, template}")
+    device_prefix: str = Field("monsoon", description="device names are <device_prefix>-00000, -00001, ...")
     # the MQTT generator: python (paho, one thread; ~10k msg/s) or native (monsoon-loadgen, Rust; ~100k msg/s per
     # core, ``workers`` processes each taking a shard of the devices, as the pods of the Kubernetes Job do)
-    engine: Literal["python", "native"] = "python"
+    engine: Literal["python", "native"] = Field("python", description="the MQTT load generator: python (paho, one "
+                                                "thread) or native (monsoon-loadgen, Rust)")
     workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
 
-    @field_validator("base_rate", mode="before")
+    @field_validator("base_rate", mode="before",
+                     json_schema_input_type=Annotated[float, Field(gt=0)] | Literal["auto"])
     @classmethod
     def _rate_or_auto(cls, v: Any) -> Any:
         if isinstance(v, str) and v.strip().lower() == "auto":
@@ -67,7 +74,7 @@ class LoadSpec(_Frozen):
         """A rate to build and check the shape with before the stack runs (1.0 stands in for auto)."""
         return 1.0 if self.base_rate == "auto" else float(self.base_rate)
 
-    @field_validator("payload", mode="before")
+    @field_validator("payload", mode="before", json_schema_input_type=PayloadProfile | PayloadSpec)
     @classmethod
     def _payload_str(cls, v: Any) -> Any:
         return {"profile": v} if isinstance(v, str) else v
@@ -82,9 +89,10 @@ class CheckSpec(_Frozen):
     ``profiles: [nightly, full]`` among the params judges the check only in those
     profiles (e.g. a leak slope that minutes of data cannot decide).
     """
-    name: str
-    params: dict[str, Any] = {}
-    profiles: tuple[Literal["quick", "nightly", "full"], ...] | None = None
+    name: str = Field(description="a registered check, e.g. no_acked_loss")
+    params: dict[str, Any] = Field({}, description="its parameters; a value may differ per profile")
+    profiles: tuple[Literal["quick", "nightly", "full"], ...] | None = Field(
+        None, description="judge it only in these profiles (default: all)")
 
     @model_validator(mode="before")
     @classmethod
@@ -108,12 +116,14 @@ class FaultRef(_Frozen):
     value may differ per profile (``at: {quick: 30, full: 3600}``).  Times are
     seconds from the start of the load.
     """
-    profile: str
-    name: str | None = None
-    target: str | dict[str, Any] | None = None
-    backend: str | None = None
-    params: dict[str, Any] = {}
-    schedule: dict[str, Any] = {}
+    profile: str = Field(description="a fault profile: fault-profiles/<profile>.yaml")
+    name: str | None = Field(None, description="overrides the profile's name (each fault needs its own)")
+    target: str | dict[str, Any] | None = Field(None, description="overrides the profile's target: a service, "
+                                                "a hop client->server, or {namespace, labelSelector}")
+    backend: str | None = Field(None, description="overrides the profile's backend")
+    params: dict[str, Any] = Field({}, description="merged key by key onto the profile's params")
+    schedule: dict[str, Any] = Field({}, description="merged key by key onto the profile's schedule (seconds "
+                                     "from the load start)")
 
     def overrides(self, profile: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -129,16 +139,21 @@ class FaultRef(_Frozen):
 
 
 class ExperimentSpec(_Frozen):
-    name: str
-    description: str = ""
-    marks: tuple[str, ...] = ()
-    load: LoadSpec
-    profiles: dict[Literal["quick", "nightly", "full"], Durations]
-    checks: tuple[CheckSpec, ...]
-    faults: tuple[FaultRef, ...] = ()
+    """An experiment (``experiments/<name>.yaml``): the load, the phase durations per profile, the checks that
+    judge the run, its faults, and extra environment for the stack's services."""
+    name: str = Field(description="the experiment's name (runs and reports use it)")
+    description: str = Field("", description="one line about it")
+    marks: tuple[str, ...] = Field((), description="labels for selecting experiments, e.g. burst, chaos, defect")
+    load: LoadSpec = Field(description="the load")
+    profiles: dict[Literal["quick", "nightly", "full"], Durations] = Field(
+        description="phase durations (seconds) per profile; a run uses one profile (--monsoon-profile)")
+    checks: tuple[CheckSpec, ...] = Field(description="each a check name, {name: {params}}, or "
+                                          "{name, params, profiles}")
+    faults: tuple[FaultRef, ...] = Field((), description="faults to inject, each a fault profile with overrides")
     # extra environment per stack service, e.g. {platform: {DEFECT_DROP_ACKED_PCT: "0.1"}}; wins over the stack's
-    env: dict[str, dict[str, str]] = {}
-    source: str = ""
+    env: dict[str, dict[str, str]] = Field({}, description="extra environment per stack service, e.g. {platform: "
+                                           "{DEFECT_X: \"1\"}}; wins over the stack's")
+    source: str = Field("", description="set by monsoon: the file the experiment was read from")
     _doc: LocatedDoc | None = PrivateAttr(None)   # where each key came from (load_experiment)
 
     def fail(self, path: tuple, msg: str) -> SpecError:
@@ -150,21 +165,22 @@ class ExperimentSpec(_Frozen):
     def line_of(self, path: tuple) -> int | None:
         return self._doc.line_of(path) if self._doc is not None else None
 
-    @field_validator("env", mode="before")
+    @field_validator("env", mode="before", json_schema_input_type=dict[str, dict[str, str | int | float | bool]])
     @classmethod
     def _env_str(cls, v: Any) -> Any:
         if isinstance(v, dict):
             return {svc: ({k: str(x) for k, x in e.items()} if isinstance(e, dict) else e) for svc, e in v.items()}
         return v
 
-    @field_validator("faults", mode="before")
+    @field_validator("faults", mode="before", json_schema_input_type=list[str | FaultRef])
     @classmethod
     def _faults(cls, v: Any) -> Any:
         if isinstance(v, list):
             return [{"profile": x} if isinstance(x, str) else x for x in v]
         return v
 
-    @field_validator("checks", mode="before")
+    @field_validator("checks", mode="before",
+                     json_schema_input_type=list[str | dict[str, dict[str, Any] | None] | CheckSpec])
     @classmethod
     def _checks(cls, v: Any) -> Any:
         if not isinstance(v, list):
@@ -255,4 +271,37 @@ def experiments_marked(mark: str, pattern: str = "*.yaml", folder: Path | None =
             hit = True
         if hit:
             out.append(p.stem)
+    return out
+
+
+# ----------------------------------------------------- checks against a stack
+
+_BACKLOG = (("kafka", "metrics.queue_depth"),
+            "Kafka consumer lag (observe.kafka) or the queue depth (observe.metrics: {queue_depth: ...} with "
+            "observe.metrics_url)")
+
+#: What a check can only get from the stack's ``observe:`` section (:meth:`ObserveSpec.signals`): any one of
+#: the signals will do. Checks not listed read what every run has (the load, the stored messages, service exits,
+#: fault events), or also accept a GC log, which a service may write without the stack file saying so: those are
+#: never refused.
+CHECK_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "lag_recovers_within": _BACKLOG,
+    "lag_bounded": _BACKLOG,
+    "consumer_not_stalled": (("kafka",), "per-partition Kafka offsets (observe.kafka)"),
+    "no_thread_leak": (("process",), "the service's thread count (observe.service)"),
+}
+
+
+def check_fits(exp: ExperimentSpec, stack: StackSpec) -> list[SpecError]:
+    """The experiment's checks that cannot judge a run of ``stack`` (each a SpecError at ``checks.N``): the
+    check needs a signal only the stack's ``observe:`` could give, and it gives none of them, so the check
+    could never say anything but unknown."""
+    have = stack.observe.signals()
+    out = []
+    for i, c in enumerate(exp.checks):
+        signals, what = CHECK_NEEDS.get(c.name, ((), ""))
+        if signals and not any(s in have for s in signals):
+            where = f" ({stack.source})" if stack.source else ""
+            out.append(exp.fail(("checks", i), f"{c.name} reads {what}; stack {stack.name!r}{where} observes none "
+                                "of it, so the check could only say unknown"))
     return out

@@ -41,9 +41,10 @@ KUBE_BACKENDS = ("chaos-mesh", "litmus")
 class KubeSelector(_Frozen):
     """Pods of a Kubernetes namespace selected by labels (``matchLabels`` semantics)."""
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    namespace: str
-    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1)
-    container: str | None = None
+    namespace: str = Field(description="the pods' namespace (must be on MONSOON_KUBE_NAMESPACES)")
+    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1,
+                                           description="labels the pods carry, all of them")
+    container: str | None = Field(None, description="one container of the pods (default: the whole pod)")
 
     @field_validator("namespace")
     @classmethod
@@ -117,9 +118,10 @@ class Target(_Frozen):
 
 class Schedule(_Frozen):
     """Seconds from the start of the run: inject at ``at``, heal ``duration`` later, again every ``repeat_every``."""
-    at: float = Field(0.0, ge=0)
-    duration: float = Field(gt=0)
-    repeat_every: float | None = Field(None, gt=0)
+    at: float = Field(0.0, ge=0, description="seconds from the load start to the first injection")
+    duration: float = Field(gt=0, description="seconds until it heals")
+    repeat_every: float | None = Field(None, gt=0, description="inject again every so many seconds (longer than "
+                                       "duration)")
     times: int | None = Field(None, gt=0, description="how many injections when repeating (default: until the run ends)")
 
     @model_validator(mode="after")
@@ -151,24 +153,26 @@ Probe = Literal["auto", "echo", "postgres", "http", "kafka", "mongo", "redis", "
 
 
 class PodKillParams(_Frozen):
-    signal: SIGNALS = "SIGKILL"
+    signal: SIGNALS = Field("SIGKILL", description="the signal sent to the service's process group")
     restart_timeout: float = Field(60.0, gt=0, description="seconds to wait for the restart that proves landing")
     grace_period: int = Field(0, ge=0, description="Kubernetes only: pod deletion grace period")
 
 
 class KafkaBrokerRestartParams(PodKillParams):
-    signal: SIGNALS = "SIGTERM"
+    signal: SIGNALS = Field("SIGTERM", description="the signal sent to the broker's process group")
 
 
 class ProcessPauseParams(_Frozen):
-    verify_timeout: float = Field(5.0, gt=0)
+    verify_timeout: float = Field(5.0, gt=0, description="seconds to wait for the processes to show stopped "
+                                  "(and running again after the heal)")
 
 
 class LatencyParams(_Frozen):
-    latency_ms: int = Field(gt=0)
-    jitter_ms: int = Field(0, ge=0)
-    stream: Stream = "downstream"
-    probe: Probe = "auto"
+    latency_ms: int = Field(gt=0, description="added delay in ms")
+    jitter_ms: int = Field(0, ge=0, description="+/- this many ms at random (at most latency_ms)")
+    stream: Stream = Field("downstream", description="downstream (replies), upstream (requests) or both")
+    probe: Probe = Field("auto", description="the request that measures the landing (auto: from the upstream "
+                         "service's name)")
 
     @model_validator(mode="after")
     def _jitter(self) -> "LatencyParams":
@@ -178,22 +182,26 @@ class LatencyParams(_Frozen):
 
 
 class DependencyDownParams(_Frozen):
-    mode: Literal["disable", "reset_peer", "timeout"] = "disable"
+    mode: Literal["disable", "reset_peer", "timeout"] = Field(
+        "disable", description="disable the proxy (refused connections), reset connections, or hold them")
     timeout_ms: int = Field(0, ge=0, description="reset_peer/timeout: after how long (0 = at once / forever)")
-    probe: Probe = "auto"
+    probe: Probe = Field("auto", description="the request that measures the landing (auto: from the upstream "
+                         "service's name)")
 
 
 class BandwidthParams(_Frozen):
     rate_kbps: int = Field(gt=0, description="KiB per second (Toxiproxy's bandwidth 'rate')")
-    stream: Stream = "downstream"
-    probe: Probe = "auto"
+    stream: Stream = Field("downstream", description="downstream (replies), upstream (requests) or both")
+    probe: Probe = Field("auto", description="the requests whose throughput measures the landing (auto: from "
+                         "the upstream service's name)")
 
 
 class MemoryPressureParams(_Frozen):
     limit_mb: int | None = Field(None, gt=0, description="cgroup: the lowered memory limit")
     hog_mb: int | None = Field(None, gt=0, description="Kubernetes: memory a stressor allocates in the pod")
-    workers: int = Field(1, gt=0)
-    mode: Literal["child", "in-place"] = "child"
+    workers: int = Field(1, gt=0, description="Kubernetes: stressor workers")
+    mode: Literal["child", "in-place"] = Field("child", description="cgroup: child (a child cgroup of the "
+                                               "service's, the default) or in-place (its own cgroup)")
 
     @model_validator(mode="after")
     def _one(self) -> "MemoryPressureParams":
@@ -230,14 +238,17 @@ KINDS: dict[str, KindInfo] = {
 # ----------------------------------------------------------------------- spec
 
 class FaultSpec(_Frozen):
-    name: str
-    kind: str
-    description: str = ""
-    target: Target
-    backend: Backend
-    params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True)  # type: ignore[assignment]
-    schedule: Schedule
-    source: str = ""
+    """A fault profile (``fault-profiles/<kind>.yaml``): what breaks (``kind``, ``params``), where
+    (``target``), when (``schedule``) and how (``backend``); an experiment's ``faults:`` may override each."""
+    name: str = Field(description="the fault's name, kebab-case (distinct within an experiment)")
+    kind: str = Field(description="what breaks; must equal the file name")
+    description: str = Field("", description="one line about it")
+    target: Target = Field(description="a stack service, a hop client->server, or {namespace, labelSelector}")
+    backend: Backend = Field(description="what injects it: toxiproxy, process, cgroup, chaos-mesh or litmus")
+    params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True,  # type: ignore[assignment]
+                                              description="the kind's parameters (below)")
+    schedule: Schedule = Field(description="when: seconds from the load start")
+    source: str = Field("", description="set by monsoon: the file the profile was read from")
 
     @field_validator("name", "kind")
     @classmethod

@@ -18,6 +18,9 @@ from monsoon.spec.base import _Frozen, _invalid
 PAYLOAD_PROFILES = ("minimal", "smart-meter", "smart-tracker", "industrial-plc", "template")
 
 
+PayloadProfile = Literal["minimal", "smart-meter", "smart-tracker", "industrial-plc", "template"]
+
+
 class PayloadSpec(_Frozen):
     """What each device publishes (``load.payload``): see :mod:`monsoon.payloads`.
 
@@ -25,7 +28,8 @@ class PayloadSpec(_Frozen):
     ``{profile: template, template: '{"ts": {ts}, "values": {"device": "{device}", "seq": {seq}}}'}``;
     a bare string is the profile. Default: ``minimal`` (temperature, humidity).
     """
-    profile: Literal["minimal", "smart-meter", "smart-tracker", "industrial-plc", "template"] = "minimal"
+    profile: PayloadProfile = Field("minimal", description="minimal (temperature, humidity), smart-meter, "
+                                    "smart-tracker, industrial-plc or template")
     datapoints: int | None = Field(None, ge=1, le=999, description="industrial-plc only: values per message")
     template: str | None = Field(None, description="template only: JSON text with placeholders")
 

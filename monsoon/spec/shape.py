@@ -45,10 +45,10 @@ class StageSpec(_Frozen):
     total load time (warmup + burst + recovery). Write the seconds of one profile and the others
     keep the same ratios.
     """
-    duration: float = Field(gt=0, allow_inf_nan=False)
-    rate: float | None = Field(None, ge=0, allow_inf_nan=False)
-    multiplier: float | None = Field(None, ge=0, allow_inf_nan=False)
-    name: str | None = Field(None, min_length=1)
+    duration: float = Field(gt=0, allow_inf_nan=False, description="its share of the load (relative to the sum)")
+    rate: float | None = Field(None, ge=0, allow_inf_nan=False, description="msg/s (0: a pause)")
+    multiplier: float | None = Field(None, ge=0, allow_inf_nan=False, description="x base_rate (0: a pause)")
+    name: str | None = Field(None, min_length=1, description="its phase name (default stage-N)")
 
     @model_validator(mode="after")
     def _one(self) -> "StageSpec":
@@ -60,10 +60,11 @@ class StageSpec(_Frozen):
 class StepSpec(_Frozen):
     """One ladder step: ``multiplier`` x base_rate from ``start`` for ``duration``, both fractions (0..1]
     of the profile's burst window; ``start`` defaults to the end of the previous step (0 for the first)."""
-    multiplier: float = Field(gt=0, allow_inf_nan=False)
-    duration: float = Field(gt=0, le=1, allow_inf_nan=False)
-    start: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
-    name: str | None = Field(None, min_length=1)
+    multiplier: float = Field(gt=0, allow_inf_nan=False, description="x base_rate")
+    duration: float = Field(gt=0, le=1, allow_inf_nan=False, description="fraction of the burst window")
+    start: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False, description="fraction of the burst window "
+                                "(default: where the previous step ends)")
+    name: str | None = Field(None, min_length=1, description="its phase name (default x<multiplier>; the last step: burst)")
 
     @model_validator(mode="after")
     def _inside(self) -> "StepSpec":
@@ -92,16 +93,20 @@ class ShapeSpec(_Frozen):
       profile's warmup, burst, recovery windows).
     """
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    kind: Literal["ramp", "stages", "ladder", "spike", "python", "steady", "burst"]  # "... 'steady' or 'burst'"
-    multiplier: float | None = Field(None, gt=0, allow_inf_nan=False)
-    from_: float | None = Field(None, alias="from", ge=0, allow_inf_nan=False)
-    to: float | None = Field(None, ge=0, allow_inf_nan=False)
-    stages: tuple[StageSpec, ...] | None = Field(None, min_length=1)
-    steps: tuple[StepSpec, ...] | None = Field(None, min_length=1)
-    every: float | None = Field(None, gt=0, allow_inf_nan=False)
-    width: float | None = Field(None, gt=0, allow_inf_nan=False)
-    function: str | None = Field(None, min_length=1)
-    file: str | None = Field(None, min_length=1)
+    kind: Literal["ramp", "stages", "ladder", "spike", "python", "steady", "burst"] = Field(  # "... 'steady' or 'burst'"
+        description="steady, burst, ramp, stages, ladder, spike or python")
+    multiplier: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                     description="burst, spike: x base_rate in the burst window or the spikes")
+    from_: float | None = Field(None, alias="from", ge=0, allow_inf_nan=False,
+                                description="ramp: the multiplier during warmup (default 1)")
+    to: float | None = Field(None, ge=0, allow_inf_nan=False, description="ramp: the multiplier it ends at")
+    stages: tuple[StageSpec, ...] | None = Field(None, min_length=1, description="stages: the stages, in order")
+    steps: tuple[StepSpec, ...] | None = Field(None, min_length=1, description="ladder: the steps, in order")
+    every: float | None = Field(None, gt=0, allow_inf_nan=False, description="spike: seconds between spike starts")
+    width: float | None = Field(None, gt=0, allow_inf_nan=False, description="spike: seconds each spike lasts")
+    function: str | None = Field(None, min_length=1, description="python: 'module:function', or the function's "
+                                 "name with file")
+    file: str | None = Field(None, min_length=1, description="python: a .py file (relative to the experiment file)")
     _fn: Any = PrivateAttr(None)
 
     @field_validator("file")
@@ -197,10 +202,11 @@ class ShapeSpec(_Frozen):
 
 class Durations(_Frozen):
     """Seconds per phase. steady shapes use ``warmup`` + ``recovery`` only."""
-    warmup: float = Field(gt=0)
-    burst: float = Field(0, ge=0)
-    recovery: float = Field(0, ge=0)
-    drain_timeout: float = Field(120, gt=0)
+    warmup: float = Field(gt=0, description="seconds of the warmup window")
+    burst: float = Field(0, ge=0, description="seconds of the burst window (burst, ramp, ladder, spike need it)")
+    recovery: float = Field(0, ge=0, description="seconds of the recovery window")
+    drain_timeout: float = Field(120, gt=0, description="after the load, seconds to wait for the stack to drain "
+                                 "its backlog")
 
     @property
     def total(self) -> float:

@@ -2,6 +2,7 @@
 what to observe; ``load_stack`` checks placeholders, dependencies and start order."""
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from pathlib import Path
@@ -15,19 +16,37 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
 
-# {repo} {cache} {python} {run_dir} {stack_dir} {dir} {port:NAME}
+# {repo} {cache} {python} {run_dir} {stack_dir} {stack_file_dir} {dir} {port:NAME}
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
 
 
-TEMPLATE_NAMES = {"repo", "cache", "python", "run_dir", "stack_dir", "dir", "port"}
+#: What each placeholder stands for (rendered by ``monsoon.stack.supervisor.Stack``).
+PLACEHOLDERS = {
+    "repo": "the monsoon repository",
+    "cache": "monsoon's cache (MONSOON_CACHE, default .cache in the repository)",
+    "python": "the Python interpreter running monsoon",
+    "run_dir": "this stack's directory in the run: runs/<run-id>/<stack>--<experiment>/ (calibrate-<stack>/ under "
+               "monsoon calibrate), holding logs/ and services/",
+    "stack_dir": "the same as {run_dir}",
+    "stack_file_dir": "the folder of the stack's YAML file (for launchers and configs shipped beside it)",
+    "dir": "inside a service only: that service's work dir (<run_dir>/services/<service>/, its cwd)",
+    "port": "a free 127.0.0.1 port for NAME (the same everywhere in the stack), or the one fixed under ports:",
+}
+
+
+TEMPLATE_NAMES = set(PLACEHOLDERS)
+
+
+Profile = Literal["quick", "nightly", "full", "default"]
+Scalar = str | int | float | bool
 
 
 class ReadySpec(_Frozen):
     """How to tell a service is ready: exactly one of tcp / http / log."""
-    tcp: str | None = None        # "{port:kafka}" or "127.0.0.1:9092"
-    http: str | None = None       # URL answering 2xx
-    log: str | None = None        # regex searched in the service log
-    timeout: float = Field(60.0, gt=0)
+    tcp: str | None = Field(None, description="host:port accepting TCP connections, e.g. 127.0.0.1:{port:kafka}")
+    http: str | None = Field(None, description="a URL answering 2xx")
+    log: str | None = Field(None, description="a regular expression searched in the service's log")
+    timeout: float = Field(60.0, gt=0, description="seconds to wait for readiness before the start fails")
 
     @model_validator(mode="after")
     def _one(self) -> "ReadySpec":
@@ -39,9 +58,9 @@ class ReadySpec(_Frozen):
 
 class RequireSpec(_Frozen):
     """A precondition checked before anything starts: a binary on PATH or a file."""
-    binary: str | None = None
-    path: str | None = None
-    hint: str = ""
+    binary: str | None = Field(None, description="a program that must be on PATH")
+    path: str | None = Field(None, description="a file or folder that must exist (placeholders allowed)")
+    hint: str = Field("", description="how to get it, shown when it is missing")
 
     @model_validator(mode="after")
     def _one(self) -> "RequireSpec":
@@ -51,24 +70,32 @@ class RequireSpec(_Frozen):
 
 
 class ServiceSpec(_Frozen):
-    command: tuple[str, ...]
-    requires: tuple[RequireSpec, ...] = ()
+    """One process of the stack, started in its own process group with its work dir as cwd."""
+    command: tuple[str, ...] = Field(description="the command: a list of arguments, or one string split like a "
+                                     "shell would (no shell runs it)")
+    requires: tuple[RequireSpec, ...] = Field((), description="preconditions checked before anything starts")
     # a value may differ per profile: {quick: 64m, full: 768m, default: 256m}
-    env: dict[str, str | dict[Literal["quick", "nightly", "full", "default"], str]] = {}
-    depends_on: tuple[str, ...] = ()
-    ready: ReadySpec | None = None
-    restart: Literal["no", "always", "on-failure"] = "no"
-    restart_delay: float = Field(1.0, ge=0)
-    stop_timeout: float = Field(15.0, gt=0)
-    stop_signal: Literal["SIGTERM", "SIGINT", "SIGQUIT", "SIGKILL"] = "SIGTERM"
-    ephemeral: bool = False   # delete the service's work dir (not its log) after the stack stops
+    env: dict[str, str | dict[Profile, str]] = Field(
+        {}, description="extra environment variables; a value may differ per profile: "
+        "{quick: 64m, full: 1g, default: 256m}")
+    depends_on: tuple[str, ...] = Field((), description="services started (and ready) before this one")
+    ready: ReadySpec | None = Field(None, description="how to tell it is ready (none: 0.2 s after it started "
+                                    "and did not exit)")
+    restart: Literal["no", "always", "on-failure"] = Field(
+        "no", description="restart it when it exits: never, always, or when its exit code is not 0")
+    restart_delay: float = Field(1.0, ge=0, description="seconds between an exit and the restart")
+    stop_timeout: float = Field(15.0, gt=0, description="seconds between stop_signal and SIGKILL when the "
+                                "stack stops")
+    stop_signal: Literal["SIGTERM", "SIGINT", "SIGQUIT", "SIGKILL"] = Field(
+        "SIGTERM", description="the signal sent to its process group to stop it")
+    ephemeral: bool = Field(False, description="delete its work dir (not its log) after the stack stops")
 
-    @field_validator("command", mode="before")
+    @field_validator("command", mode="before", json_schema_input_type=str | list[str])
     @classmethod
     def _split(cls, v: Any) -> Any:
         return tuple(shlex.split(v)) if isinstance(v, str) else v
 
-    @field_validator("env", mode="before")
+    @field_validator("env", mode="before", json_schema_input_type=dict[str, Scalar | dict[Profile, Scalar]])
     @classmethod
     def _env_str(cls, v: Any) -> Any:
         if not isinstance(v, dict):
@@ -89,13 +116,13 @@ class DevicesSpec(_Frozen):
     """Where devices connect. ``transport``: ``mqtt`` (``topic``), ``http`` (ThingsBoard's
     ``POST /api/v1/{token}/telemetry``) or ``coap`` (the same path over CoAP); ``port`` is that
     transport's port. ``protocol`` is the older name of ``transport``."""
-    transport: Literal["mqtt", "http", "coap"] = "mqtt"
-    protocol: Literal["mqtt", "http", "coap"] | None = None
-    host: str = "127.0.0.1"
-    port: str
-    topic: str = "v1/devices/me/telemetry"
+    transport: Literal["mqtt", "http", "coap"] = Field("mqtt", description="how the devices talk to the stack")
+    protocol: Literal["mqtt", "http", "coap"] | None = Field(None, description="the older name of transport")
+    host: str = Field("127.0.0.1", description="the host devices connect to")
+    port: str = Field(description="that transport's port, e.g. {port:mqtt} or 1883")
+    topic: str = Field("v1/devices/me/telemetry", description="mqtt only: the topic devices publish to")
 
-    @field_validator("port", mode="before")
+    @field_validator("port", mode="before", json_schema_input_type=str | int)
     @classmethod
     def _port_str(cls, v: Any) -> Any:
         return str(v) if isinstance(v, int) else v
@@ -111,10 +138,13 @@ class DevicesSpec(_Frozen):
 
 
 class ProvisioningSpec(_Frozen):
-    kind: Literal["thingsboard-rest", "none"]
-    url: str | None = None
-    username: str | None = None
-    password: str | None = None
+    """How the run's devices come to exist: ``none`` (a plain broker: each device's token is its name) or
+    ``thingsboard-rest`` (created, or found, through ThingsBoard's REST API with ``url``, ``username``,
+    ``password``). ``provisioning: none`` is short for ``{kind: none}``."""
+    kind: Literal["thingsboard-rest", "none"] = Field(description="none or thingsboard-rest")
+    url: str | None = Field(None, description="thingsboard-rest: the REST API's base URL (placeholders allowed)")
+    username: str | None = Field(None, description="thingsboard-rest: the tenant user")
+    password: str | None = Field(None, description="thingsboard-rest: its password")
 
     @model_validator(mode="after")
     def _need_url(self) -> "ProvisioningSpec":
@@ -124,35 +154,63 @@ class ProvisioningSpec(_Frozen):
 
 
 class StorageSpec(_Frozen):
-    kind: Literal["postgres"] = "postgres"
-    dsn: str
+    """Where stored messages are read back after the drain (every loss and duplicate check reads them)."""
+    kind: Literal["postgres"] = Field("postgres", description="the database kind")
+    dsn: str = Field(description="the connection string, e.g. postgresql://postgres@127.0.0.1:{port:postgres}/postgres")
     loss_query: str = Field(description="SQL returning (device, seq[, stored_ms]) for every stored message")
     count_query: str | None = Field(None, description="SQL returning one number: stored messages so far")
 
 
 class KafkaObserveSpec(_Frozen):
-    bootstrap: str
-    group: str
-    topic: str | None = None
+    """A Kafka consumer group whose lag is sampled every second (per partition: log end, committed offset)."""
+    bootstrap: str = Field(description="host:port of a broker, e.g. 127.0.0.1:{port:kafka}")
+    group: str = Field(description="the consumer group of the service under test")
+    topic: str | None = Field(None, description="the topic (default: every topic the group has committed on)")
 
 
 class KubeObserveSpec(_Frozen):
     """Pods whose restarts and OOMKilled terminations no_oom reads (``matchLabels`` semantics)."""
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    namespace: str
-    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1)
+    namespace: str = Field(description="the pods' namespace")
+    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1,
+                                           description="labels the pods carry, all of them")
 
     def selector_string(self) -> str:
         return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
 
 
 class ObserveSpec(_Frozen):
-    service: str | None = None                 # the service under test: RSS, exits, OOM
-    metrics_url: str | None = None             # Prometheus text endpoint
-    metrics: dict[str, str] = {}               # signal name -> series selector
-    kafka: KafkaObserveSpec | None = None
-    kubernetes: KubeObserveSpec | None = None  # pods: OOMKilled, restartCount (when a cluster is configured)
-    docker: tuple[str, ...] = ()               # containers: State.OOMKilled, RestartCount (docker inspect)
+    """What monsoon samples every second while the stack runs (with storage.count_query): the signals the
+    checks and the report read."""
+    service: str | None = Field(None, description="the service under test: its RSS and thread count and its "
+                                "cgroup's OOM kills are sampled")
+    metrics_url: str | None = Field(None, description="a Prometheus text endpoint scraped every second "
+                                    "(needed for metrics)")
+    metrics: dict[str, str] = Field({}, description="signal name: Prometheus series, e.g. queue_depth: tb_queue_size; "
+                                    "the checks read queue_depth, heap_max, gc_seconds, the report also "
+                                    "heap_used and stored")
+    kafka: KafkaObserveSpec | None = Field(None, description="the consumer group whose lag the lag checks read")
+    kubernetes: KubeObserveSpec | None = Field(None, description="pods whose OOMKilled terminations and restarts "
+                                               "no_oom reads (when a cluster is configured)")
+    docker: tuple[str, ...] = Field((), description="containers whose State.OOMKilled and RestartCount no_oom "
+                                    "reads (docker inspect)")
+
+    @model_validator(mode="after")
+    def _scraped(self) -> "ObserveSpec":
+        if self.metrics and not self.metrics_url:
+            raise _invalid("metrics needs metrics_url (the Prometheus endpoint they are scraped from)")
+        return self
+
+    def signals(self) -> dict[str, str]:
+        """The timeline signals this observation gives the checks, each with the setting it comes from."""
+        out: dict[str, str] = {}
+        if self.service:
+            out["process"] = "observe.service"
+        if self.kafka:
+            out["kafka"] = "observe.kafka"
+        if self.metrics_url:
+            out.update({f"metrics.{k}": f"observe.metrics.{k}" for k in self.metrics})
+        return out
 
 
 class ChaosSpec(_Frozen):
@@ -161,16 +219,25 @@ class ChaosSpec(_Frozen):
 
 
 class StackSpec(_Frozen):
-    name: str
-    description: str = ""
-    ports: dict[str, int | Literal["auto"]] = {}
-    services: dict[str, ServiceSpec]
-    devices: DevicesSpec
-    provisioning: ProvisioningSpec
-    storage: StorageSpec
-    observe: ObserveSpec = ObserveSpec()
-    chaos: ChaosSpec = ChaosSpec()
-    source: str = ""
+    """A deployment under test (``stacks/<name>.yaml``): its services, where devices connect, how they are
+    provisioned, where stored messages are read back and what to observe. Strings may hold placeholders:
+    {port:NAME}, {dir}, {run_dir}, {stack_dir}, {stack_file_dir}, {repo}, {cache}, {python}."""
+    name: str = Field(description="the stack's name (runs and reports use it)")
+    description: str = Field("", description="one line about the deployment")
+    ports: dict[str, int | Literal["auto"]] = Field({}, description="{port:NAME} fixed to a number (an error "
+                                                    "when taken) or auto (a free port, the default)")
+    services: dict[str, ServiceSpec] = Field(description="the processes, started in depends_on order")
+    devices: DevicesSpec = Field(description="where the devices connect")
+    provisioning: ProvisioningSpec = Field(description="none, or {kind: thingsboard-rest, url, username, password}")
+    storage: StorageSpec = Field(description="where stored messages are read back")
+    observe: ObserveSpec = Field(ObserveSpec(), description="what monsoon samples while the stack runs")
+    chaos: ChaosSpec = Field(ChaosSpec(), description="the stack's fault tooling")
+    source: str = Field("", description="set by monsoon: the file the stack was read from")
+
+    @field_validator("provisioning", mode="before", json_schema_input_type=Literal["none"] | ProvisioningSpec)
+    @classmethod
+    def _provisioning_word(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
 
     def start_order(self) -> list[str]:
         order: list[str] = []
@@ -215,8 +282,21 @@ def _check_templates(doc: LocatedDoc) -> None:
                 if bad:
                     raise SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)),
                                     f"unknown placeholder {m.group(0)} (use {{repo}}, {{cache}}, {{python}}, {{run_dir}}, "
-                                    "{stack_dir}, {dir} inside a service, or {port:NAME})")
+                                    "{stack_dir}, {stack_file_dir}, {dir} inside a service, or {port:NAME})")
+                if name == "port":
+                    uses.setdefault(arg, []).append(path)
+    uses: dict[str, list[tuple]] = {}
     walk(doc.data, ())
+    declared = doc.data.get("ports") if isinstance(doc.data, dict) else None
+    declared = set(declared) if isinstance(declared, dict) else set()
+    for port, paths in uses.items():
+        if len(paths) == 1 and port not in declared:   # one side of a connection that has no other side
+            near = difflib.get_close_matches(port, [n for n in uses if n != port], n=1)
+            other = ".".join(map(str, uses[near[0]][0])) if near else ""
+            hint = f" ({{port:{near[0]}}} at {other}, line {doc.line_of(uses[near[0]][0])}: one is misspelt?)" if near else ""
+            raise SpecError(doc.path, doc.line_of(paths[0]), ".".join(map(str, paths[0])),
+                            f"{{port:{port}}} is used only here: nothing else in the stack knows this port{hint}; "
+                            f"a port only this service needs is declared under ports: ({port}: auto)")
 
 
 def load_stack(name_or_path: str | Path) -> StackSpec:

@@ -7,6 +7,8 @@ the node tree ourselves and keep a ``{key path: line}`` map beside it.
 """
 from __future__ import annotations
 
+import codecs
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ class SpecError(ValueError):
     """An invalid spec file: the message names the file, the line and the key."""
 
     def __init__(self, path: Path | str, line: int | None, key: str, message: str):
-        self.path, self.line, self.key = str(path), line, key
+        self.path, self.line, self.key, self.message = str(path), line, key, message
         where = f"{path}:{line}" if line else f"{path}"
         super().__init__(f"{where}: {key or '<top>'}: {message}" if key else f"{where}: {message}")
 
@@ -46,6 +48,9 @@ def _construct(node: yaml.Node, path: tuple, lines: dict, loader: yaml.SafeLoade
         out: dict = {}
         for knode, vnode in node.value:
             key = loader.construct_object(knode, deep=True)
+            if not isinstance(key, Hashable):   # a list or a mapping as a key
+                raise SpecError(loader.name, knode.start_mark.line + 1, ".".join(map(str, path)),
+                                "a key must be a plain value (a name or a number), not a list or a mapping")
             if key in out:
                 raise SpecError(loader.name, knode.start_mark.line + 1, ".".join(map(str, path + (key,))),
                                 "duplicate key")
@@ -58,23 +63,66 @@ def _construct(node: yaml.Node, path: tuple, lines: dict, loader: yaml.SafeLoade
     return loader.construct_object(node, deep=True)
 
 
-def load_located(path: Path | str) -> LocatedDoc:
-    path = Path(path)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def read_text(path: Path) -> str:
+    """A spec file's text: UTF-8 (a byte-order mark, UTF-16 or UTF-32 with one, as YAML allows, is fine too).
+
+    Anything else is one SpecError naming the file, the line and the byte offset of the first bad byte;
+    a file that cannot be read at all (missing, a directory, no permission) is one too."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(path, None, "", "file not found") from None
-    loader = yaml.SafeLoader(text)
-    loader.name = str(path)
+    except IsADirectoryError:
+        raise SpecError(path, None, "", "is a directory, not a YAML file") from None
+    except OSError as e:
+        raise SpecError(path, None, "", f"cannot read: {e.strerror or e}") from None
+    encoding = next((enc for bom, enc in _BOMS if raw.startswith(bom)), "utf-8")
     try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        bad = raw[e.start:e.start + 1]
+        what = f"byte 0x{bad[0]:02x}" if bad else "a truncated character"
+        raise SpecError(path, line, "", f"not {encoding.upper().replace('-SIG', '')} text: {what} at byte offset "
+                        f"{e.start} cannot be decoded (save the file as UTF-8)") from None
+
+
+def _line_of_char(text: str, index: int) -> int:
+    return text.count("\n", 0, max(0, index)) + 1
+
+
+def load_located(path: Path | str) -> LocatedDoc:
+    """Parse one YAML file, remembering the line of every key. Every problem (unreadable, not UTF-8, not
+    YAML, more than one document, a tag or key PyYAML's safe loader refuses) is a SpecError naming the file
+    and, where there is one, the line."""
+    path = Path(path)
+    text = read_text(path)
+    lines: dict[tuple, int] = {}
+    loader = None
+    try:
+        loader = yaml.SafeLoader(text)   # checks every character already
+        loader.name = str(path)
         node = loader.get_single_node()
+        data = {} if node is None else _construct(node, (), lines, loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        raise SpecError(path, mark.line + 1 if mark else None, "", f"invalid YAML: {e.problem or e}") from None
+        problem = " ".join(", ".join(str(x) for x in (e.context, e.problem) if x).split()) or " ".join(str(e).split())
+        raise SpecError(path, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as e:   # a character YAML does not allow (control characters, ...)
+        char = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)
+        raise SpecError(path, _line_of_char(text, e.position), "",
+                        f"invalid YAML: character {char} is not allowed (at character {e.position})") from None
+    except yaml.YAMLError as e:
+        raise SpecError(path, None, "", "invalid YAML: " + " ".join(str(e).split())) from None
+    except RecursionError:
+        raise SpecError(path, None, "", "invalid YAML: nested too deeply (an alias that contains itself?)") from None
     finally:
-        loader.dispose()
-    lines: dict[tuple, int] = {}
-    data = {} if node is None else _construct(node, (), lines, loader)
+        if loader is not None:
+            loader.dispose()
     return LocatedDoc(path, data, lines)
 
 

@@ -162,7 +162,12 @@ class Stack:
 
     # --- lifecycle
     def _base_ctx(self) -> dict[str, str]:
-        return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir), "stack_dir": str(self.dir)}
+        """What the placeholders stand for (``monsoon.spec.stack.PLACEHOLDERS``): {run_dir} and {stack_dir} are
+        this stack's directory in the run; {stack_file_dir} is the folder of the stack's YAML file (the current
+        directory for a spec built in code, which has no file)."""
+        stack_file_dir = Path(self.spec.source).resolve().parent if self.spec.source else Path.cwd()
+        return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir),
+                "stack_dir": str(self.dir), "stack_file_dir": str(stack_file_dir)}
 
     def preflight(self) -> None:
         """Check every declared requirement before touching anything."""

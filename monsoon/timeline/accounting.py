@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
+from monsoon.timeline.tail import tail_end
 
 
 
@@ -201,8 +202,8 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
                 if out is None:
                     out = _slow_chunk(data.decode("utf-8", "replace"), ncol, want, required, names, dev)
                 yield out
-            if rest.strip():    # a last line without its newline: an interrupted writer
-                yield _slow_chunk(rest.decode("utf-8", "replace"), ncol, want, required, names, dev)
+            # a last line without its newline is a row cut off by an interrupted writer (``d7,12`` of
+            # ``d7,1234``): not data, whatever it parses as (``monsoon.timeline.tail`` says so out loud)
 
     return present, chunks()
 
@@ -314,12 +315,32 @@ def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     return float(values[min(len(values) - 1, int(np.searchsorted(cum, rank)))])
 
 
+def _read_sent(path: Path) -> dict[str, int] | None:
+    """``sent.csv`` (:func:`monsoon.rundir.read_sent`) without a last row cut off mid-line: ``d7,12`` of
+    ``d7,1234`` would bound the device far too low.  The file is small (one row per device)."""
+    try:
+        size, end = tail_end(path)
+    except OSError:
+        return read_sent(path)
+    if end == size:
+        return read_sent(path)
+    out: dict[str, int] = {}
+    with open(path, "rb") as fh:
+        text = fh.read(end).decode("utf-8", "replace")
+    for row in csv.DictReader(io.StringIO(text, newline="")):
+        try:
+            out[row["device"]] = int(row["last_seq"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
 def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
     """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist.
     ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample)."""
     dir = Path(dir)
     names = _Names()
-    sent = read_sent(dir / sent_file)
+    sent = _read_sent(dir / sent_file)
     bound: dict[int, int] = {}
     if sent is not None:
         for name, last in sent.items():

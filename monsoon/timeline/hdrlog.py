@@ -71,10 +71,11 @@ class IntervalLogWriter:
 
 
 def read_intervals(path: Path) -> Iterator[tuple[float, float, str]]:
-    """(start second, length, encoded histogram) of every interval; a torn or foreign line is skipped."""
+    """(start second, length, encoded histogram) of every interval; a torn or foreign line is skipped (a last
+    line without its newline too: the fleet was cut off writing it, ``monsoon.timeline.tail``)."""
     with open(path) as fh:
         for line in fh:
-            if not line or line[0] in "#\"":
+            if not line or line[0] in "#\"" or not line.endswith("\n"):
                 continue
             parts = line.rstrip("\n").split(",")
             if len(parts) == 5 and parts[0].startswith("Tag="):

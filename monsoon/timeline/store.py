@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from monsoon.timeline.tail import Tear, secs
+
 
 class Timeline:
     def __init__(self, path: Path, clock=time.monotonic, wall=time.time):
@@ -65,25 +67,115 @@ class Timeline:
 
 
 def read_events(path: Path) -> list[dict]:
-    """Read a saved timeline; a torn last line (interrupted run) is skipped."""
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
+    """Read a saved timeline's events (what :func:`read_timeline` reads, without saying what was damaged)."""
+    return read_timeline(path)[0]
+
+
+_NOTED_LINES = 5     # bad lines in the middle noted one by one; the rest are counted in one more note
+
+
+def read_timeline(path: Path) -> tuple[list[dict], list[Tear], int | None]:
+    """Read a saved timeline: ``(events, tears, damage_at)``.
+
+    A timeline is written one whole line per event.  When the run was killed mid-write the file ends
+    mid-line: the partial last line is left out (the events before it are kept) and a :class:`Tear` says
+    ``timeline.jsonl ends mid-line at byte N: the run was cut off at t=T`` (``T``: the last good event's
+    ``t``).  A last line that is complete JSON but lacks its newline is kept (JSON cannot be cut into
+    valid JSON), and the file still ends mid-line: the writer died there.  A last line that is not JSON
+    is the cut too.  A line in the middle that is not JSON (or not an object) is an event missing:
+    ``line K is not JSON``.  ``damage_at`` is the index in ``events`` of the first event after the first
+    damage (``len(events)`` when only the tail is torn), None for an intact timeline: a check that reads
+    the run up to an event at a lower index read all it needed.
+
+    Same events as ever for an intact file, in one pass (a 24 h timeline holds ~500k events)."""
+    out: list[dict] = []
+    bad: list[tuple[int, int, int, int, str]] = []   # (line, start, end, index in out, why): the first few
+    nbad = 0
+    last_bad = prev_bad = None                       # the last bad line, and the one before it
+    pos = lineno = last_data = 0                     # last_data: the number of the last non-blank line
+    terminated = True
+    with open(path, "rb") as fh:
+        for raw in fh:
+            lineno += 1
+            start, pos = pos, pos + len(raw)
+            terminated = raw.endswith(b"\n")
+            line = raw.strip()
             if not line:
                 continue
+            last_data = lineno
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+                ev = json.loads(line.decode())
+            except ValueError:       # JSONDecodeError, or bytes that are not UTF-8 (UnicodeDecodeError)
+                why = "is not JSON"
+            else:
+                if isinstance(ev, dict):
+                    out.append(ev)
+                    continue
+                why = "is not a JSON object"
+            nbad += 1
+            prev_bad, last_bad = last_bad, (lineno, start, pos, len(out), why)
+            if len(bad) <= _NOTED_LINES:
+                bad.append(last_bad)
+    size = pos
+    name = Path(path).name
+    tail = None
+    if last_bad is not None and last_bad[0] == last_data:       # the last line is not data: the cut
+        tail, last_bad = last_bad, prev_bad
+        nbad -= 1
+        bad = bad[:nbad]
+    elif not terminated and last_data == lineno:                # complete JSON cut before its newline: kept
+        tail = (lineno, size, size, len(out), "")
+    tears: list[Tear] = []
+    for ln, a, b, at, why in bad[:_NOTED_LINES]:
+        tears.append(Tear(name, "line", a, a, b, f"{name} line {ln} {why} (bytes {a}-{b}): an event "
+                          f"{_between(out, at)} is missing", ln, _t_before(out, at)))
+    if nbad > _NOTED_LINES:
+        ln, a, b, at, _ = bad[_NOTED_LINES]
+        tears.append(Tear(name, "line", a, a, b, f"{name}: {nbad - _NOTED_LINES} more line(s), from line {ln} to "
+                          f"line {last_bad[0]}, are not JSON events either", ln, _t_before(out, at)))
+    if tail is not None:
+        ln, a, b, at, why = tail
+        t = _t_before(out, len(out))
+        when = f"at t={secs(t)}s" if t is not None else "before its first event"
+        if terminated and why:       # a whole last line that is not an event
+            tears.append(Tear(name, "tail", a, a, b, f"{name} ends with a line that is not JSON (line {ln}, bytes "
+                              f"{a}-{b}): the run was cut off {when}", ln, t))
+        else:
+            tears.append(Tear(name, "tail", size, a, size,
+                              f"{name} ends mid-line at byte {size}: the run was cut off {when}", ln, t))
+    damage = [bad[0][3]] if bad else []
+    if tail is not None:
+        damage.append(len(out))
+    return out, tears, (min(damage) if damage else None)
+
+
+def _t_before(events: list[dict], i: int) -> float | None:
+    """``t`` of the last event before index ``i`` that has one."""
+    for e in reversed(events[max(0, i - 50):i]):
+        t = e.get("t")
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            return float(t)
+    return None
+
+
+def _between(events: list[dict], i: int) -> str:
+    a = _t_before(events, i)
+    b = next((float(e["t"]) for e in events[i:i + 50]
+              if isinstance(e.get("t"), (int, float)) and not isinstance(e.get("t"), bool)), None)
+    if a is not None and b is not None:
+        return f"between t={secs(a)}s and t={secs(b)}s"
+    if a is not None:
+        return f"after t={secs(a)}s"
+    return f"before t={secs(b)}s" if b is not None else "of an unknown time"
 
 
 class Events:
     """Query helpers over a loaded list of events (pure; used by checks and report)."""
 
-    def __init__(self, events: list[dict]):
+    def __init__(self, events: list[dict], tears: list[Tear] | None = None, damage_at: int | None = None):
         self.events = events
+        self.tears: list[Tear] = list(tears or [])   # what :func:`read_timeline` found damaged (none: intact)
+        self.damage_at = damage_at                    # index of the first event after the first damage
         # one pass over the events: a 24 h run holds ~500k, and every check and plot asks for a few series
         self._by_type: dict[str, list[dict]] = {}
         self._samples: dict[str, list[dict]] = {}
@@ -94,7 +186,16 @@ class Events:
 
     @classmethod
     def load(cls, path: Path) -> "Events":
-        return cls(read_events(path))
+        return cls(*read_timeline(path))
+
+    def intact_until(self, event: dict | None) -> bool:
+        """Whether every event up to ``event`` (one of ``self.events``) was read intact: no damage before it.
+        For None (an event the timeline does not hold) only when nothing was damaged: it may be what was lost."""
+        if event is None:
+            return self.damage_at is None
+        if self.damage_at is None or self.damage_at >= len(self.events):
+            return True      # intact, or only the tail is torn: every event held came before the cut
+        return next((i for i, e in enumerate(self.events) if e is event), len(self.events)) < self.damage_at
 
     def of(self, type: str, **match: Any) -> Iterator[dict]:
         pool = self._samples.get(match.get("collector"), []) if type == "sample" and "collector" in match \

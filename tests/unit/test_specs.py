@@ -89,6 +89,7 @@ devices: {port: "{port:mqtt}"}
 provisioning: {kind: none}
 storage: {dsn: "postgresql://127.0.0.1:{port:db}/x", loss_query: "select 1, 2"}
 observe: {service: app}
+ports: {mqtt: auto}   # the devices' port: declared, since no service here names it
 """
 
 
@@ -349,3 +350,58 @@ def test_rates_must_be_finite_and_positive(tmp_path):
         with pytest.raises(SpecError) as ei:
             load_checked(p)
         assert (ei.value.key, ei.value.line) == ("load.base_rate", 4) and msg in str(ei.value)
+
+
+# ------------------------------------------------------- provisioning, placeholders, observe
+
+def test_provisioning_none_works_as_written(tmp_path):
+    s = load_stack(write(tmp_path, "s.yaml", STACK.replace("provisioning: {kind: none}", "provisioning: none")))
+    assert s.provisioning.kind == "none" and s.provisioning.url is None
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "t.yaml", STACK.replace("provisioning: {kind: none}",
+                                                           "provisioning: thingsboard-rest")))
+    assert (ei.value.line, ei.value.key) == (10, "provisioning")
+    assert "thingsboard-rest provisioning needs url, username and password" in str(ei.value)
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "u.yaml", STACK.replace("provisioning: {kind: none}", "provisioning: nope")))
+    assert ei.value.key == "provisioning.kind" and "'thingsboard-rest' or 'none'" in str(ei.value)
+
+
+def test_stack_file_dir_is_the_folder_of_the_stack_file_and_stack_dir_the_run_directory(tmp_path):
+    from monsoon.stack.supervisor import Stack
+    text = STACK.replace('command: app --db {port:db}',
+                         'command: "{stack_file_dir}/bin/app --db {port:db} --logs {stack_dir}/x {run_dir}/y"')
+    (tmp_path / "mystacks").mkdir()
+    spec = load_stack(write(tmp_path / "mystacks", "s.yaml", text))
+    st = Stack(spec, tmp_path / "runs" / "r1" / "s--e", run_id="placeholders-1")
+    st.ports = {n: 5 for n in spec.port_names()}
+    st.ctx = st._base_ctx()
+    assert st._build("app").command == [f"{tmp_path}/mystacks/bin/app", "--db", "5", "--logs",
+                                        f"{tmp_path}/runs/r1/s--e/x", f"{tmp_path}/runs/r1/s--e/y"]
+
+
+def test_an_unknown_placeholder_lists_the_known_ones(tmp_path):
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "s.yaml", STACK.replace("command: app --db {port:db}",
+                                                           "command: app --db {port:db} --x {stack_folder}/y")))
+    assert ei.value.key == "services.app.command" and "unknown placeholder {stack_folder}" in str(ei.value)
+    assert "{stack_file_dir}" in str(ei.value) and "{stack_dir}" in str(ei.value)
+
+
+def test_metrics_without_a_metrics_url_are_refused(tmp_path):
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "s.yaml", STACK.replace("observe: {service: app}",
+                                                           "observe: {service: app, metrics: {queue_depth: q}}")))
+    assert (ei.value.line, ei.value.key) == (12, "observe") and "metrics needs metrics_url" in str(ei.value)
+
+
+def test_a_port_name_used_only_once_is_refused_with_the_likely_misspelling(tmp_path):
+    text = STACK.replace("ports: {mqtt: auto}   # the devices' port: declared, since no service here names it\n", "")
+    text = text.replace("command: app --db {port:db}", "command: app --db {port:db} --mqtt {port:mqtt}")
+    load_stack(write(tmp_path, "ok.yaml", text))                       # bound by app, used by the devices
+    with pytest.raises(SpecError) as ei:
+        load_stack(write(tmp_path, "typo.yaml", text.replace('devices: {port: "{port:mqtt}"}',
+                                                              'devices: {port: "{port:mqt}"}')))
+    assert ei.value.key == "services.app.command" and ei.value.line == 7   # both sides are named
+    assert "{port:mqtt} is used only here" in str(ei.value)
+    assert "({port:mqt} at devices.port, line 9: one is misspelt?)" in str(ei.value)

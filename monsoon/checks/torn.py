@@ -1,0 +1,127 @@
+"""Torn runs said out loud: a verdict that rests on a part of the run that was cut off is ``unknown``.
+
+A run killed mid-write leaves files that end mid-line (:mod:`monsoon.timeline.torn`).  Their readers leave
+the cut-off line out, so every check still reads sound data, but not all of it.  :func:`withhold` (applied
+by :func:`monsoon.checks.registry.evaluate` to every verdict, a hook's checks included) turns a verdict
+the missing part could overturn into ``unknown``, with the torn file, its byte offset and the check's own
+message in the reason.  An intact run's verdicts are untouched.
+
+What each check reads (:data:`READS`):
+
+* **the timeline, up to an event**: the runner writes ``op: load-end`` after the last load second and the
+  fault plan's ``fault-census``, then ``drain`` after the drain wait (the samplers stop there), then
+  ``stored`` after the stored-messages export.  A check reads the run up to one of them; a timeline cut
+  before it (or with a line that is not JSON before it) misses part of what the check reads.  A timeline
+  cut after it (say during the stack's stop) leaves the check's verdict as it was.
+* **acked.csv, stored.csv, sent.csv, latency.hlog**: a torn file lacks its rows after the cut.
+
+Which verdicts the missing part could overturn, per check family:
+
+* **pass**, always: what was not read may hold the failure (an OOM after the cut, a lost message never
+  compared, a lag that never came down).
+* **fail**, only where the cut itself can make a failure: ``no_acked_loss`` (cut before the drain and the
+  export: late is not lost; ``stored.csv`` cut: the rows after the cut look lost), ``no_unexpected``
+  (``sent.csv`` cut: the devices after the cut look never sent), ``error_budget`` (messages in flight at
+  the cut count as never acked; a phase cut short has a smaller budget), ``latency_objective`` and
+  ``throughput_drop`` (a percentile or a mean of part of a window is not the window's),
+  ``no_memory_leak`` and ``gc_time_fraction`` (the back half, or the phase, of the part read is not the
+  run's), ``no_thread_leak`` (the end of the part read is not the end of the load).  A failure seen in
+  what was read stands elsewhere: an OOM, a duplicate, a lag over its bound, a stalled partition, a fault
+  not healed happened whatever came after.
+* a check added through ``pytest_monsoon_add_checks``: it may read anything, up to the export: its pass is
+  withheld on any torn file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, check_base
+from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+
+PASS_ONLY = frozenset({PASS})
+FAIL_ONLY = frozenset({FAIL})
+BOTH = frozenset({PASS, FAIL})
+NEITHER = frozenset()            # read (for figures), but its damage cannot overturn the verdict: named only
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a check reads: the timeline up to ``until`` and ``files``, each with the verdicts (pass, fail)
+    that a damage to it can no longer support."""
+
+    until: str                                  # a key of _UNTIL
+    timeline: frozenset = PASS_ONLY
+    files: dict[str, frozenset] = field(default_factory=dict)
+
+
+READS: dict[str, Reads] = {
+    "no_acked_loss": Reads("stored", BOTH, {ACKED_FILE: PASS_ONLY, STORED_FILE: FAIL_ONLY, SENT_FILE: NEITHER}),
+    "no_duplicates": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY}),
+    "no_unexpected": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY, SENT_FILE: FAIL_ONLY}),
+    "no_oom": Reads("stored"),
+    "lag_recovers_within": Reads("drain"),
+    "lag_bounded": Reads("drain"),
+    "consumer_not_stalled": Reads("drain"),
+    "no_memory_leak": Reads("drain", BOTH),
+    "gc_time_fraction": Reads("drain", BOTH),
+    "no_thread_leak": Reads("load-end", BOTH),
+    "faults_landed": Reads("fault-census"),
+    "throughput_drop": Reads("load-end", BOTH),
+    "latency_objective": Reads("load-end", BOTH, {ACKED_FILE: BOTH, LATENCY_FILE: BOTH}),
+    "error_budget": Reads("load-end", BOTH, {LATENCY_FILE: BOTH}),
+    "load_valid": Reads("load-end"),
+}
+
+# a check monsoon does not know (a hook's): it may read anything
+DEFAULT_READS = Reads("stored", PASS_ONLY, {f: PASS_ONLY for f in (ACKED_FILE, STORED_FILE, SENT_FILE, LATENCY_FILE)})
+
+# the event a check reads the timeline up to, and what to call it
+_UNTIL = {
+    "load-end": (lambda ev: ev.first("op", op="load-end"), "load end"),
+    "fault-census": (lambda ev: ev.first("fault-census"), "fault census"),
+    "drain": (lambda ev: ev.first("drain"), "drain"),
+    "stored": (lambda ev: ev.first("stored"), "stored-messages export"),
+}
+
+
+def damage(run: RunData, name: str) -> list[tuple[frozenset, str]]:
+    """The torn spots that check ``name`` reads, each with the verdicts it can no longer support and why."""
+    tears = run.tears
+    if not tears:
+        return []
+    reads = READS.get(check_base(name), DEFAULT_READS)
+    out: list[tuple[frozenset, str]] = []
+    timeline = [t for t in tears if t.file == TIMELINE_FILE]
+    if timeline:
+        ev = run.events
+        find, label = _UNTIL[reads.until]
+        until = find(ev)
+        if not ev.intact_until(until):
+            lines = [t for t in timeline if t.kind == "line"]
+            tail = next((t for t in timeline if t.kind == "tail"), None)
+            if until is None and tail is not None:       # the cut came before the event
+                out.append((reads.timeline, f"{tail.note}, before its {label}"))
+            else:                                        # a line before the event is not an event
+                out.append((reads.timeline, f"{lines[0].note}, before its {label}"))
+    for t in tears:
+        sides = reads.files.get(t.file)
+        if sides is not None:
+            out.append((sides, t.note))
+    return out
+
+
+def withhold(run: RunData, name: str, v: Verdict) -> Verdict:
+    """``v`` unchanged for an intact run.  On a torn one: ``unknown`` when a damage it read can overturn it
+    (the reason first, then what the check said on the part it read); otherwise the same verdict, its
+    message naming the damage it stands despite (an ``unknown`` too)."""
+    found = damage(run, name)
+    if not found:
+        return v
+    why = [r for sides, r in found if v.verdict in sides]
+    if why:
+        return Verdict(v.name, UNKNOWN, v.figures,
+                       f"{'; '.join(why)}: a {v.verdict} cannot stand on the part that was read ({v.message})")
+    also = "; ".join(r for _, r in found)
+    if v.verdict == UNKNOWN:
+        return Verdict(v.name, UNKNOWN, v.figures, f"{v.message}; {also}")
+    return Verdict(v.name, v.verdict, v.figures, f"{v.message} ({also}: the {v.verdict} stands on what was read)")

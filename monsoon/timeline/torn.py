@@ -1,0 +1,42 @@
+"""A saved run's torn files, said out loud: what ``monsoon analyze``, the report and the checks read.
+
+A run killed mid-write leaves files that end mid-line.  Each reader leaves the cut-off line out (the
+timeline: :func:`monsoon.timeline.store.read_timeline`, which also notes a line in the middle that is not
+JSON; the CSVs: :mod:`monsoon.timeline.accounting`; the latency log: :mod:`monsoon.timeline.hdrlog`), and
+:func:`run_tears` lists what was cut, one :class:`~monsoon.timeline.tail.Tear` per damage with its
+sentence (``note``), e.g. ``timeline.jsonl ends mid-line at byte 48213: the run was cut off at t=131.4s``
+or ``acked.csv ends mid-line at byte 9012: the partial row from byte 8990 (22 bytes) is not counted``.
+
+Cheap: the timeline's damage is found while it is parsed (it is anyway), every other file's by reading
+its last bytes (:func:`monsoon.timeline.tail.tail_end`), never a pass over it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.timeline.store import Events
+from monsoon.timeline.tail import Tear, line_file_tear
+
+# the line files besides the timeline, with what a line of each is called
+LINE_FILES = ((ACKED_FILE, "row"), (STORED_FILE, "row"), (SENT_FILE, "row"), (LATENCY_FILE, "interval"))
+
+
+def run_tears(run_dir: Path, events: Events | None = None) -> list[Tear]:
+    """Every torn spot of an experiment's run directory: the timeline's first (``events``, when already
+    loaded with :meth:`Events.load`; else it is read), then ``acked.csv``, ``stored.csv``, ``sent.csv``
+    and ``latency.hlog``.  Empty for an intact run; missing files are not torn."""
+    run_dir = Path(run_dir)
+    if events is None and (run_dir / TIMELINE_FILE).exists():
+        events = Events.load(run_dir / TIMELINE_FILE)
+    out = list(events.tears) if events is not None else []
+    for name, what in LINE_FILES:
+        t = line_file_tear(run_dir / name, what)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def torn_notes(run_dir: Path, events: Events | None = None) -> list[str]:
+    """The sentences of :func:`run_tears`: what ``monsoon analyze`` prints and puts under ``"torn"``."""
+    return [t.note for t in run_tears(run_dir, events)]
