@@ -3,7 +3,7 @@
 Two experiments, written the way the runner writes them: in-memory x10 (a burst,
 heap filling up, an OOM exit and a restart, queue depth, acked messages lost) and
 Kafka x10 (consumer lag per partition that drains, a fault window, nothing lost).
-``report.write`` must produce ``report.html`` with the checklist on top and six
+``monsoon.report.write.write`` must produce ``report.html`` with the checklist on top and six
 decodable plots per experiment; Chromium loads it and a probe script (injected into
 a *copy*, the report itself has no JS) records every image's decoded size.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.report import html as html_report, checklist as report
+from monsoon.report import html as html_report, write as report
 from monsoon.checks.registry import evaluate
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
