@@ -176,21 +176,25 @@ def problem_line(e: SpecError) -> str:
     return f"{where}: {e.key}: {msg}" if e.key else f"{where}: {msg}"
 
 
-def validate_file(path: Path) -> str:
+def validate_file(path: Path, force: bool = False) -> str:
     """Validate one spec file as what its content says it is; returns the kind, raises SpecError."""
     kind = kind_of(load_located(path))
-    LOADERS[kind](path)
+    if kind == "experiment":
+        load_checked(path, force=force)
+    else:
+        LOADERS[kind](path)
     return kind
 
 
-def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str] | None = None) -> list[SpecError]:
+def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str] | None = None,
+                  force: bool = False) -> list[SpecError]:
     """A stack and an experiment together, as a run would have them (:func:`monsoon.run.validate.validate`, for
     each of the experiment's profiles or ``profiles``), then every check against what the stack observes."""
     stack_spec, exp = load_stack(stack), load_experiment(experiment)
     problems = []
     for profile in profiles or list(exp.profiles):
         try:
-            validate(stack_spec, exp, profile)
+            validate(stack_spec, exp, profile, force=force)
         except SpecError as e:
             problems.append(e)
             break
@@ -234,10 +238,10 @@ def validate_cli(args) -> int:
             return [SpecError(what, None, "", f"could not be validated: {type(e).__name__}: {e}")]
 
     for f in files:
-        for e in guarded(str(f), lambda: validate_file(f) and None):
+        for e in guarded(str(f), lambda: validate_file(f, args.force) and None):
             report(problem_line(e))
     for stack, exp in pairs:
-        for e in guarded(f"{stack} + {exp}", lambda: validate_pair(stack, exp, args.profile and [args.profile])):
+        for e in guarded(f"{stack} + {exp}", lambda: validate_pair(stack, exp, args.profile and [args.profile], args.force)):
             report(problem_line(e))
     n_pairs = f" and {len(pairs)} stack/experiment pair(s)" if pairs else ""
     verdict = f"{len(printed)} problem(s)" if printed else "all valid"
@@ -300,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--experiment", help="an experiment name or file, validated with --stack")
     v.add_argument("--profile", choices=("quick", "nightly", "full"),
                    help="with --stack/--experiment: only this profile (default: each of the experiment's)")
+    v.add_argument("--force", action="store_true",
+                   help="accept what is past monsoon's sanity ceilings (a multiplier above x100), as --monsoon-force")
     sc = sub.add_parser("schema", help="print the JSON Schema of a kind of spec file (for YAML language servers), "
                         "or the format reference (--markdown)",
                         description="Prints the JSON Schema (draft 2020-12) of stack, experiment or fault-profile "

@@ -22,8 +22,9 @@ from monsoon.spec.yamlio import SpecError
 
 
 
-def check_experiment(spec: ExperimentSpec) -> ExperimentSpec:
-    """Every rule of an experiment that needs shapes, checks or fault profiles, for each of its profiles."""
+def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> ExperimentSpec:
+    """Every rule of an experiment that needs shapes, checks or fault profiles, and the limits of this machine
+    and of each profile (:func:`limits`; ``force`` lifts the multiplier ceiling), for each of its profiles."""
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
             if spec.load.auto and spec.load.shape.kind == "python":
@@ -59,12 +60,14 @@ def check_experiment(spec: ExperimentSpec) -> ExperimentSpec:
                 raise spec.fail(("faults", i), f"fault name {f.name!r} is also the name of faults.{seen[f.name]}: "
                                 "give each fault a distinct name")
             seen[f.name] = i
+    for profile in spec.profiles:
+        limits(spec, profile, force=force)
     return spec
 
 
-def load_checked(name_or_path: str | Path) -> ExperimentSpec:
+def load_checked(name_or_path: str | Path, *, force: bool = False) -> ExperimentSpec:
     """An experiment file parsed and fully validated (every profile), as ``monsoon validate`` does it."""
-    return check_experiment(load_experiment(name_or_path))
+    return check_experiment(load_experiment(name_or_path), force=force)
 
 
 # Limits known up front: what this machine and a profile can run. An experiment past one is refused at
@@ -137,11 +140,10 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
 
     Raises SpecError (file, line, key) on the first problem; returns the experiment's faults resolved for
     the profile and the stack (empty without a stack or a profile). ``force`` lifts the multiplier ceiling."""
-    check_experiment(exp)
+    check_experiment(exp, force=force)
     if profile is None:
         return []
     exp.durations(profile)   # the experiment has this profile
-    limits(exp, profile, force=force)
     if stack is None:
         return []
     unknown = sorted(set(exp.env) - set(stack.services))

@@ -301,6 +301,10 @@ def _check_templates(doc: LocatedDoc) -> None:
 
 def load_stack(name_or_path: str | Path) -> StackSpec:
     doc = load_located(_resolve("stack", name_or_path))
+    for key in doc.data if isinstance(doc.data, dict) else ():   # before the placeholders: a misspelt section
+        if key not in StackSpec.model_fields:                      # would make them look misplaced
+            near = difflib.get_close_matches(str(key), list(StackSpec.model_fields), n=1)
+            raise _fail(doc, (key,), "unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
     _check_templates(doc)
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))

@@ -129,7 +129,7 @@ def load_located(path: Path | str) -> LocatedDoc:
 def validate(doc: LocatedDoc, model: type[BaseModel], **context: Any) -> Any:
     """Validate ``doc.data`` against ``model``; the first error becomes a SpecError."""
     if not isinstance(doc.data, dict):
-        raise SpecError(doc.path, 1, "", f"expected a mapping at the top, got {type(doc.data).__name__}")
+        raise SpecError(doc.path, 1, "<top>", f"expected a mapping at the top, got {type(doc.data).__name__}")
     try:
         return model.model_validate(doc.data, context={"path": doc.path, **context})
     except ValidationError as e:

@@ -88,14 +88,14 @@ def test_the_kind_comes_from_the_content_not_the_folder(tmp_path, capsys):
 
 
 def test_it_says_when_it_cannot_tell_what_a_file_is(tmp_path, capsys, monkeypatch):
-    neither = write(tmp_path, "n.yaml", "name: x\nchecks: []\n")
+    neither = write(tmp_path, "n.yaml", "name: x\nchekcs: []\n")
     both = write(tmp_path, "b.yaml", STACK + "load: {devices: 1}\n")
     listing = write(tmp_path, "l.yaml", "- a\n- b\n")
     monkeypatch.setitem(spec_base.FOLDERS, "experiment", tmp_path / "experiments")   # the shipped folder, here
     in_folder = write(tmp_path / "experiments", "no-load.yaml", "name: x\n")
     rc, lines, _ = run(capsys, str(neither), str(both), str(listing), str(in_folder))
     assert rc == 1 and len(lines) == 4
-    assert lines[0] == (f"{neither}:1: cannot tell what this file is: a stack has services:, an experiment load:, "
+    assert lines[0] == (f"{neither}:1: <top>: cannot tell what this file is: a stack has services:, an experiment load:, "
                         "a fault profile kind:, and it has none of them")
     assert lines[1] == (f"{both}:12: load: cannot tell what this file is: it has services: (a stack) and load: (an "
                         "experiment); a spec file is one of them")
@@ -131,7 +131,7 @@ def test_utf8_with_a_bom_and_utf16_or_32_with_one_are_read(tmp_path, capsys, enc
     (b"a: &x [*x]\n", r":1: invalid YAML: nested too deeply"),
     (b"? [a, b]\n: 1\n", r":1: a key must be a plain value"),
     (b"name: x\nname: y\n", r":2: name: duplicate key"),
-    (b"", r":1: cannot tell what this file is"),
+    (b"", r":1: <top>: the file is empty"),
 ])
 def test_broken_files_give_one_line_each(tmp_path, capsys, content, expected):
     f = write(tmp_path, "broken.yaml", content)
@@ -370,3 +370,12 @@ def test_the_recorder_sees_every_parameter_combination_and_literal(tmp_path):
     write(tmp_path, "test_other.py", "def test_no_run(monsoon, tmp_path):\n    pass\n")
     with pytest.raises(AssertionError, match="uses fixture 'tmp_path': teach scenario_pairs"):
         scenario_pairs(tmp_path)
+
+
+def test_a_file_whose_marker_is_misspelt_is_judged_as_the_kind_its_other_keys_say(tmp_path, capsys):
+    stack = write(tmp_path, "s.yaml", STACK.replace("services:", "servces:"))
+    exp = write(tmp_path, "e.yaml", "name: x\nchecks: [no_oom]\nprofiles: {quick: {warmup: 5}}\n")
+    rc, lines, _ = run(capsys, str(stack), str(exp))
+    assert rc == 1
+    assert lines[0] == f"{stack}:2: servces: unknown key (did you mean services?)"
+    assert lines[1].startswith(f"{exp}:1: load: Field required")

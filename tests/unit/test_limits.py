@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from monsoon.run import validate as V
-from monsoon.run.validate import load_checked, validate
+from monsoon.run.validate import validate
+from monsoon.spec.experiment import load_experiment
 from monsoon.spec.yamlio import SpecError
 
 EXP = """name: e
@@ -22,7 +23,7 @@ def exp(tmp_path, devices=10, rate=100, mult=10, warmup=10):
     p = tmp_path / "e.yaml"
     p.write_text(EXP.replace("DEVICES", str(devices)).replace("RATE", str(rate)).replace("MULT", str(mult))
                  .replace("WARMUP", str(warmup)))
-    return load_checked(p)
+    return load_experiment(p)   # parsed only: validate() applies the limits
 
 
 def refused(e, **kw) -> SpecError:

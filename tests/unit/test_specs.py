@@ -405,3 +405,14 @@ def test_a_port_name_used_only_once_is_refused_with_the_likely_misspelling(tmp_p
     assert ei.value.key == "services.app.command" and ei.value.line == 7   # both sides are named
     assert "{port:mqtt} is used only here" in str(ei.value)
     assert "({port:mqt} at devices.port, line 9: one is misspelt?)" in str(ei.value)
+
+
+def test_the_kinds_top_level_keys_are_the_models_fields():
+    from monsoon.spec.base import MARKERS, TOP_KEYS
+    from monsoon.spec.experiment import ExperimentSpec
+    from monsoon.spec.fault import FaultSpec
+    from monsoon.spec.stack import StackSpec
+    set_by_monsoon = {"name", "description", "source"}
+    for kind, model in (("stack", StackSpec), ("experiment", ExperimentSpec), ("fault profile", FaultSpec)):
+        marker = next(m for m, k in MARKERS.items() if k == kind)
+        assert TOP_KEYS[kind] | {marker} == set(model.model_fields) - set_by_monsoon, kind
