@@ -125,6 +125,12 @@ def no_acked_loss(run: RunData) -> Verdict:
     figures["acked_lost_pct"] = round(pct, 4)
     sample = ", ".join(f"{d}#{s}" for d, s in acc.lost_sample)
     if drain is not None and not drain.get("drained"):
+        if "signal" in drain and drain["signal"] is None:   # (runs before the drain recorded its signal: below)
+            return Verdict(name, UNKNOWN, figures,
+                           f"{n_lost:,} acked messages not in storage, and the stack gives no sign of having settled "
+                           f"(no Kafka lag, no queue-depth metric, no stored count: observe.kafka, "
+                           f"observe.metrics.queue_depth or storage.count_query) after {drain.get('waited_s')}s: "
+                           "cannot tell lost from not yet stored")
         return Verdict(name, UNKNOWN, figures,
                        f"{n_lost:,} acked messages not in storage, but the stack had not drained its backlog "
                        f"({drain.get('backlog')}) after {drain.get('waited_s')}s: cannot tell lost from late")

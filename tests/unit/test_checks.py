@@ -77,6 +77,17 @@ def test_no_acked_loss_is_unknown_when_the_stack_had_not_drained(tmp_path):
     assert v.verdict == UNKNOWN and v.figures["acked_lost"] == 1
 
 
+def test_a_lost_count_with_a_settled_stored_count_is_a_fail_and_no_signal_at_all_says_so(tmp_path):
+    b = RunBuilder(tmp_path / "a").acked([("d", 1), ("d", 2)]).stored([("d", 1)])
+    b.ev("drain", 100, drained=True, waited_s=4, backlog=None, signal="stored count")   # no backlog metric
+    assert no_acked_loss(run(b)).verdict == FAIL
+    b = RunBuilder(tmp_path / "b").acked([("d", 1), ("d", 2)]).stored([("d", 1)])
+    b.ev("drain", 100, drained=False, waited_s=120, backlog=None, signal=None)
+    v = no_acked_loss(run(b))
+    assert v.verdict == UNKNOWN and "the stack gives no sign of having settled" in v.message
+    assert "storage.count_query" in v.message
+
+
 def test_no_acked_loss_is_unknown_without_the_stored_export(tmp_path):
     assert no_acked_loss(run(RunBuilder(tmp_path).acked([("d", 1)]))).verdict == UNKNOWN
 
