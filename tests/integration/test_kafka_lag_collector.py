@@ -28,7 +28,7 @@ kafka:
 
 def test_lag_is_exact_and_the_collector_survives_a_broker_restart(tmp_path):
     from confluent_kafka import Consumer, Producer, TopicPartition
-    spec = stack_file(tmp_path, KAFKA, name="lag")
+    spec = stack_file(tmp_path, KAFKA, name="lag", ports=("kafka_controller",))
     with Stack(spec, tmp_path / "run", run_id="lag-restart") as st:
         bootstrap = f"127.0.0.1:{st.ports['kafka']}"
         p = Producer({"bootstrap.servers": bootstrap})
@@ -63,7 +63,7 @@ def test_a_cluster_id_that_starts_with_a_dash_still_starts_the_broker(tmp_path):
     from confluent_kafka.admin import AdminClient
     cid = "-AbCdEfGhIjKlMnOpQrStu"
     spec = stack_file(tmp_path, KAFKA.replace("  restart: always\n", f"  env: {{KAFKA_CLUSTER_ID: '{cid}'}}\n"),
-                      name="dash")
+                      name="dash", ports=("kafka_controller",))
     with Stack(spec, tmp_path / "run", run_id="dash-id") as st:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{st.ports['kafka']}"})
         meta = admin.list_topics(timeout=30)

@@ -39,6 +39,7 @@ LOSS_QUERY = ("SELECT d.name AS device, kv.long_v AS seq FROM ts_kv kv JOIN key_
 
 STACK = """\
 name: registry-test
+ports: {mongo_debug: auto}
 services:
   postgres:
     command: ["{repo}/stacks/bin/run-postgres", "{dir}", "{port:postgres}"]

@@ -28,11 +28,13 @@ OOM_THEN_SERVE = ("import os,sys,socket,time;"
                   "sys.exit(3)")
 
 
-def stack_file(tmp_path, services: str, name="t"):
+def stack_file(tmp_path, services: str, name="t", ports=()):
+    """A stack of ``services``; ``ports``: {port:NAME}s only their own service uses (declared, as load_stack wants)."""
     p = tmp_path / f"{name}.yaml"
+    declared = "".join(f"ports: {{{', '.join(f'{n}: auto' for n in ports)}}}\n" for _ in [0] if ports)
     p.write_text(f"name: {name}\nservices:\n{textwrap.indent(textwrap.dedent(services), '  ')}"
                  "devices: {port: '1'}\nprovisioning: {kind: none}\n"
-                 "storage: {dsn: 'postgresql://x', loss_query: 'select 1'}\n")
+                 "storage: {dsn: 'postgresql://x', loss_query: 'select 1'}\n" + declared)
     return load_stack(p)
 
 
@@ -88,7 +90,7 @@ broken:
   command: ["{PY}", "-c", "import sys; print('cannot open config file'); sys.exit(7)"]
   depends_on: [a]
   ready: {{tcp: "127.0.0.1:{{port:broken}}", timeout: 10}}
-""")
+""", ports=("broken",))
     with pytest.raises(StackError) as ei:
         Stack(spec, tmp_path / "run", run_id="rt-3").start()
     msg = str(ei.value)
@@ -101,7 +103,7 @@ def test_readiness_timeout_is_reported_with_what_it_waited_for(tmp_path):
 slow:
   command: ["sleep", "60"]
   ready: {{tcp: "127.0.0.1:{{port:slow}}", timeout: 1}}
-""")
+""", ports=("slow",))
     with pytest.raises(StackError, match=r"'slow' not ready after 1s \(waiting for 127.0.0.1:\d+\)"):
         Stack(spec, tmp_path / "run", run_id="rt-4").start()
     assert find_leftovers("rt-4") == []
@@ -193,7 +195,7 @@ def test_a_port_that_stays_taken_fails_after_three_attempts_and_other_deaths_at_
 b:
   command: ["{PY}", "-c", "import sys; sys.exit(4)"]
   ready: {{tcp: "127.0.0.1:{{port:b}}", timeout: 10}}
-""", name="other")
+""", name="other", ports=("b",))
     events.clear()
     with pytest.raises(StackError, match=r"'b' exited with code 4 during start-up after [0-9.]+s; last log"):
         Stack(spec, tmp_path / "run2", run_id="rt-port4", on_event=lambda t, **f: events.append((t, f))).start()
