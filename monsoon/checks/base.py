@@ -73,13 +73,13 @@ class RunData:
     @cached_property
     def accounting(self):
         """Every (device, seq) accounted for across sent.csv, acked.csv and stored.csv
-        (:func:`monsoon.accounting.account`; computed once, shared by the checks that need it)."""
+        (:func:`monsoon.timeline.accounting.account`; computed once, shared by the checks that need it)."""
         return account(self.dir)
 
     @cached_property
     def latency_histograms(self):
         """Ack-latency HdrHistograms summed per phase (and ``all``) from the fleet's per-second interval log
-        (:func:`monsoon.hdrlog.phase_histograms`); None when the run has no such log."""
+        (:func:`monsoon.timeline.hdrlog.phase_histograms`); None when the run has no such log."""
         p = self.dir / LATENCY_FILE
         return phase_histograms(p, self.events.phases()) if p.exists() else None
 

@@ -11,7 +11,7 @@ events and its ``load-end`` totals from the timeline:
   a GC pause of its own;
 * **pacing error** per phase: |messages taken off the schedule - target| / target, where the target
   sums the per-second ``target_rate``: what the schedule asks for in that second (the integral of
-  its rate over ``[s, s+1)``, :meth:`monsoon.load.Schedule.expected_per_second`), so a generator
+  its rate over ``[s, s+1)``, :meth:`monsoon.load.schedule.Schedule.expected_per_second`), so a generator
   that keeps its schedule is on target on a ramp or a spike too;
 * **dropped**: messages whose time came but that were never sent (a run stopped early).
 

@@ -37,7 +37,7 @@ class FaultError(RuntimeError):
 class FaultContext:
     """What a backend may need about the run: its id, the stack, where to keep state."""
     run_id: str
-    stack: Any = None                  # monsoon.stack.Stack (or anything with pid(service) / kill(service, sig))
+    stack: Any = None                  # monsoon.stack.supervisor.Stack (or anything with pid(service) / kill(service, sig))
     state_dir: Path | None = None      # crash-safe records (cgroup originals); default: the cache
     out_dir: Path | None = None        # rendered manifests (dry-run)
 

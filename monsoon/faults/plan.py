@@ -328,7 +328,7 @@ class FaultPlan:
             self.heal_all()
         finally:
             # put the previous handler back only if ours is still there: a teardown shield that took over
-            # SIGTERM around this exit (monsoon.runner.TeardownShield) must stay in place until it comes down
+            # SIGTERM around this exit (monsoon.run.shield.TeardownShield) must stay in place until it comes down
             if self._old_term is not None and signal.getsignal(signal.SIGTERM) is self._on_term:
                 signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = self._on_term = None

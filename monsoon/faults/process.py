@@ -27,7 +27,7 @@ PROC = Path("/proc")
 
 
 class Processes(Protocol):
-    """What the backend needs of a stack (``monsoon.stack.Stack`` has it)."""
+    """What the backend needs of a stack (``monsoon.stack.supervisor.Stack`` has it)."""
     def pid(self, service: str) -> int | None: ...
     def kill(self, service: str, sig: int = ...) -> None: ...
 

@@ -9,11 +9,11 @@ Both speak ThingsBoard's device API path, ``POST /api/v1/{token}/telemetry``:
   CoAP allows one outstanding confirmable exchange per endpoint pair (NSTART = 1; aiocoap would queue
   the rest out of sight), hence the default of one request in flight per device.
 
-They share :class:`AsyncFleet`: the same interface as :class:`~monsoon.load.MqttFleet` (``connect()``,
+They share :class:`AsyncFleet`: the same interface as :class:`~monsoon.load.mqtt.MqttFleet` (``connect()``,
 ``run(stop, on_second) -> FleetTotals``, ``close()``, context manager), the same
-:class:`~monsoon.load.Schedule` / :class:`~monsoon.load.Pacer` (intended send times on an absolute
-schedule), the same ``acked.csv``, ``latency.hlog`` and per-second :class:`~monsoon.load.SecondStats`,
-and payloads from :mod:`monsoon.payloads`. One asyncio event loop, driven **in the thread that calls
+:class:`~monsoon.load.schedule.Schedule` / :class:`~monsoon.load.Pacer` (intended send times on an absolute
+schedule), the same ``acked.csv``, ``latency.hlog`` and per-second :class:`~monsoon.load.stats.SecondStats`,
+and payloads from :mod:`monsoon.load.payloads`. One asyncio event loop, driven **in the thread that calls
 connect()/run()/close()** (no thread of its own).
 
 Open model with a bounded number of requests in flight per device (``max_inflight``): the pacer
@@ -65,7 +65,7 @@ log = logging.getLogger("monsoon.transports")
 
 @dataclass
 class RequestTotals(FleetTotals):
-    """:class:`~monsoon.load.FleetTotals` plus the failures by cause (``"http 401"``, ``"timeout"``, ...)."""
+    """:class:`~monsoon.load.stats.FleetTotals` plus the failures by cause (``"http 401"``, ``"timeout"``, ...)."""
 
     failures: dict[str, int] = field(default_factory=dict)
 

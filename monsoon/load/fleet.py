@@ -35,7 +35,7 @@ def build_fleet(
 ) -> Any:
     """The fleet for a stack's ``devices.transport``: ``mqtt`` (``topic``, ``qos``), ``http`` or ``coap``
     (both ignore ``topic`` and ``qos``: a request is always answered). MQTT has two engines: ``python``
-    (:class:`~monsoon.load.MqttFleet`) and ``native`` (:class:`~monsoon.native.NativeFleet`, ``workers``
+    (:class:`~monsoon.load.mqtt.MqttFleet`) and ``native`` (:class:`~monsoon.load.native.NativeFleet`, ``workers``
     processes)."""
     common = dict(shape=shape, acked_path=acked_path, latency_log_path=latency_log_path, payload=payload, **kw)
     if transport == "mqtt" and engine == "native":

@@ -91,7 +91,7 @@ def job_for_experiment(exp: ExperimentSpec, *, host: str, port: int, profile: st
                        base_rate: float | None = None, topic: str = "v1/devices/me/telemetry") -> list[dict]:
     """[ConfigMap, Job] that run ``experiment``'s load (shape, payload, devices) against ``host:port``.
 
-    The devices are monsoon's own names and tokens (:func:`monsoon.provision.device_names`, what its
+    The devices are monsoon's own names and tokens (:func:`monsoon.stack.provision.device_names`, what its
     ThingsBoard provisioner creates): provision them first. ``base_rate`` overrides the experiment's
     (required when it says ``auto``: a Job can't calibrate a deployment it has not measured)."""
     rate = base_rate if base_rate is not None else exp.load.base_rate

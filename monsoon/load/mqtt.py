@@ -2,7 +2,7 @@
 
 Three layers, each testable on its own:
 
-* :class:`Schedule` — pure. Turns a :class:`~monsoon.shapes.LoadShape` into the
+* :class:`Schedule` — pure. Turns a :class:`~monsoon.load.shapes.LoadShape` into the
   intended send time of every message (seconds from start), by integrating
   ``rate_at``. The k-th time is *computed* from the start of its constant-rate
   segment, never accumulated from "now", so there is no drift, and rate
@@ -222,7 +222,7 @@ class _Conn:
         self.backoff = MqttFleet.BACKOFF_MIN
         self.refused: str | None = None
         self.connect_error: str | None = None
-        # render(seq, ts_ms, sent_ms) -> payload bytes (monsoon.payloads), set by the fleet
+        # render(seq, ts_ms, sent_ms) -> payload bytes (monsoon.load.payloads), set by the fleet
         self.render: Callable[[int, int, int], bytes] | None = None
 
 
@@ -280,7 +280,7 @@ class MqttFleet:
         self.late_tolerance_s = late_tolerance_s
         self.keepalive = keepalive
         self.drain_timeout_s = drain_timeout_s
-        # per-second HdrHistograms of ack latency (monsoon.hdrlog): checks add them up per phase
+        # per-second HdrHistograms of ack latency (monsoon.timeline.hdrlog): checks add them up per phase
         self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
         self._hlog: Any = None
         self._clock = clock

@@ -1,8 +1,8 @@
 """The native load core: ``monsoon-loadgen`` (Rust, ``monsoon/load/loadgen``) driven from Python.
 
-:class:`NativeFleet` is a drop-in for :class:`monsoon.load.MqttFleet` (same constructor
+:class:`NativeFleet` is a drop-in for :class:`monsoon.load.mqtt.MqttFleet` (same constructor
 arguments where they apply, same ``connect()`` / ``run(stop, on_second)`` / ``close()``,
-same :class:`~monsoon.load.SecondStats` per second, :class:`~monsoon.load.FleetTotals`, the
+same :class:`~monsoon.load.stats.SecondStats` per second, :class:`~monsoon.load.stats.FleetTotals`, the
 same ``acked.csv`` and ``latency.hlog``) whose devices live in ``workers`` generator processes.
 Worker i takes the devices ``[i*D/n, (i+1)*D/n)`` (``--shard i/n``) and sends only their
 messages: message k of the global schedule goes to device ``k % D`` exactly as in
@@ -18,7 +18,7 @@ Protocol with a worker (all on its stdin/stdout, one JSON object per stdout line
 
 The per-second lines of all workers are summed per second; the histograms (HdrHistogram V2,
 base64) are added up, so percentiles are exact over the whole fleet, and written to
-``latency.hlog`` with :class:`monsoon.hdrlog.IntervalLogWriter`.
+``latency.hlog`` with :class:`monsoon.timeline.hdrlog.IntervalLogWriter`.
 """
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ def loopback_sources(host: str, n_devices: int) -> list[str]:
 class NativeFleet:
     """A fleet of MQTT devices publishing an open-model load from native worker processes.
 
-    Constructor arguments as :class:`~monsoon.load.MqttFleet` (``clock``/``wall`` do not apply:
+    Constructor arguments as :class:`~monsoon.load.mqtt.MqttFleet` (``clock``/``wall`` do not apply:
     the workers keep time), plus ``workers`` (processes; each holds at most ~19,900 connections
     under a 20,000 open-file hard limit), ``source_addrs`` (127.0.0.x addresses client sockets
     are bound to, round-robin, for more than ~28k connections to one port), ``connect_rate``
@@ -291,7 +291,7 @@ class NativeFleet:
     def connect(self, timeout: float = 30) -> None:
         """Start the workers; returns once every device has its CONNACK.
 
-        Raises :class:`~monsoon.load.FleetConnectError` (and stops every worker) otherwise.
+        Raises :class:`~monsoon.load.stats.FleetConnectError` (and stops every worker) otherwise.
         """
         if self._closed or self._closing.is_set():
             raise RuntimeError("fleet is closed")

@@ -1,7 +1,7 @@
 """Load shapes: the target message rate as a function of time.
 
 A shape is pure data plus arithmetic. It never looks at a clock; the
-:class:`monsoon.load.Schedule` turns it into intended send times.
+:class:`monsoon.load.schedule.Schedule` turns it into intended send times.
 
 Conventions shared by every shape:
 
@@ -558,7 +558,7 @@ def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> None:
 
 
 def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> LoadShape:
-    """The :class:`monsoon.shapes.LoadShape` of this spec for one profile's durations."""
+    """The :class:`monsoon.load.shapes.LoadShape` of this spec for one profile's durations."""
     total = d.total
     w0, w1 = d.warmup, d.warmup + d.burst
     k = spec.kind

@@ -359,7 +359,7 @@ class DockerCollector(Collector):
 
 
 def collectors_for(stack) -> list[Collector]:
-    """The collectors a running :class:`~monsoon.stack.Stack` supports, from its ``observe`` section."""
+    """The collectors a running :class:`~monsoon.stack.supervisor.Stack` supports, from its ``observe`` section."""
     spec = stack.spec
     out: list[Collector] = []
     obs = spec.observe

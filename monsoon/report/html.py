@@ -9,7 +9,7 @@ data-plot  what
 =========  ===========================================================
 rate       target vs achieved (acked) rate, msg/s; failed if any
 latency    ack latency p50 / p99, ms, log scale
-backlog    Kafka consumer lag, else the platform's queue depth (+ lag seconds when ``monsoon.lag`` can say)
+backlog    Kafka consumer lag, else the platform's queue depth (+ lag seconds when ``monsoon.checks.lag`` can say)
 memory     heap used / max and process RSS, MB
 gc         GC time as a percentage of wall time (from cumulative ``gc_seconds``)
 stored     stored rate, msg/s (from the cumulative ``stored`` count)
@@ -168,7 +168,7 @@ def markers_of(ev: Events) -> list[Marker]:
 
 
 def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]:
-    """Worst-partition lag in seconds from ``monsoon.lag.lag_seconds_series`` when that module offers it
+    """Worst-partition lag in seconds from ``monsoon.checks.lag.lag_seconds_series`` when that module offers it
     (else nothing: the series is skipped).  Its interpolation table grows with every poll, so a long run's
     kafka samples are thinned to ~``max_polls`` first: plenty for a plot, and it keeps a 24 h report fast."""
     try:

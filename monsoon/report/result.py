@@ -34,7 +34,7 @@ class ExperimentResult:
     checks: list[Verdict] = field(default_factory=list)
     error: str | None = None
     dry_run: str | None = None      # the plan that a dry run printed instead of running
-    base_rate: dict | None = None   # base_rate: auto: how x1 was resolved (monsoon.calibrate)
+    base_rate: dict | None = None   # base_rate: auto: how x1 was resolved (monsoon.run.calibrate)
 
     @property
     def verdict(self) -> str:

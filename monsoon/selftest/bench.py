@@ -1,4 +1,4 @@
-"""``python -m monsoon.bench`` (``make bench-load``): the native load core against baselines.
+"""``python -m monsoon.selftest.bench`` (``make bench-load``): the native load core against baselines.
 
 One run, one sink, phases one after the other (the machine has 2 cores: nothing else of
 the bench runs during a measured phase):
@@ -8,7 +8,7 @@ the bench runs during a measured phase):
    ``paho`` (a plain paho-mqtt 2.2 client in a subprocess publishing QoS1 as fast as it can,
    large ``max_inflight``, until every PUBACK; measured by ``getrusage`` around connect +
    publish + acks, so interpreter start-up does not count) and ``monsoon_python`` (the
-   Python :class:`~monsoon.load.MqttFleet`, same measure). ``ratio`` = monsoon / paho (goal <= 0.25).
+   Python :class:`~monsoon.load.mqtt.MqttFleet`, same measure). ``ratio`` = monsoon / paho (goal <= 0.25).
 2. **Connections held**: ``--connections`` devices (default 50,000) over several worker
    processes (``--shard``; a 20,000 open-file hard limit per process) and source addresses
    127.0.0.2.., publishing a low rate for ``--hold`` s; ``max_connections`` is the lowest
@@ -156,7 +156,7 @@ def sink_usage(before: list[float], after: list[float], elapsed_s: float) -> dic
 
 
 def pacing_figures(seconds: list[Any], duration: float) -> dict:
-    """Pacing of a run from its per-second stats (:class:`~monsoon.load.SecondStats`), inside the
+    """Pacing of a run from its per-second stats (:class:`~monsoon.load.stats.SecondStats`), inside the
     target window only: the whole seconds ``0 <= t < duration``. ``sent`` is what the generator
     handed to the socket in that second, ``target_rate`` what the schedule asked for in it."""
     window = [s for s in seconds if 0 <= s.t and s.t + 1 <= duration + 1e-9]

@@ -25,7 +25,7 @@ This runner
    and writes it to ``<run dir>/defects.json`` (next to ``summary.json`` and the report).
 
 Exit status 0 only when every defect is caught by its intended check and the clean runs have
-no false alarm and no unknown.  ``python -m monsoon.defects --help`` for the options.
+no false alarm and no unknown.  ``python -m monsoon.selftest.defects --help`` for the options.
 """
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     control_paths = {}
     for c in controls:
         p = spec_dir / f"{c.name}.yaml"
-        p.write_text("# written by monsoon.defects: a defect experiment without its DEFECT_* flags\n"
+        p.write_text("# written by monsoon.selftest.defects: a defect experiment without its DEFECT_* flags\n"
                      + yaml.safe_dump(c.doc, sort_keys=False))
         load_checked(p)
         control_paths[c.name] = p

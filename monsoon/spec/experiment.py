@@ -31,7 +31,7 @@ class LoadSpec(_Frozen):
     devices: int = Field(gt=0, description="simulated devices (one connection each)")
     qos: Literal[0, 1] = Field(1, description="MQTT QoS of every publish (1: acked by PUBACK)")
     # x1 in msg/s (all devices together), or "auto": base_fraction x the stack's calibrated capacity
-    # (monsoon.calibrate; resolved by the runner, so validation needs no live stack)
+    # (monsoon.run.calibrate; resolved by the session before the run, so validation needs no live stack)
     base_rate: float | Literal["auto"] = Field(description="x1 in messages per second, all devices together, or "
                                                "auto (base_fraction x the stack's calibrated capacity)")
     base_fraction: float | None = Field(None, gt=0, le=1, allow_inf_nan=False,

@@ -3,7 +3,7 @@
 A profile names *what* breaks (``kind`` + ``params``), *where* (``target``: a
 stack service, a hop ``"platform->postgres"`` between two services, or a
 Kubernetes selector), *when* (``schedule``) and *how* (``backend``).  Errors
-name the file, the line and the dotted key (see :mod:`monsoon.yamlio`); the
+name the file, the line and the dotted key (see :mod:`monsoon.spec.yamlio`); the
 file name must equal the ``kind`` (kebab-case).
 
 Nothing here touches a live system.

@@ -22,7 +22,7 @@ PayloadProfile = Literal["minimal", "smart-meter", "smart-tracker", "industrial-
 
 
 class PayloadSpec(_Frozen):
-    """What each device publishes (``load.payload``): see :mod:`monsoon.payloads`.
+    """What each device publishes (``load.payload``): see :mod:`monsoon.load.payloads`.
 
     ``{profile: smart-meter}``, ``{profile: industrial-plc, datapoints: 100}``,
     ``{profile: template, template: '{"ts": {ts}, "values": {"device": "{device}", "seq": {seq}}}'}``;

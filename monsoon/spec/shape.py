@@ -251,7 +251,7 @@ def _load_function(function: str | None, file: str | None) -> Any:
     return obj
 
 
-#: The step of :class:`monsoon.load.Schedule` (its default): shapes that vary
+#: The step of :class:`monsoon.load.schedule.Schedule` (its default): shapes that vary
 #: inside a phase change their rate only on this grid (measured from the
 #: phase start).
 SCHEDULE_STEP = 0.1

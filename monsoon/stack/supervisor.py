@@ -1,6 +1,6 @@
 """Run a stack (a deployment under test) as supervised local processes.
 
-``Stack`` starts the services of a :class:`~monsoon.specs.StackSpec` in
+``Stack`` starts the services of a :class:`~monsoon.spec.stack.StackSpec` in
 dependency order on free 127.0.0.1 ports, waits for each to be ready, keeps
 each service's output in ``<stack_dir>/logs/<service>.log``, restarts services
 whose policy says so, reports every start/ready/exit/restart through an

@@ -8,7 +8,7 @@
 //! run: one connection per device (clean session, username = device token, client id =
 //!   client_id_prefix + name), one epoll loop on one thread. Config (JSON): host, port,
 //!   qos (0|1), topic, client_id_prefix, devices ([{name, token}] or a CSV path with
-//!   name,token), segments [[start_s, end_s, rate_msg_s], ...] (monsoon.load.Schedule's),
+//!   name,token), segments [[start_s, end_s, rate_msg_s], ...] (monsoon.load.schedule.Schedule's),
 //!   late_tolerance_ms, payload ({parts: [...]}, from Payload.native_spec(); empty = minimal),
 //!   acked_path ("{shard}" is replaced by the shard index), source_addrs (each client socket
 //!   is bound to one of them before connect, round-robin by device index), connect_rate

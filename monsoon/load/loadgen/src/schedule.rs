@@ -1,4 +1,4 @@
-//! The open-model schedule, computed exactly like `monsoon.load.Schedule.__iter__`.
+//! The open-model schedule, computed exactly like `monsoon.load.schedule.Schedule.__iter__`.
 //!
 //! Segment boundaries are integrated with exact rationals (every f64 is a binary
 //! rational, as Python's `Fraction(float)`), so message k of a segment that starts
@@ -143,7 +143,7 @@ impl ShardSchedule {
 
 #[cfg(test)]
 mod tests {
-    //! Expected values marked "from Python" were computed by `monsoon.load.Schedule.__iter__`
+    //! Expected values marked "from Python" were computed by `monsoon.load.schedule.Schedule.__iter__`
     //! (the same Fraction arithmetic, fed these segments directly) and pasted here as literals.
     use super::*;
 
