@@ -92,11 +92,21 @@ class RunData:
         return p["end"] if p else None
 
     def backlog_series(self) -> tuple[str, list[tuple[float, float]]]:
-        """Kafka consumer lag when the stack has Kafka, else the platform's queue depth."""
+        """Kafka consumer lag when the stack has Kafka, else the platform's queue depth. A stack whose Kafka
+        was sampled but never gave a lag (its topic or group missing, every poll failing) has no backlog
+        series at all: missing data is never read as a zero, nor replaced by another signal."""
         lag = self.events.series("kafka", "lag")
-        if lag:
+        if lag or self.events.first("sample", collector="kafka") is not None:
             return "kafka consumer lag", lag
         return "queue depth", self.events.series("metrics", "queue_depth")
+
+    def backlog_missing(self) -> str:
+        """Why there is no backlog series, in a few words ('' when nothing is known)."""
+        missing = [e for e in self.events.of("sample", collector="kafka") if e.get("topic_missing")]
+        if missing:
+            return (f"; the Kafka topic was missing in {len(missing)} poll(s): no lag was measured (missing data, "
+                    "not a zero)")
+        return ""
 
 
 def check_base(name: str) -> str:

@@ -230,7 +230,8 @@ def lag_bounded(run: RunData, max: float) -> Verdict:
     limit = max
     what, series = run.backlog_series()
     if not series:
-        return Verdict(name, UNKNOWN, {"max": limit}, "no kafka lag or queue depth samples in the timeline")
+        return Verdict(name, UNKNOWN, {"max": limit}, "no kafka lag or queue depth samples in the timeline"
+                       + run.backlog_missing())
     t_peak, peak = builtins.max(series, key=lambda p: p[1])
     figures: dict[str, float] = {"peak_lag": peak, "max": limit}
     if what.startswith("kafka"):
@@ -357,7 +358,8 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     if end is None:
         end, anchor = run.load_end(), "load end"
     if end is None or not series:
-        return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline")
+        return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline"
+                       + run.backlog_missing())
     peak = max(v for _, v in series)
     after = [(t, v) for t, v in series if t >= end]
     figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}

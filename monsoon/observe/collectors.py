@@ -132,7 +132,7 @@ class KafkaLagCollector(Collector):
         tps = [TopicPartition(t, p) for t in topics if t in md.topics and not md.topics[t].error
                for p in md.topics[t].partitions]
         if not tps:
-            return {"lag": 0, "partitions": {}, "topic_missing": 1}
+            return {"topic_missing": 1}   # no lag measured: missing data, never a zero
         committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(tps, timeout=self.timeout)}
         if not self.topic:   # without a topic: the topics the group has committed on
             tps = [tp for tp in tps if committed.get((tp.topic, tp.partition), -1) >= 0]

@@ -68,3 +68,31 @@ def test_a_cluster_id_that_starts_with_a_dash_still_starts_the_broker(tmp_path):
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{st.ports['kafka']}"})
         meta = admin.list_topics(timeout=30)
         assert meta.cluster_id == cid, meta.cluster_id
+
+
+def test_a_topic_that_does_not_exist_is_missing_data_and_the_recovery_unknown(tmp_path):
+    """On a real broker, the collector pointed at a topic nobody created: no lag is reported (not 0), and a
+    run whose every Kafka sample is like that gets lag_recovers_within unknown, not the PASS it used to get."""
+    from monsoon.checks.base import RunData
+    from monsoon.checks.lag import lag_recovers_within
+    from monsoon.rundir import TIMELINE_FILE
+    from monsoon.timeline.store import Timeline
+    spec = stack_file(tmp_path, KAFKA, name="nolag", ports=("kafka_controller",))
+    with Stack(spec, tmp_path / "run", run_id="lag-missing") as st:
+        col = KafkaLagCollector(f"127.0.0.1:{st.ports['kafka']}", "tb-rule-engine", "no_such_topic", timeout=2.0)
+        try:
+            samples = [col.sample() for _ in range(3)]
+        finally:
+            col.close()
+    assert samples == [{"topic_missing": 1}] * 3
+    out = tmp_path / "exp"
+    out.mkdir()
+    with Timeline(out / TIMELINE_FILE) as tl:
+        tl.add("meta", stack="nolag", experiment="x", base_rate=100)
+        tl.add("phase", name="burst", start=1.0, end=2.0)
+        for s in samples:
+            tl.add("sample", collector="kafka", **s)
+            tl.add("sample", collector="metrics", queue_depth=0)
+        tl.add("op", op="load-end")
+    v = lag_recovers_within(RunData(out), seconds=60)
+    assert v.verdict == "unknown" and "the Kafka topic was missing in 3 poll(s)" in v.message

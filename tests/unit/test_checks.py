@@ -236,3 +236,17 @@ def test_lag_recovers_within_puts_the_predicted_drain_next_to_the_observed_one(t
     v = lag_recovers_within(kafka_drain_run(tmp_path / "b", calibrated=900.0), seconds=60)
     assert v.figures["drain_capacity_msg_s"] == 900 and v.figures["predicted_drain_s"] == pytest.approx(12.5, abs=0.5)
     assert v.figures["observed_drain_s"] == pytest.approx(25, abs=1.5)
+
+
+def test_a_kafka_topic_that_never_existed_is_unknown_not_a_recovery(tmp_path):
+    """The false PASS seen on a real ThingsBoard (issue 17): every lag poll found no topic, and lag 0 read as
+    recovered while 14,186 acked messages were lost. Missing data is never a zero, nor the queue depth's."""
+    b = RunBuilder(tmp_path)
+    b.ev("phase", 0, name="burst", start=10.0, end=70.0)
+    for t in range(0, 130, 5):
+        b.ev("sample", float(t), collector="kafka", topic_missing=1)
+        b.ev("sample", float(t), collector="metrics", queue_depth=0)   # the platform's own queue: empty, not Kafka
+    b.ev("op", 120.0, op="load-end")
+    v = lag_recovers_within(run(b), seconds=60)
+    assert v.verdict == UNKNOWN and "the Kafka topic was missing in 26 poll(s)" in v.message
+    assert "missing data, not a zero" in v.message
