@@ -22,7 +22,8 @@ from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
 from monsoon.run.validate import load_checked, validate
 from monsoon.rundir import RESULT_FILE, TIMELINE_FILE, new_run_id
-from monsoon.spec.base import FOLDERS, kind_of
+from monsoon.spec.base import FOLDERS
+from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
 from monsoon.spec.fault import load_fault
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
@@ -31,7 +32,6 @@ from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack.reaper import reap
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
-
 
 
 def analyze(run_dir: Path) -> dict:

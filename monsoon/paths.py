@@ -5,8 +5,6 @@ import os
 from pathlib import Path
 
 
-
-
 REPO = Path(__file__).resolve().parent.parent
 
 

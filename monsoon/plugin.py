@@ -18,9 +18,6 @@ from monsoon.spec.base import PROFILES
 from monsoon.spec.yamlio import SpecError
 
 
-
-
-
 MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",

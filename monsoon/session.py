@@ -27,7 +27,6 @@ from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.spec.yamlio import SpecError
 
 
-
 def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *, run_id: str,
             progress: Progress = lambda s: None, progress_every: float = 5.0, stop: threading.Event | None = None,
             dry_run: bool = False, calibration_dir: Path | None = None, live: TextIO | None = None,

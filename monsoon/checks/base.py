@@ -14,7 +14,6 @@ from monsoon.timeline.tail import Tear
 from monsoon.timeline.torn import run_tears
 
 
-
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 
 

@@ -10,7 +10,6 @@ import builtins
 _max = builtins.max  # ``max`` is a parameter name in the lag checks
 
 
-
 OK, WARN, ERR, STOP, STALL, REWIND = 1, 2, 3, 4, 5, 6
 
 

@@ -26,24 +26,12 @@ from monsoon.timeline.tail import tail_end
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 
 
-
-
-
-
 LATENCY_DEFAULT_DURING = "faults"
 
 
 def latency_objective_name(during: str = LATENCY_DEFAULT_DURING) -> str:
     """``latency_objective`` for the default ``during``, ``latency_objective[<during>]`` for a phase or ``all``."""
     return "latency_objective" if during == LATENCY_DEFAULT_DURING else f"latency_objective[{during}]"
-
-
-
-
-
-
-
-
 
 
 def faults_landed(run: RunData) -> Verdict:

@@ -71,7 +71,6 @@ from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples,
 from monsoon.timeline.views import KILL_KINDS, downtime, explained_by_kill, fault_windows
 
 
-
 _max = builtins.max  # ``max`` is a check parameter below
 
 

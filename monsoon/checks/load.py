@@ -22,9 +22,6 @@ from __future__ import annotations
 from monsoon.checks.base import PASS, RunData, UNKNOWN, Verdict
 
 
-
-
-
 __all__ = ["load_valid"]
 
 

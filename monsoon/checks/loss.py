@@ -39,57 +39,13 @@ from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
 
 
-
-
-
-
-
-
-
 # ------------------------------------------------------------------ where stored messages come from
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------ fast CSV columns
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------ the accounting
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ------------------------------------------------------------------ the checks

@@ -51,8 +51,6 @@ from pathlib import Path
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 
 
-
-
 MIN_POINTS = 10
 T_SIGNIFICANT = 3.0
 

@@ -46,7 +46,6 @@ from monsoon.checks.memory import gc_log_files, gc_logs
 from monsoon.timeline.views import KILL_KINDS, explained_by_kill, fault_windows
 
 
-
 MB = 1024 * 1024
 ATTRIBUTE_SLACK_S = 2.0     # an oom_kill increase belongs to an exit this close to its sample interval
 KILL_EXPLAINS_S = 60.0      # a platform restart this soon after an injected kill is the kill's (as faultchecks)

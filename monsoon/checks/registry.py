@@ -24,18 +24,6 @@ from monsoon.checks.torn import withhold
 from monsoon.timeline.store import Events
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 CHECKS: dict[str, Callable[..., Verdict]] = {
     "lag_recovers_within": lag_recovers_within,
     "no_acked_loss": no_acked_loss,
@@ -53,8 +41,6 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
     "latency_objective": latency_objective,
     "load_valid": load_valid,
 }
-
-
 
 
 def register_check(name: str, fn: Callable[..., Verdict]) -> None:

@@ -50,7 +50,6 @@ from monsoon.rundir import LATENCY_FILE
 from monsoon.timeline.hdrlog import good_per_second
 
 
-
 WORKBOOK_PERIOD_S = 30 * 86400.0
 # (long, short, factor) for a 30-day SLO, Google SRE workbook ch. 5, table 5-8
 WORKBOOK_RULES = (

@@ -14,7 +14,5 @@ from monsoon.faults.plan import FaultPlan
 from monsoon.spec.fault import FaultSpec, KINDS, load_fault, load_profiles
 
 
-
-
 __all__ = ["FaultBackend", "FaultContext", "FaultError", "FaultPlan", "FaultSpec", "Handle", "KINDS", "Landing",
            "load_fault", "load_profiles"]

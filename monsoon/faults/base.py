@@ -21,16 +21,11 @@ from monsoon.spec.fault import FaultSpec
 from monsoon.stack.reaper import check_run_id
 
 
-
-
-
 _seq = itertools.count(1)
 
 
 class FaultError(RuntimeError):
     """A fault could not be injected (or healed); the message says why and what to do."""
-
-
 
 
 @dataclass

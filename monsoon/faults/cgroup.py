@@ -33,7 +33,6 @@ from monsoon.spec.fault import FaultSpec, MemoryPressureParams
 from monsoon.stack.reaper import check_run_id
 
 
-
 V1_UNLIMITED = 9223372036854771712  # what v1 reports for "no limit" (PAGE_COUNTER_MAX * 4096)
 PAGE = 4096
 # not "use mode: in-place": the cgroup at hand is monsoon's own, and in-place would cap monsoon with the service

@@ -13,7 +13,6 @@ from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
 from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
 
 
-
 def _toxiproxy_apis_of_runs() -> list[str]:
     """API addresses of the Toxiproxy servers that monsoon runs started (found by their MONSOON_RUN_ID label)."""
     apis = []

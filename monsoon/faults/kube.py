@@ -51,10 +51,6 @@ from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 from monsoon.timeline.views import KILL_KINDS
 
 
-
-
-
-
 FAULT_LABEL = "monsoon.io/fault"
 CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
 LITMUS = ("litmuschaos.io", "v1alpha1")
@@ -71,10 +67,6 @@ LITMUS_FAILED = ("chaosexperiment not found", "forcefully aborted", "skipped")
 
 class NamespaceNotAllowed(FaultError):
     pass
-
-
-
-
 
 
 def _dur(seconds: float) -> str:

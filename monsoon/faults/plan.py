@@ -35,10 +35,6 @@ from monsoon.faults.base import FaultBackend, FaultContext, Handle, Landing
 from monsoon.spec.fault import FaultSpec
 
 
-
-
-
-
 @dataclass(frozen=True, order=True)
 class Action:
     t: float

@@ -22,7 +22,6 @@ from monsoon.spec.fault import FaultSpec, PodKillParams, ProcessPauseParams
 from monsoon.stack.reaper import find_leftovers
 
 
-
 PROC = Path("/proc")
 
 

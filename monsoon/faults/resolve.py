@@ -22,7 +22,6 @@ from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError, load_located, validate
 
 
-
 KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"
 
 
@@ -64,15 +63,14 @@ def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None
     ``unknown`` inject.
     """
     services = set(stack.services) if stack is not None else None
-    doc = load_located(exp.source) if exp.source and Path(exp.source).exists() else None
     out = []
     for i, ref in enumerate(exp.faults):
-        line = doc.line_of(("faults", i)) if doc is not None else None
+        line = exp.line_of(("faults", i))   # kept from load_experiment: no second read of the file
         f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"))
         if f.backend in ("chaos-mesh", "litmus"):
             _check_kube(f, ref, namespaces, where=(exp.source, line, f"faults.{i}"))
         out.append(f)
-    return out   # distinct names: checked by load_experiment
+    return out   # distinct names: checked by monsoon.run.validate.check_experiment
 
 
 def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,

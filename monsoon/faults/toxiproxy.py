@@ -35,9 +35,6 @@ from monsoon.spec.fault import BandwidthParams, DependencyDownParams, FaultSpec,
 from monsoon.stack.reaper import check_run_id
 
 
-
-
-
 DEFAULT_API = "http://127.0.0.1:8474"
 
 

@@ -57,7 +57,6 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import HIST_MAX_US, IntervalLogWriter, new_histogram
 
 
-
 __all__ = ["AsyncFleet", "RequestTotals"]
 
 log = logging.getLogger("monsoon.transports")

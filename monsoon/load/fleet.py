@@ -13,7 +13,6 @@ from monsoon.load.shapes import LoadShape
 from monsoon.stack.provision import Device
 
 
-
 TRANSPORTS = ("mqtt", "http", "coap")
 
 

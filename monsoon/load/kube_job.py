@@ -22,7 +22,6 @@ from monsoon.stack.provision import Device, device_names
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, check_run_id
 
 
-
 __all__ = ["CONFIG_KEY", "CONFIG_PATH", "LoadJobError", "render_load_job"]
 
 CONFIG_KEY = "load.json"

@@ -47,9 +47,6 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import IntervalLogWriter
 
 
-
-
-
 __all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
 
 CRATE_DIR = Path(__file__).resolve().parent / "loadgen"
@@ -167,7 +164,6 @@ def _hist_from(b64: str | None) -> HdrHistogram | None:
     if not b64:
         return None
     return HdrHistogram.decode(b64)
-
 
 
 @dataclass

@@ -40,20 +40,7 @@ from functools import cached_property
 from monsoon.spec.payload import DEFAULT_DATAPOINTS, MAX_DATAPOINTS, PAYLOAD_PROFILES, PayloadSpec, Renderer, _MASK, _POOL, _SEED, _Template, compile_template
 
 
-
 __all__ = ["Payload"]
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,6 @@ from math import ceil
 from monsoon.load.shapes import LoadShape
 
 
-
-
-
 class Schedule:
     """Intended send times (seconds since start) of an open-model load.
 

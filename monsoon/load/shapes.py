@@ -532,10 +532,10 @@ class PythonShape:
         return list(self.windows)
 
 
-def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> None:
+def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> float:
     """Sample ``shape.rate_at`` over its whole duration (every phase start,
     then every :data:`SCHEDULE_STEP` s, coarser if that would exceed
-    ``max_samples``); raise ``ValueError`` on a negative or non-finite rate
+    ``max_samples``) and return the highest rate seen; raise ``ValueError`` on a negative or non-finite rate
     (a :class:`PythonShape` raises its own, more precise error first).  A
     user's Python shape is sampled on the schedule's own grid whatever its
     length (the run would meet every one of those points), the built-in
@@ -547,14 +547,17 @@ def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> None:
     points = {float(p.start) for p in shape.phases()}
     n = int(math.ceil(duration / step))
     points.update(i * step for i in range(n))
+    peak = 0.0
     for t in sorted(points):
         if not 0 <= t < duration:
             continue
         r = shape.rate_at(t)
         if r is None:
-            return
+            return peak
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0:
             raise ValueError(f"shape rate_at({t:g}) returned {r!r}: a rate must be a number >= 0")
+        peak = max(peak, float(r))
+    return peak
 
 
 def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> LoadShape:
@@ -599,7 +602,7 @@ def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = 
     return PythonShape(spec.python_function(), spec.label, total,
                           tuple(p for p in windows if p.end > p.start), ctx)
 
-def check_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> None:
+def check_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> float:
     """Build the shape for a profile and sample its rate over the whole load: raises ValueError
-    (a negative rate names the shape and t)."""
-    check_rates(build_shape(spec, base_rate, d, profile))
+    (a negative rate names the shape and t). Returns the peak rate."""
+    return check_rates(build_shape(spec, base_rate, d, profile))

@@ -6,8 +6,6 @@ from typing import Any, Callable
 from hdrh.histogram import HdrHistogram
 
 
-
-
 ACKED_CSV_HEADER = ("device", "seq", "intended_ms", "acked_ms")
 
 

@@ -6,7 +6,6 @@ from typing import Any
 MB = 1024 * 1024
 
 
-
 def _int(v: Any) -> int | None:
     try:
         return int(v)

@@ -8,8 +8,6 @@ from typing import Any
 from monsoon.observe.collectors import Collector
 
 
-
-
 class Sampler:
     """Runs collectors at a fixed period, each in its own thread, into a timeline."""
 

@@ -14,11 +14,6 @@ from __future__ import annotations
 from monsoon.checks.base import check_base, combine
 
 
-
-
-
-
-
 class _KeyFigures(dict):
     """Key figures by check; a qualified verdict name (``latency_objective[steady]``) reads its check's entry."""
 
@@ -98,7 +93,5 @@ def checklist(summary_: dict) -> str:
         for r, c in fails:
             lines.append(f"- **{r['stack']} / {r['experiment']} / {c['name']}** ({c['verdict']}): {c.get('message', '')}")
     return "\n".join(lines) + "\n"
-
-
 
 

@@ -51,7 +51,6 @@ from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows
 
 
-
 MAX_POINTS = 2000
 PLOTS = ("rate", "latency", "backlog", "memory", "gc", "stored")
 TITLES = {

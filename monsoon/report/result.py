@@ -12,11 +12,6 @@ from monsoon.checks.base import Verdict, check_base, combine
 from monsoon.report.checklist import HEADLINE
 
 
-
-
-
-
-
 class RunFailed(AssertionError):
     """An experiment did not pass; the message carries every check's verdict and numbers."""
 

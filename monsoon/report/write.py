@@ -10,7 +10,6 @@ from monsoon.report.checklist import checklist, summary
 from monsoon.rundir import point_latest
 
 
-
 def write(run_dir: Path, run_id: str, profile: str, results: list[dict]) -> tuple[dict, str]:
     """Write summary.json, checklist.md and report.html into ``run_dir``; point runs/latest at it."""
     run_dir = Path(run_dir)

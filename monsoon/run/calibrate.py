@@ -55,9 +55,6 @@ from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 
 
-
-
-
 CALIBRATION_DIR = "calibration"
 DEFAULT_MAX_AGE_DAYS = 7.0
 MAX_AGE_ENV = "MONSOON_CALIBRATION_MAX_AGE_DAYS"
@@ -364,7 +361,6 @@ class RecordingTimeline(Timeline):
             return [(e["t"], float(e[key])) for e in self.samples
                     if e.get("collector") == collector and a <= e["t"] <= b
                     and isinstance(e.get(key), (int, float))]
-
 
 
 def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick", params: Params = Params(),

@@ -33,9 +33,6 @@ from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 
 
-
-
-
 @dataclass
 class RunContext:
     """Everything one run needs, validated and resolved before it starts (see :func:`monsoon.session.run_one`):

@@ -20,9 +20,6 @@ from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 
 
-
-
-
 def experiment_shape(exp: ExperimentSpec, profile: str):
     """The experiment's load shape for ``profile`` (see ``ShapeSpec``: how each kind uses the profile's
     warmup / burst / recovery windows)."""

@@ -9,10 +9,6 @@ from typing import Any
 from monsoon.observe.progress import Progress
 
 
-
-
-
-
 class TeardownShield:
     """Teardown (the final heal and census, the stack's stop) that a second Ctrl-C or SIGTERM cannot cut short.
 

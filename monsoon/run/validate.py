@@ -13,18 +13,17 @@ from pathlib import Path
 
 from monsoon.checks.registry import validate_check
 from monsoon.faults.resolve import experiment_faults, resolve_fault
-from monsoon.load.shapes import build_shape, check_shape
+from monsoon.load.shapes import check_shape
 from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, check_fits, load_experiment
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 
 
-
-
 def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> ExperimentSpec:
     """Every rule of an experiment that needs shapes, checks or fault profiles, and the limits of this machine
     and of each profile (:func:`limits`; ``force`` lifts the multiplier ceiling), for each of its profiles."""
+    peaks: dict[str, float] = {}
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
             if spec.load.auto and spec.load.shape.kind == "python":
@@ -39,7 +38,7 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
                 if len(errs) == len(AUTO_STAND_INS):
                     raise ValueError(f"{errs[0]} (whatever x1 base_rate: auto resolves to)")
             else:
-                check_shape(spec.load.shape, spec.load.rate_for_checks, d, profile)
+                peaks[profile] = check_shape(spec.load.shape, spec.load.rate_for_checks, d, profile)
         except ValueError as e:
             raise spec.fail(("load", "shape"), f"profile {profile!r}: {e}") from None
     for i, c in enumerate(spec.checks):
@@ -61,7 +60,7 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
                                 "give each fault a distinct name")
             seen[f.name] = i
     for profile in spec.profiles:
-        limits(spec, profile, force=force)
+        limits(spec, profile, force=force, peak=peaks.get(profile))
     return spec
 
 
@@ -92,17 +91,9 @@ def port_range() -> int:
         return 28_232   # Linux's default range
 
 
-def peak_rate(exp: ExperimentSpec, profile: str) -> float:
-    """The highest rate the experiment's shape asks for in ``profile`` (msg/s; x1 = 1 under base_rate: auto)."""
-    d = exp.durations(profile)
-    shape = build_shape(exp.load.shape, exp.load.rate_for_checks, d, profile)
-    n = min(20_000, max(1, int(d.total / 0.1)))
-    rates = [shape.rate_at(i * d.total / n) for i in range(n)]
-    return max((r for r in rates if isinstance(r, (int, float))), default=0.0)
-
-
-def limits(exp: ExperimentSpec, profile: str, *, force: bool = False) -> None:
-    """Refuse, naming the limit, what this machine or the profile cannot run (SpecError with file, line, key)."""
+def limits(exp: ExperimentSpec, profile: str, *, force: bool = False, peak: float | None = None) -> None:
+    """Refuse, naming the limit, what this machine or the profile cannot run (SpecError with file, line, key).
+    ``peak``: the profile's highest rate, as the shape check sampled it (None under base_rate: auto)."""
     load, d = exp.load, exp.durations(profile)
     shape = load.shape
     mults = [m for m in (shape.multiplier, shape.to, shape.from_) if m is not None]
@@ -115,10 +106,9 @@ def limits(exp: ExperimentSpec, profile: str, *, force: bool = False) -> None:
     if d.total > ceiling:
         raise exp.fail(("profiles", profile), f"the {profile} load lasts {d.total:,.0f} s, past the {profile} "
                        f"profile's limit of {ceiling:,.0f} s ({ceiling / 3600:g} h)")
-    if not load.auto:
+    if not load.auto and peak is not None:
         per_process = load.workers if load.engine == "native" else 1
         cap = ENGINE_RATE[load.engine] * per_process
-        peak = peak_rate(exp, profile)
         if peak > cap:
             hint = ("use engine: native with more workers" if load.engine == "native" else
                     "use engine: native (about 100,000 msg/s per worker)")

@@ -48,7 +48,6 @@ from monsoon.session import MonsoonSession
 from monsoon.spec.stack import load_stack
 
 
-
 FLAG_PREFIX = "DEFECT_"
 FAIL, UNKNOWN = "fail", "unknown"
 

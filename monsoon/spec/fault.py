@@ -21,9 +21,6 @@ from monsoon.spec.base import _Frozen, _resolve
 from monsoon.spec.yamlio import SpecError, load_located, validate
 
 
-
-
-
 PROFILES_DIR = REPO / "fault-profiles"
 KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 # a Kubernetes label key/value, loosely: [prefix/]name
@@ -32,8 +29,6 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 Backend = Literal["toxiproxy", "process", "cgroup", "chaos-mesh", "litmus"]
 KUBE_BACKENDS = ("chaos-mesh", "litmus")
-
-
 
 
 # --------------------------------------------------------------------- target
@@ -300,7 +295,6 @@ class FaultSpec(_Frozen):
 
 
 # -------------------------------------------------------------------- loading
-
 
 
 def load_fault(name_or_path: str | Path, *, folder: Path = PROFILES_DIR,

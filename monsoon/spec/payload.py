@@ -14,7 +14,6 @@ from pydantic import Field, field_validator, model_validator
 from monsoon.spec.base import _Frozen, _invalid
 
 
-
 PAYLOAD_PROFILES = ("minimal", "smart-meter", "smart-tracker", "industrial-plc", "template")
 
 

@@ -13,9 +13,6 @@ from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
-
-
-
 # {repo} {cache} {python} {run_dir} {stack_dir} {stack_file_dir} {dir} {port:NAME}
 TEMPLATE_RE = re.compile(r"\{([a-z_]+)(?::([A-Za-z0-9_.-]+))?\}")
 

@@ -6,9 +6,6 @@ import socket
 from monsoon.spec.stack import StackSpec
 
 
-
-
-
 def allocate_ports(spec: StackSpec) -> dict[str, int]:
     """A free 127.0.0.1 port per name; a fixed port that is taken is an error naming it."""
     ports: dict[str, int] = {}

@@ -21,8 +21,6 @@ import requests
 from requests.adapters import HTTPAdapter
 
 
-
-
 __all__ = ["NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names"]
 
 DEVICE_TYPE = "monsoon"

@@ -10,9 +10,6 @@ from monsoon.spec.stack import ReadySpec
 from monsoon.stack.ports import port_open
 
 
-
-
-
 def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str]) -> bool:
     if ready.tcp:
         target = render_(ready.tcp)

@@ -10,9 +10,6 @@ import signal
 from pathlib import Path
 
 
-
-
-
 OWNER_ENV = "MONSOON_OWNER_PID"
 
 

@@ -34,15 +34,9 @@ from monsoon.stack.ready import _ready_once
 from monsoon.stack.reaper import OWNER_ENV
 
 
-
-
-
-
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
 
 EventSink = Callable[..., Any]
-
-
 
 
 # what a server prints when its port is taken: Python, the JVM, Go, Postgres, mosquitto
@@ -65,12 +59,7 @@ def render(value: str, ctx: dict[str, str], ports: dict[str, int]) -> str:
     return TEMPLATE_RE.sub(sub, value)
 
 
-
-
-
-
 # ----------------------------------------------------------------- readiness
-
 
 
 # ------------------------------------------------------------------ services
@@ -380,11 +369,5 @@ def _terminate_group(proc: subprocess.Popen, timeout: float, sig: int = signal.S
 def _last_lines(path: Path, n: int = 25) -> str:
     lines = _tail(path).splitlines()[-n:]
     return "\n".join("    " + ln for ln in lines) or "    (empty log)"
-
-
-
-
-
-
 
 

@@ -14,7 +14,6 @@ from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
 from monsoon.timeline.tail import tail_end
 
 
-
 MISSING = np.iinfo(np.int64).min      # an empty optional field (e.g. stored_ms NULL)
 
 

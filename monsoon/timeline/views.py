@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
-
 KILL_KINDS = ("pod-kill", "kafka-broker-restart")
 
 

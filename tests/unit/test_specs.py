@@ -408,7 +408,7 @@ def test_a_port_name_used_only_once_is_refused_with_the_likely_misspelling(tmp_p
 
 
 def test_the_kinds_top_level_keys_are_the_models_fields():
-    from monsoon.spec.base import MARKERS, TOP_KEYS
+    from monsoon.spec.kinds import MARKERS, TOP_KEYS
     from monsoon.spec.experiment import ExperimentSpec
     from monsoon.spec.fault import FaultSpec
     from monsoon.spec.stack import StackSpec
