@@ -115,9 +115,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     before = len(session.results) if session is not None else 0
     try:
         return (yield)
-    except SpecError as e:
-        pytest.fail(str(e), pytrace=False)
-    except RunFailed as e:
+    except (SpecError, RunFailed) as e:
         pytest.fail(str(e), pytrace=False)
     except DryRunSkipped as e:
         pytest.skip(str(e))
