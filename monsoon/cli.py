@@ -57,6 +57,9 @@ def analyze(run_dir: Path) -> dict:
         res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])],
                               events=events)
         res.base_rate = meta.get("base_rate_auto")
+        cut = events.first("op", op="interrupted")    # a signal cut the run short: still partial, still unknown
+        if cut is not None:
+            res.interrupted = {k: cut[k] for k in ("signal", "t", "stage", "phase") if k in cut}
         result = res.to_dict()
         if torn:                              # only then: an intact run's result.json and summary.json are as before
             result["torn"] = torn

@@ -11,6 +11,7 @@ import pytest
 
 from monsoon import hookspec
 from monsoon.checks.registry import register_check
+from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed
 from monsoon.run.shield import sigterm_as_interrupt
 from monsoon.session import MonsoonSession
@@ -162,6 +163,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     _, md = written
     terminalreporter.section("monsoon sign-off checklist")
+    if session.interrupted:
+        i = session.interrupted
+        terminalreporter.write_line(f"monsoon: the session was {describe_interruption(i)} in {i['stack']} / "
+                                    f"{i['experiment']}: every fault was healed and every process stopped; "
+                                    f"the checklist judges the data up to then", yellow=True, bold=True)
     for line in md.splitlines():
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"run directory: {session.run_dir}  (summary.json, checklist.md, report.html, timelines, logs)")

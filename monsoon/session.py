@@ -16,7 +16,7 @@ from monsoon.faults.resolve import describe
 from monsoon.load.shapes import check_shape
 from monsoon.observe.progress import Progress
 from monsoon.paths import REPO
-from monsoon.report.result import ExperimentResult
+from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.report.write import write as write_report
 from monsoon.run.calibrate import resolve_experiment
 from monsoon.run.experiment import RunContext, run_experiment
@@ -80,6 +80,7 @@ class MonsoonSession:
         self.live = live      # a terminal for the live load panel (None: plain progress lines)
         self.on_result = on_result   # sees each result before the report is written (pytest_monsoon_result)
         self.force = force           # lift the multiplier ceiling (--monsoon-force)
+        self.interrupted: dict | None = None   # the signal that stopped the session: stack, experiment, signal, t
 
     @property
     def run_dir(self) -> Path:
@@ -101,16 +102,25 @@ class MonsoonSession:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         point_latest(self.run_dir)
         try:
-            result = run_one(stack_spec, exp, self.profile, out, run_id=self.run_id,
-                             progress=self.progress, stop=self.stop, live=self.live, faults=faults)
-            self.results.append(result)
-            if self.on_result is not None:
-                self.on_result(result, self)
+            try:
+                result = run_one(stack_spec, exp, self.profile, out, run_id=self.run_id,
+                                 progress=self.progress, stop=self.stop, live=self.live, faults=faults)
+            except RunInterrupted as e:   # torn down already; its result (judged over what exists) is reported
+                self.interrupted = {"stack": stack_spec.name, "experiment": exp.name, **e.interruption}
+                self._add(e.result)
+                raise
+            self._add(result)
             return result
-        finally:  # an interrupted run still leaves a report of what finished
+        finally:  # an interrupted run still leaves a report of what finished, and of what it cut short
             self.write_report()
+
+    def _add(self, result: ExperimentResult) -> None:
+        self.results.append(result)
+        if self.on_result is not None:
+            self.on_result(result, self)
 
     def write_report(self) -> tuple[dict, str] | None:
         if not self.run_dir.exists():
             return None
-        return write_report(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results])
+        return write_report(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results],
+                            interrupted=self.interrupted)

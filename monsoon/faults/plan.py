@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from monsoon.faults.base import FaultBackend, FaultContext, Handle, Landing
+from monsoon.signals import Interrupted
 from monsoon.spec.fault import FaultSpec
 
 
@@ -310,7 +311,7 @@ class FaultPlan:
         if (self._handle_sigterm and threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)):
             def on_term(signum, frame):
-                raise KeyboardInterrupt("monsoon: SIGTERM during a fault plan")
+                raise Interrupted("SIGTERM", "monsoon: SIGTERM during a fault plan")
             self._on_term = on_term
             self._old_term = signal.signal(signal.SIGTERM, on_term)
         try:

@@ -57,8 +57,21 @@ HEADLINE = tuple(dict.fromkeys(f for rows in FIGURES.values() for f, where in ro
 ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
 
 
-def summary(run_id: str, profile: str, results: list[dict]) -> dict:
-    return {"run_id": run_id, "profile": profile, "results": results}
+def summary(run_id: str, profile: str, results: list[dict], interrupted: dict | None = None) -> dict:
+    """``interrupted`` (the signal that stopped the session) defaults to the one a result carries."""
+    if interrupted is None:
+        interrupted = next(({"stack": r["stack"], "experiment": r["experiment"], **r["interrupted"]}
+                            for r in results if r.get("interrupted")), None)
+    s = {"run_id": run_id, "profile": profile, "results": results}
+    if interrupted:
+        s["interrupted"] = interrupted
+    return s
+
+
+def describe_interruption(i: dict) -> str:
+    """``interrupted by SIGTERM at t=42s (load phase burst)``."""
+    where = f"load phase {i['phase']}" if i.get("phase") else str(i.get("stage", "?"))
+    return f"interrupted by {i.get('signal', '?')} at t={float(i.get('t', 0)):.0f}s ({where})"
 
 
 def _fmt(v) -> str:
@@ -75,18 +88,26 @@ def checklist(summary_: dict) -> str:
     results = summary_["results"]
     overall = combine([r["verdict"] for r in results])
     decision = "GO" if overall == "pass" else "NO-GO"
+    stopped = summary_.get("interrupted")
+    if stopped:
+        decision = "NO-GO"
     lines = [f"# monsoon resilience sign-off — run {summary_['run_id']} ({summary_['profile']} profile)", "",
              f"**Decision: {decision}** — {sum(r['verdict'] == 'pass' for r in results)} of {len(results)} "
-             f"experiments pass.", "",
+             f"experiments pass" + (f"; the session was {describe_interruption(stopped)} in {stopped.get('stack')} / "
+                                    f"{stopped.get('experiment')}, so it is incomplete" if stopped else "") + ".", "",
              "| stack | experiment | check | verdict | key figures |", "| --- | --- | --- | --- | --- |"]
     for r in results:
         if r.get("error"):
             lines.append(f"| {r['stack']} | {r['experiment']} | (run) | UNKNOWN | {r['error'][:120]} |")
+        if r.get("interrupted"):
+            lines.append(f"| {r['stack']} | {r['experiment']} | (run) | UNKNOWN | {describe_interruption(r['interrupted'])}: "
+                         f"the checks below judged the data up to then (partial) |")
+        part = " (partial)" if r.get("partial") else ""
         for c in r["checks"]:
             keys = KEY_FIGURES.get(c["name"], tuple(c["figures"])[:3])
             figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c["figures"])
-            lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])} "
-                         f"| {figs} |")
+            lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])}"
+                         f"{part} | {figs} |")
     fails = [(r, c) for r in results for c in r["checks"] if c["verdict"] != "pass"]
     if fails:
         lines += ["", "## Evidence", ""]

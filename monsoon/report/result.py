@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monsoon.checks.base import Verdict, check_base, combine
-from monsoon.report.checklist import HEADLINE
+from monsoon.report.checklist import HEADLINE, describe_interruption
 
 
 class RunFailed(AssertionError):
@@ -18,6 +18,22 @@ class RunFailed(AssertionError):
 
 class DryRunSkipped(Exception):
     """``assert_pass`` after a dry run: nothing was started, so there is nothing to judge."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A SIGINT/SIGTERM stopped the session during (or right after) a run, once everything was torn down.
+
+    ``result`` is the run's result, judged over the data that exists; ``interruption`` is
+    ``{"signal", "t", "stage"[, "phase"]}``. When the signal came while the checks ran, they finished and
+    ``result`` is whole (its ``interrupted`` is None); otherwise ``result.interrupted`` is set and its
+    verdict is unknown."""
+
+    def __init__(self, result: "ExperimentResult", interruption: dict):
+        super().__init__(f"monsoon: {describe_interruption(interruption)}")
+        self.result, self.interruption = result, interruption
+        self.signal = interruption.get("signal")
+
+
 
 
 @dataclass
@@ -30,12 +46,13 @@ class ExperimentResult:
     error: str | None = None
     dry_run: str | None = None      # the plan that a dry run printed instead of running
     base_rate: dict | None = None   # base_rate: auto: how x1 was resolved (monsoon.run.calibrate)
+    interrupted: dict | None = None  # a signal cut the run short: {"signal", "t", "stage"[, "phase"]}
 
     @property
     def verdict(self) -> str:
         if self.dry_run is not None:
             return "skipped"
-        return combine([c.verdict for c in self.checks] + (["unknown"] if self.error else []))
+        return combine([c.verdict for c in self.checks] + (["unknown"] if self.error or self.interrupted else []))
 
     def headline(self) -> dict[str, float]:
         """The experiment's key figures, lifted from its checks (first check that has each wins)."""
@@ -51,6 +68,9 @@ class ExperimentResult:
              "figures": self.headline(), "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
         if self.error:
             d["error"] = self.error
+        if self.interrupted:   # the checks judged a run cut short: their verdicts are over partial data
+            d["interrupted"] = dict(self.interrupted)
+            d["partial"] = True
         if self.base_rate:   # base_rate: auto: the resolved x1, the capacity and fraction it came from
             d["figures"].update({k: self.base_rate[x] for k, x in (("base_rate_msg_s", "base_rate"),
                                  ("calibrated_capacity_msg_s", "capacity_msg_s"), ("base_fraction", "fraction"))

@@ -10,11 +10,13 @@ from monsoon.report.checklist import checklist, summary
 from monsoon.rundir import point_latest
 
 
-def write(run_dir: Path, run_id: str, profile: str, results: list[dict]) -> tuple[dict, str]:
-    """Write summary.json, checklist.md and report.html into ``run_dir``; point runs/latest at it."""
+def write(run_dir: Path, run_id: str, profile: str, results: list[dict],
+          interrupted: dict | None = None) -> tuple[dict, str]:
+    """Write summary.json, checklist.md and report.html into ``run_dir``; point runs/latest at it.
+    ``interrupted``: the signal that stopped the session (``{"stack", "experiment", "signal", "t", ...}``)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    s = summary(run_id, profile, results)
+    s = summary(run_id, profile, results, interrupted)
     (run_dir / "summary.json").write_text(json.dumps(s, indent=2))
     md = checklist(s)
     (run_dir / "checklist.md").write_text(md)

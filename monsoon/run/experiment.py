@@ -21,11 +21,13 @@ from monsoon.faults.resolve import build_backends
 from monsoon.load.payloads import build_payload
 from monsoon.observe.progress import LoadProgress, Progress, progress_fields
 from monsoon.observe.storage import stored_source
-from monsoon.report.result import ExperimentResult
+from monsoon.report.checklist import describe_interruption
+from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
-from monsoon.run.shield import TeardownShield
+from monsoon.run.shield import FinishFirst, TeardownShield
 from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
+from monsoon.signals import signal_of
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
@@ -51,8 +53,10 @@ class RunContext:
 
 
 def run_experiment(ctx: RunContext) -> ExperimentResult:
-    """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown),
-    KeyboardInterrupt/SystemExit propagate after everything is torn down (faults healed first)."""
+    """Run one experiment; exceptions from the stack or load become ``result.error`` (verdict unknown).
+    A SIGINT/SIGTERM tears everything down (faults healed first), then the checks judge the data that
+    exists and :class:`RunInterrupted` carries that result (verdict unknown, ``interrupted`` set) up to the
+    session, which writes its checklist before it stops."""
     stack_spec, exp, profile, run_id = ctx.stack, ctx.exp, ctx.profile, ctx.run_id
     out_dir, faults, progress, stop, live = Path(ctx.out_dir), ctx.faults, ctx.progress, ctx.stop, ctx.live
     progress_every = ctx.progress_every
@@ -78,6 +82,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                faults=[f.model_dump(mode="json", exclude={"description"}) for f in faults])
 
         on_event = StackEvents(tl, label, progress)
+        where = {"stage": "starting the stack"}   # where a signal would find the run (its checklist says)
 
         load = LoadHarness(tl)
         # the final heal + census and the stack's stop run to the end whatever signals arrive meanwhile
@@ -90,6 +95,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers)
                 fleet, sampler = load.fleet, load.sampler
+                where["stage"] = "load"
                 progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
                          + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
                 phases = shape.phases()
@@ -98,6 +104,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 def on_second(st) -> None:
                     load.record_second(st)
                     ph = next((p.name for p in phases if p.start <= st.t < p.end), "-")
+                    where["phase"] = ph
                     view.update(progress_fields(st.t, ph, st, sampler.value, on_event.restarts))
 
                 if faults:
@@ -118,22 +125,44 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 tl.add("op", op="load-end", **_totals_dict(totals))
                 write_sent(out_dir / SENT_FILE, totals.last_seq)   # what "never sent" means for the accounting
                 fleet.close()
+                where.update(stage="drain", phase=None)
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
                          f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
                 drain = Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
                 tl.add("drain", **drain)
                 sampler.stop()
+                where["stage"] = "read-back"
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
                 tl.add("stored", path=STORED_FILE, rows=rows)
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
             tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
             progress(f"[{label}] ERROR {result.error}")
+        except KeyboardInterrupt as e:   # after the heal and the stop (shielded above): judge what exists
+            result.interrupted = interruption(signal_of(e), tl.now(), where)
+            tl.add("op", op="interrupted", **result.interrupted)
+            progress(f"[{label}] {describe_interruption(result.interrupted)}; faults healed, stack stopped; "
+                     f"checking the data that exists")
         finally:
             load.close()
 
-    result.checks = evaluate(out_dir, checks)
+    # one signal while the checks run lets them finish (a run 1 s from its end keeps its verdict);
+    # a second one, or any after an interrupted run, stops at once
+    with FinishFirst(progress, f"finishing the checks of {label}", already=result.interrupted is not None) as fin:
+        result.checks = evaluate(out_dir, checks)
     (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+    if result.interrupted is not None:
+        raise RunInterrupted(result, result.interrupted)
+    if fin.received is not None:      # the run was whole and its verdict stands; the session stops after it
+        raise RunInterrupted(result, interruption(fin.received, tl.now(), {"stage": "checks"}))
     return result
+
+
+def interruption(sig: str, t: float, where: dict) -> dict:
+    """``{"signal", "t", "stage"[, "phase"]}``: what stopped a run, when (timeline seconds) and where."""
+    out = {"signal": sig, "t": round(t, 1), "stage": where.get("stage", "?")}
+    if where.get("stage") == "load" and where.get("phase"):
+        out["phase"] = where["phase"]
+    return out
 
 

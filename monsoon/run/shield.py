@@ -4,9 +4,11 @@ from __future__ import annotations
 import queue
 import signal
 import threading
+import time
 from typing import Any
 
 from monsoon.observe.progress import Progress
+from monsoon.signals import Interrupted
 
 
 class TeardownShield:
@@ -77,8 +79,8 @@ class TeardownShield:
             self.disarm()   # else an exception goes on to the outer teardown, which brings the shield down
         if pending:
             what = ", ".join(dict.fromkeys(self.received))
-            raise KeyboardInterrupt(f"monsoon: received {what} during teardown; stopped once it was done") \
-                from leaving
+            raise Interrupted(self.received[0], f"monsoon: received {what} during teardown; stopped once it "
+                                                f"was done") from leaving
 
 
 class _ShieldedExit:
@@ -108,5 +110,52 @@ def sigterm_as_interrupt(who: str = "monsoon") -> None:
         return
 
     def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"{who}: received {signal.Signals(signum).name}")
+        raise Interrupted(signal.Signals(signum).name, f"{who}: received {signal.Signals(signum).name}")
     signal.signal(signal.SIGTERM, on_term)
+
+
+class FinishFirst:
+    """Work that should finish despite one signal (the checks of a run that is otherwise done): the first
+    SIGINT/SIGTERM is recorded and answered with ``message``, the work goes on, and the caller reads
+    ``received`` afterwards; a second one (or the first, when ``already`` says the run was interrupted
+    before) raises at once. Does nothing outside the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, say: Progress = print, message: str = "finishing the checks", already: bool = False):
+        self.say, self.message, self.already = say, message, already
+        self.received: str | None = None
+        self.t: float | None = None
+        self._old: dict[int, Any] | None = None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.already or self.received is not None:
+            raise Interrupted(name, f"monsoon: received {name} again: stopped at once")
+        self.received = name
+        self.t = time.monotonic()
+        self._notes.put(name)
+
+    def _tell(self) -> None:
+        while (name := self._notes.get()) is not None:
+            try:
+                self.say(f"monsoon: {name} received: {self.message} (a second signal stops at once)")
+            except Exception:
+                pass
+
+    def __enter__(self) -> "FinishFirst":
+        if threading.current_thread() is threading.main_thread():
+            self._notes: queue.SimpleQueue = queue.SimpleQueue()
+            self._teller = threading.Thread(target=self._tell, name="finish-first", daemon=True)
+            self._teller.start()
+            self._old = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            for s, old in self._old.items():
+                if signal.getsignal(s) == self._on_signal:
+                    signal.signal(s, signal.SIG_DFL if old is None else old)
+            self._old = None
+            self._notes.put(None)
+            self._teller.join(timeout=2)

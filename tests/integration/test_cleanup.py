@@ -59,8 +59,17 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
     assert not list(Path("/tmp").glob(f"monsoon-pg-{run_id}-*"))  # the out-of-reach fallback cluster too
     assert (exp_dir / "logs" / "platform.log").stat().st_size > 0
     assert {"stop"} <= {e.get("event") for e in events if e["type"] == "service"}
-    # the run directory is analysable offline
+    # the session still wrote and printed its checklist, naming the signal, the time and the load phase
+    name = signal.Signals(sig).name
+    written = json.loads((runs / run_id / "summary.json").read_text())
+    cut = written["interrupted"]
+    assert (cut["signal"], cut["stack"], cut["stage"]) == (name, stack, "load") and cut["t"] > 0, cut
+    assert written["results"][0]["verdict"] == "unknown" and written["results"][0]["partial"] is True
+    assert "monsoon sign-off checklist" in out and f"interrupted by {name} at t={cut['t']:.0f}s" in out, out
+    assert "**Decision: NO-GO**" in out
+    # the run directory is analysable offline, and still says it was cut short
     s = analyze(runs / run_id)
+    assert s["interrupted"]["signal"] == name and s["results"][0]["verdict"] == "unknown"
     assert s["results"][0]["stack"] == stack and {c["name"] for c in s["results"][0]["checks"]} == \
         {"no_oom", "no_acked_loss", "lag_recovers_within", "load_valid"}
     # the load was cut short: the generator's self-check can't call that load valid

@@ -196,3 +196,61 @@ def test_a_fault_plan_with_its_own_sigterm_handler_leaves_the_shield_in_place(tm
         assert not be.in_place
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+# --- issue 17: an interrupt still gives a checklist, and one signal during the checks lets them finish
+
+def test_one_signal_during_the_checks_lets_them_finish_and_is_reported():
+    import os
+    import signal as sig
+    from monsoon.run.shield import FinishFirst
+    said = []
+    with FinishFirst(said.append, "finishing the checks of s/e") as fin:
+        os.kill(os.getpid(), sig.SIGTERM)
+        done = sum(range(1000))          # the work goes on after the first signal
+    assert done == 499500 and fin.received == "SIGTERM"
+    assert signal_handler_is_back(sig.SIGTERM, fin)
+
+
+def test_a_second_signal_during_the_checks_stops_at_once():
+    import os
+    import signal as sig
+    import pytest
+    from monsoon.run.shield import FinishFirst
+    from monsoon.signals import Interrupted
+    with pytest.raises(Interrupted) as e:
+        with FinishFirst(lambda s: None):
+            os.kill(os.getpid(), sig.SIGTERM)
+            os.kill(os.getpid(), sig.SIGINT)
+            raise AssertionError("not reached: the second signal stops the work")
+    assert e.value.signal == "SIGINT"
+    with pytest.raises(Interrupted):     # after an interrupted run, the first one already stops
+        with FinishFirst(lambda s: None, already=True):
+            os.kill(os.getpid(), sig.SIGTERM)
+            raise AssertionError("not reached")
+
+
+def signal_handler_is_back(signum, fin) -> bool:
+    import signal as sig
+    return sig.getsignal(signum) != fin._on_signal
+
+
+def test_the_checklist_of_an_interrupted_session_names_the_signal_and_marks_the_run_partial():
+    from monsoon.report.checklist import checklist, summary
+    cut = {"stack": "kafka", "experiment": "burst-x10", "verdict": "unknown", "figures": {},
+           "interrupted": {"signal": "SIGTERM", "t": 42.4, "stage": "load", "phase": "burst"}, "partial": True,
+           "checks": [{"name": "no_acked_loss", "verdict": "pass", "figures": {"acked_lost": 0}}]}
+    whole = {"stack": "inmemory", "experiment": "burst-x3", "verdict": "pass", "figures": {},
+             "checks": [{"name": "no_oom", "verdict": "pass", "figures": {"oom_events": 0}}]}
+    s = summary("r1", "quick", [whole, cut])
+    assert s["interrupted"] == {"stack": "kafka", "experiment": "burst-x10", "signal": "SIGTERM", "t": 42.4,
+                                "stage": "load", "phase": "burst"}
+    md = checklist(s)
+    assert "**Decision: NO-GO**" in md and "interrupted by SIGTERM at t=42s (load phase burst)" in md
+    assert "| kafka | burst-x10 | no_acked_loss | PASS (partial) |" in md
+    assert "| inmemory | burst-x3 | no_oom | PASS |" in md
+    # a session stopped while a whole run's checks finished: the run keeps its verdict, the decision is NO-GO
+    s2 = summary("r2", "quick", [whole], {"stack": "inmemory", "experiment": "burst-x3", "signal": "SIGINT",
+                                          "t": 80.0, "stage": "checks"})
+    assert "**Decision: NO-GO**" in checklist(s2) and "(checks)" in checklist(s2)
+    assert "interrupted" not in summary("r3", "quick", [whole])
