@@ -38,6 +38,7 @@ Verdict: fail beats unknown beats pass; with no angle holding data, unknown.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,15 +97,21 @@ class CgroupEvidence:
                     None)
 
 
-def cgroup_evidence(events) -> CgroupEvidence | None:
-    """The ``cgroup`` collector's samples, or None when it never ran."""
-    samples = list(events.of("sample", collector="cgroup"))
-    if not samples:
-        return None
+def cgroup_evidence(events) -> dict[str | None, CgroupEvidence]:
+    """The ``cgroup`` collectors' samples, per service (one collector per service of the stack; a run from
+    before that has one, of the observed service); empty when none ran."""
+    by: dict[str | None, list[dict]] = {}
+    for s in events.of("sample", collector="cgroup"):
+        by.setdefault(s.get("service"), []).append(s)
+    return {svc: _evidence(svc, samples) for svc, samples in by.items()}
+
+
+def _evidence(service: str | None, samples: list[dict]) -> CgroupEvidence:
     good = [s for s in samples if s.get("available") and isinstance(s.get("oom_kills"), (int, float))]
-    reasons = sorted({str(s.get("reason") or s.get("error")) for s in samples if s not in good
+    good_ids = {id(s) for s in good}
+    reasons = sorted({str(s.get("reason") or s.get("error")) for s in samples if id(s) not in good_ids
                       and (s.get("reason") or s.get("error"))})
-    ev = CgroupEvidence(next((s.get("service") for s in samples if s.get("service")), None), good, reasons)
+    ev = CgroupEvidence(service, good, reasons)
     for a, b in zip(good, good[1:]):
         d = int(b["oom_kills"]) - int(a["oom_kills"])
         if d <= 0:
@@ -272,116 +279,154 @@ def _when(run, t: float) -> str:
     return when
 
 
-def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
-    """No service died of out-of-memory — by its exit (JVM exit 3, exit 137, OutOfMemoryError in its log), its
-    cgroup's oom_kill counter, Kubernetes' OOMKilled, Docker's State.OOMKilled — and none restarted.
+def _signal_of(code) -> str:
+    if isinstance(code, int) and code > 128:
+        try:
+            return signal.Signals(code - 128).name
+        except ValueError:
+            pass
+    return f"exit {code}"
 
-    Exits and restarts that an injected kill (pod-kill, kafka-broker-restart) of that service explains are the
-    fault working, not the stack failing: they are counted apart (``injected_kills``), unless the exit itself
-    shows an out-of-memory death (its log, or an oom_kill increase in its cgroup).  ``heap_headroom_pct``
-    (100 x (1 - peak heap-after-GC / max heap)) is reported; below ``min_headroom_pct`` it fails (a near-OOM).
+
+@dataclass
+class Deaths:
+    """Every service exit of a run, sorted by what explains it (each exit in exactly one list)."""
+    ooms: list[tuple[dict, str]] = field(default_factory=list)        # (exit, the evidence)
+    unexpected: list[tuple[dict, str]] = field(default_factory=list)  # (exit, why it is not an OOM)
+    injected: list[dict] = field(default_factory=list)                # a monsoon kill explains it
+    restarts: list[dict] = field(default_factory=list)                # restarts no injected kill explains
+    stray: list[tuple[str, OomKillIncrease]] = field(default_factory=list)   # oom_kill rises no exit explains
+    uncovered: list[dict] = field(default_factory=list)               # SIGKILLs no OOM angle could have seen
+    supervised: bool = False                                          # the timeline has service events
+    cgroups: dict = field(default_factory=dict)
+
+
+def deaths(run: RunData) -> Deaths:
+    """Sort every ``service`` exit: an OOM on evidence (an OutOfMemoryError in its log, the kernel's OOM
+    line for its pid, an ``oom_kill`` increase of its cgroup in the same sample interval as a SIGKILL exit),
+    else the work of an injected kill, else an unexpected death (with its signal)."""
+    ev = run.events
+    out = Deaths(supervised=ev.first("service", event="start") is not None)
+    if not out.supervised:
+        return out
+    cgs = cgroup_evidence(ev)
+    out.cgroups = cgs
+    explained = explained_by_kill(ev)
+    matched: set[tuple[str, float]] = set()      # oom_kill increases (cgroup, t) an exit accounts for
+    for e in ev.of("service", event="exit"):
+        svc, code = e["service"], e.get("code")
+        cg = cgs.get(svc) or (cgs.get(None) if len(cgs) == 1 else None)   # a run with one unnamed collector
+        inc = cg.increase_for_exit(e["t"]) if (cg is not None and cg.available and code == 137) else None
+        if inc is not None and (inc.cgroup, inc.t) in matched:
+            inc = None
+        if e.get("oom"):
+            out.ooms.append((e, e.get("cause") or "out of memory"))
+        elif inc is not None:
+            matched.add((inc.cgroup, inc.t))
+            out.ooms.append((e, f"exit 137, cgroup oom_kill {inc.before}→{inc.after}: killed by the kernel OOM "
+                                f"killer"))
+        elif ("exit", svc, e["t"]) in explained:
+            out.injected.append(e)
+        else:
+            seen = []
+            if cg is not None and cg.available and cg.covers(e["t"]):
+                seen.append("cgroup oom_kill unchanged")
+            kl = e.get("kernel_log")
+            if kl is not None and not str(kl).startswith("kernel log unreadable"):
+                seen.append("no kernel OOM-kill line for its pid")
+            if code == 137 and not seen:
+                out.uncovered.append(e)
+            sig = _signal_of(code)
+            cause = e.get("cause")
+            why = ((f"{svc} died of {sig}" if sig.startswith("SIG") else f"{svc} exited with code {code}")
+                   + (f" ({cause})" if cause and code != 137 and cause != f"exit {code}" else "")
+                   + (", not sent by monsoon" if code == 137 else "")
+                   + (f", with no OOM evidence ({', '.join(seen)})" if seen else
+                      ", with no OOM angle to tell (no cgroup samples, kernel log unreadable)" if code == 137 else ""))
+            out.unexpected.append((e, why))
+    out.restarts = [e for e in ev.of("service", event="restart") if ("restart", e["service"], e["t"]) not in explained]
+    seen_inc: set[tuple[str, float]] = set(matched)
+    for svc, cg in cgs.items():
+        for inc in cg.increases:
+            if (inc.cgroup, inc.t) in seen_inc:
+                continue
+            seen_inc.add((inc.cgroup, inc.t))
+            out.stray.append((svc or "the service", inc))
+    return out
+
+
+def _platforms(run: RunData):
+    """(collector, label, key, evidence, kill windows) of the Kubernetes and Docker angles that ran."""
+    kill_windows = [w for w in fault_windows(run.events) if w.kind in KILL_KINDS]
+    for collector, label, key in (("kube", "kubernetes", "k8s"), ("docker", "docker", "docker")):
+        pe = platform_evidence(run.events, collector, label)
+        if pe is not None:
+            yield label, key, pe, kill_windows
+
+
+def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
+    """No service of the stack died of out-of-memory, on evidence only: a JVM OutOfMemoryError (exit 3 with
+    it, or in its log), the kernel's OOM-kill line naming its pid, an ``oom_kill`` increase of its cgroup
+    (every service's cgroup is sampled), Kubernetes' or Docker's OOMKilled.
+
+    A SIGKILL (exit 137) with none of these is not an OOM: it is an unexpected death, ``no_unexpected_exit``'s
+    to report. Deaths an injected kill explains are the fault working (``injected_kills``).
+    ``heap_headroom_pct`` (100 x (1 - peak heap-after-GC / max heap)) is reported; below ``min_headroom_pct``
+    it fails (a near-OOM).
     """
     name = "no_oom"
-    ev = run.events
     figures: dict[str, float] = {}
     results: list[tuple[str, str]] = []          # (verdict, message) per finding
     notes: list[str] = []                        # what passed, for the one-line reason
     angles = 0                                   # angles that held data
 
-    # ---- process exits, sharpened by the cgroup
-    cg = cgroup_evidence(ev)
-    starts = list(ev.of("service", event="start"))
-    if starts:
+    d = deaths(run)
+    if d.supervised:
         angles += 1
-        explained = explained_by_kill(ev)
-        all_exits = list(ev.of("service", event="exit"))
-        kernel: dict[int, OomKillIncrease] = {}
-        plain_kill: set[int] = set()
-        if cg is not None and cg.available:
-            for e in all_exits:
-                if cg.service is not None and e["service"] != cg.service:
-                    continue
-                if e.get("code") != 137:          # the kernel OOM killer sends SIGKILL
-                    continue
-                inc = cg.increase_for_exit(e["t"])
-                if inc is not None and id(inc) not in {id(i) for i in kernel.values()}:
-                    kernel[id(e)] = inc
-                elif inc is None and not e.get("oom") and cg.covers(e["t"]):
-                    plain_kill.add(id(e))
-        exits = [e for e in all_exits
-                 if e.get("oom") or id(e) in kernel or ("exit", e["service"], e["t"]) not in explained]
-        ooms = [e for e in exits if e.get("oom") or id(e) in kernel
-                or (e.get("code") in (3, 137) and id(e) not in plain_kill)]
-        restarts = [e for e in ev.of("service", event="restart") if ("restart", e["service"], e["t"]) not in explained]
-        figures.update({"oom_events": len(ooms), "restarts": len(restarts), "exits": len(exits)})
-        injected = len(all_exits) - len(exits)
-        if injected:
-            figures["injected_kills"] = injected
-        if ooms or restarts or exits:
-            parts = []
-            for e in (ooms or exits)[:3]:
-                inc = kernel.get(id(e))
-                if inc is not None:
-                    parts.append(f"{e['service']}: exit {e.get('code')}, cgroup oom_kill {inc.before}→{inc.after}: "
-                                 f"killed by the kernel OOM killer at {_when(run, e['t'])}")
-                elif id(e) in plain_kill:
-                    parts.append(f"{e['service']} died: SIGKILL (exit 137), cgroup oom_kill unchanged: not the "
-                                 f"kernel OOM killer, at {_when(run, e['t'])}")
-                else:
-                    parts.append(f"{e['service']} died: {e.get('cause', 'exit ' + str(e.get('code')))} "
-                                 f"at {_when(run, e['t'])}")
-            results.append((FAIL, "; ".join(parts) + f"; {len(restarts)} restart(s)"))
+        after_oom = [r for r in d.restarts if any(e["service"] == r["service"] and e["t"] <= r["t"] for e, _ in d.ooms)]
+        figures.update({"oom_events": len(d.ooms), "restarts": len(after_oom),
+                        "exits": len(d.ooms) + len(d.unexpected)})   # every death no injected kill explains
+        if d.injected:
+            figures["injected_kills"] = len(d.injected)
+        if d.ooms:
+            results.append((FAIL, "; ".join(f"{e['service']} died: {why} at {_when(run, e['t'])}" for e, why in d.ooms[:3])
+                            + f"; {len(after_oom)} restart(s) after it"))
         else:
-            notes.append("no out-of-memory death, no unexpected exit or restart"
-                         + (f" ({injected} exit(s) caused by injected kills)" if injected else ""))
-        if cg is not None and cg.available:
-            matched = {id(i) for i in kernel.values()}
-            for inc in cg.increases:
-                if id(inc) in matched:
-                    continue
-                what = (f"cgroup oom_kill {inc.before}→{inc.after} in {inc.cgroup} at {_when(run, inc.t)} "
-                        f"without an exit 137 of {cg.service or 'the service'}")
-                if inc.shared:
-                    results.append((UNKNOWN, what + ": the cgroup is shared with other processes, so the victim "
-                                                    "may not be the service's"))
-                else:
-                    results.append((FAIL, what + ": the kernel OOM killer killed a process of the service"))
-
-    if cg is not None:
-        if cg.available:
-            figures["cgroup_oom_kills"] = cg.oom_kills
-            figures["cgroup_limit_hits"] = cg.limit_hits
-            if not cg.increases:
-                notes.append(f"cgroup oom_kill +0 ({len(cg.good)} samples)")
-        else:
+            notes.append("no out-of-memory death" + (f" ({len(d.injected)} exit(s) caused by injected kills)"
+                                                      if d.injected else "")
+                         + (f"; {len(d.unexpected)} death(s) without OOM evidence: see no_unexpected_exit"
+                            if d.unexpected else ""))
+        for e in d.uncovered:
+            results.append((UNKNOWN, f"{e['service']} died of SIGKILL (exit 137) at {_when(run, e['t'])} and no "
+                                     f"angle could tell whether the kernel OOM killer did it (no cgroup samples of "
+                                     f"it, kernel log unreadable)"))
+        for svc, inc in d.stray:
+            what = (f"cgroup oom_kill {inc.before}→{inc.after} in {inc.cgroup} at {_when(run, inc.t)} "
+                    f"without an exit 137 of {svc}")
+            if inc.shared:
+                results.append((UNKNOWN, what + ": the cgroup is shared with other processes, so the victim "
+                                                "may not be the service's"))
+            else:
+                results.append((FAIL, what + f": the kernel OOM killer killed a process of {svc}"))
+        good = {svc: cg for svc, cg in d.cgroups.items() if cg.available}
+        if good:
+            figures["cgroup_oom_kills"] = sum(cg.oom_kills for cg in good.values())
+            figures["cgroup_limit_hits"] = sum(cg.limit_hits for cg in good.values())
+            if not any(cg.increases for cg in good.values()):
+                notes.append(f"cgroup oom_kill +0 ({len(good)} service(s), "
+                             f"{sum(len(cg.good) for cg in good.values())} samples)")
+        elif d.cgroups:
+            cg = next(iter(d.cgroups.values()))
             notes.append(f"cgroup angle unavailable: {cg.reasons[0] if cg.reasons else 'no usable sample'}")
 
-    # ---- kubernetes and docker
-    kill_windows = [w for w in fault_windows(ev) if w.kind in KILL_KINDS]
-    for collector, label, key in (("kube", "kubernetes", "k8s"), ("docker", "docker", "docker")):
-        pe = platform_evidence(ev, collector, label)
-        if pe is None:
-            continue
+    for label, key, pe, kill_windows in _platforms(run):
         if pe.good:
             angles += 1
-        ooms_p = pe.of("oom")
-        exits_p = [e for e in pe.of("exit") if not _kill_explains(kill_windows, e.t)]
-        restarts_p = [e for e in pe.of("restart") if not _kill_explains(kill_windows, e.t)]
-        n_restarts = sum(e.delta for e in restarts_p)
-        injected_p = sum(e.delta for e in pe.of("restart") if e not in restarts_p) + \
-            len([e for e in pe.of("exit") if e not in exits_p])
-        if pe.good:
-            figures[f"{key}_oom_killed"] = len(ooms_p)
-            figures[f"{key}_restarts"] = n_restarts
-            figures[f"{key}_exits"] = len(exits_p)
-            if injected_p:
-                figures[f"{key}_injected_kills"] = injected_p
-        if ooms_p or exits_p or restarts_p:
-            shown = (ooms_p or exits_p or restarts_p)[:3]
-            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in shown)
-                            + f"; {n_restarts} restart(s)"))
+            figures[f"{key}_oom_killed"] = len(pe.of("oom"))
+        if pe.of("oom"):
+            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in pe.of("oom")[:3])))
         elif pe.good:
-            notes.append(f"{label}: {pe.keys} container(s), 0 OOMKilled, 0 unexpected restarts")
+            notes.append(f"{label}: {pe.keys} container(s), 0 OOMKilled")
         for p in pe.problems:
             results.append((UNKNOWN, p))
 
@@ -418,14 +463,77 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
         return Verdict(name, UNKNOWN, figures,
                        "no service events in the timeline: monsoon did not supervise this stack"
                        + ("" if not results else "; " + "; ".join(m for _, m in results)))
+    return _verdict(name, figures, results, notes, headroom_note)
+
+
+def _verdict(name: str, figures: dict, results: list[tuple[str, str]], notes: list[str],
+             extra: str | None = None) -> Verdict:
+    """Fail beats unknown beats pass; the message leads with the worst findings (the notes when all pass)."""
     verdict = combine([v for v, _ in results] or [PASS])
     order = {FAIL: 0, UNKNOWN: 1, PASS: 2}
-    msgs = [m for v, m in sorted(results, key=lambda r: order[r[0]])]
-    if verdict == PASS:
-        msgs = notes
-    if headroom_note:                           # context for every verdict: how close to the heap limit it came
-        msgs = msgs + [headroom_note]
+    msgs = notes if verdict == PASS else [m for v, m in sorted(results, key=lambda r: order[r[0]])]
+    if extra:                                   # context for every verdict (heap headroom)
+        msgs = msgs + [extra]
     return Verdict(name, verdict, figures, "; ".join(msgs))
 
 
-# At the bottom on purpose (as memory.py): checks.py imports this module at its end to register no_oom.
+def no_unexpected_exit(run: RunData) -> Verdict:
+    """No service of the stack died, or restarted, without a cause monsoon knows: an injected kill (the
+    fault working) or an out-of-memory death (``no_oom``'s). A SIGKILL from outside, a crash, an exit 1:
+    each is named with its service, its signal or code, and when it happened (``unexpected_exits``)."""
+    name = "no_unexpected_exit"
+    figures: dict[str, float] = {}
+    results: list[tuple[str, str]] = []
+    notes: list[str] = []
+    angles = 0
+    d = deaths(run)
+    if d.supervised:
+        angles += 1
+        oom_svcs = {e["service"] for e, _ in d.ooms}
+        restarts = [r for r in d.restarts if not any(e["service"] == r["service"] and e["t"] <= r["t"]
+                                                     for e, _ in d.ooms)]
+        failed = list(run.events.of("service", event="restart-failed"))
+        figures.update({"unexpected_exits": len(d.unexpected), "restarts": len(restarts)})
+        if d.injected:
+            figures["injected_kills"] = len(d.injected)
+        if d.ooms:
+            figures["oom_deaths"] = len(d.ooms)
+        if d.unexpected:
+            results.append((FAIL, "; ".join(f"{why} at {_when(run, e['t'])}" for e, why in d.unexpected[:3])
+                            + (f" (and {len(d.unexpected) - 3} more)" if len(d.unexpected) > 3 else "")
+                            + f"; {len(restarts)} restart(s)"))
+        for f in failed:
+            results.append((FAIL, f"{f['service']} could not be restarted at {_when(run, f['t'])}: "
+                                  f"{str(f.get('error', ''))[:200]}"))
+        if not d.unexpected and not failed:
+            notes.append("no unexpected death or restart"
+                         + (f" ({len(d.injected)} caused by injected kills)" if d.injected else "")
+                         + (f"; {len(d.ooms)} out-of-memory death(s) of {', '.join(sorted(oom_svcs))}: see no_oom"
+                            if d.ooms else ""))
+    for label, key, pe, kill_windows in _platforms(run):
+        if not pe.good:
+            continue
+        angles += 1
+        exits_p = [e for e in pe.of("exit") if not _kill_explains(kill_windows, e.t)]
+        restarts_p = [e for e in pe.of("restart") if not _kill_explains(kill_windows, e.t)]
+        n_restarts = max(0, sum(e.delta for e in restarts_p) - len(pe.of("oom")))   # an OOMKilled restarts too
+        figures[f"{key}_exits"] = len(exits_p)
+        figures[f"{key}_restarts"] = n_restarts
+        injected_p = sum(e.delta for e in pe.of("restart") if e not in restarts_p) + \
+            len([e for e in pe.of("exit") if e not in exits_p])
+        if injected_p:
+            figures[f"{key}_injected_kills"] = injected_p
+        if exits_p or n_restarts:
+            shown = (exits_p or restarts_p)[:3]
+            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in shown)
+                            + f"; {n_restarts} restart(s) without an OOMKilled or an injected kill"))
+        else:
+            notes.append(f"{label}: {pe.keys} container(s), no unexpected exit or restart")
+    if angles == 0:
+        return Verdict(name, UNKNOWN, figures, "no service events in the timeline: monsoon did not supervise "
+                                               "this stack, and no Kubernetes or Docker angle ran")
+    return _verdict(name, figures, results, notes)
+
+
+# At the bottom on purpose (as memory.py): checks.py imports this module at its end to register no_oom
+# and no_unexpected_exit.

@@ -18,7 +18,7 @@ from monsoon.checks.lag import consumer_not_stalled, lag_bounded, lag_recovers_w
 from monsoon.checks.load import load_valid
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
-from monsoon.checks.oom import no_oom
+from monsoon.checks.oom import no_oom, no_unexpected_exit
 from monsoon.checks.slo import error_budget
 from monsoon.checks.torn import withhold
 from monsoon.timeline.store import Events
@@ -30,6 +30,7 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
     "no_duplicates": no_duplicates,
     "no_unexpected": no_unexpected,
     "no_oom": no_oom,
+    "no_unexpected_exit": no_unexpected_exit,
     "lag_bounded": lag_bounded,
     "consumer_not_stalled": consumer_not_stalled,
     "error_budget": error_budget,

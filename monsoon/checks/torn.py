@@ -59,6 +59,7 @@ READS: dict[str, Reads] = {
     "no_duplicates": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY}),
     "no_unexpected": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY, SENT_FILE: FAIL_ONLY}),
     "no_oom": Reads("stored"),
+    "no_unexpected_exit": Reads("stored"),
     "lag_recovers_within": Reads("drain"),
     "lag_bounded": Reads("drain"),
     "consumer_not_stalled": Reads("drain"),

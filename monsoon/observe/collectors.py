@@ -365,7 +365,8 @@ def collectors_for(stack) -> list[Collector]:
     obs = spec.observe
     if obs.service:
         out.append(ProcessCollector(lambda: stack.pid(obs.service)))
-        out.append(CgroupOomCollector(obs.service, lambda: stack.pid(obs.service), run_id=stack.run_id))
+    for svc in spec.services:   # OOM-kill evidence for every service: a dependency the kernel kills is an OOM too
+        out.append(CgroupOomCollector(svc, lambda svc=svc: stack.pid(svc), run_id=stack.run_id))
     if obs.metrics_url and obs.metrics:
         out.append(MetricsCollector(stack.endpoint(obs.metrics_url), dict(obs.metrics)))
     if obs.kafka:

@@ -67,6 +67,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)]
     if faults and "faults_landed" not in {n for n, _ in checks}:
         checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
+    if "no_oom" in {n for n, _ in checks} and "no_unexpected_exit" not in {n for n, _ in checks}:
+        checks.append(("no_unexpected_exit", {}))   # a death that is not an OOM must still show in the verdict
     if "load_valid" not in {n for n, _ in checks}:
         checks.append(("load_valid", {}))      # the generator's self-check: a load that fell behind is not a pass
     label = f"{stack_spec.name}/{exp.name}"

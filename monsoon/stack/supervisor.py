@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from monsoon.paths import CACHE, REPO
 from monsoon.spec.stack import ServiceSpec, StackSpec, TEMPLATE_RE
+from monsoon.stack.kernel import oom_kill_line
 from monsoon.stack.ports import StackError, allocate_ports
 from monsoon.stack.ready import _ready_once
 from monsoon.stack.reaper import OWNER_ENV
@@ -77,25 +78,31 @@ class Service:
     exits: list[dict] = field(default_factory=list)
     supervisor: threading.Thread | None = None
     sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
+    started: float | None = None  # time.monotonic() of the last spawn (the kernel log is read from there on)
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc and self.proc.poll() is None else None
 
 
-def exit_cause(code: int, log_tail: str, sent: int | None = None) -> tuple[str, bool]:
-    """Human cause of an exit and whether it was an out-of-memory death.
+def exit_cause(code: int, log_tail: str, sent: int | None = None, kernel_line: str | None = None) -> tuple[str, bool]:
+    """Human cause of an exit and whether it was an out-of-memory death, on evidence only: an
+    OutOfMemoryError in the service's log, or the kernel's OOM-kill line naming its pid (``kernel_line``).
+    A SIGKILL with neither is a kill, not an OOM (the cgroup's oom_kill counter may still say otherwise:
+    the checks weigh that).
 
     ``sent`` is the signal monsoon itself sent the service (a pod-kill fault): an exit by that
     signal is named as monsoon's kill, not guessed at (an OutOfMemoryError in the log still wins)."""
     oom_in_log = any(p.search(log_tail) for p in OOM_PATTERNS)
     if code == 3 and oom_in_log:
         return "java.lang.OutOfMemoryError (JVM exit 3)", True
+    if code == 137 and kernel_line:
+        return f"SIGKILL (exit 137) by the kernel OOM killer: {kernel_line}", True
     if sent is not None and code == 128 + sent and not oom_in_log:
         return f"killed by monsoon with {signal.Signals(sent).name} (exit {code})", False
     if code == 137:
         return ("SIGKILL (exit 137) after OutOfMemoryError in log" if oom_in_log
-                else "SIGKILL (exit 137): killed, possibly by the kernel OOM killer"), oom_in_log
+                else "SIGKILL (exit 137), not sent by monsoon"), oom_in_log
     if oom_in_log:
         return f"exit {code} with OutOfMemoryError in log", True
     if code > 128:
@@ -232,6 +239,7 @@ class Stack:
             except PermissionError:
                 raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
         svc.starts += 1
+        svc.started = time.monotonic()
         svc.sent = None
         self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts)
 
@@ -288,8 +296,11 @@ class Stack:
             code = _norm(proc.wait())
             if self._stopping.is_set():
                 return
-            cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent)
+            kernel, unreadable = oom_kill_line(proc.pid, since=svc.started) if code == 137 else (None, None)
+            cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent, kernel)
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
+            if code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
+                ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
             self.on_event("service", service=svc.name, event="exit", **ev)
             policy = svc.spec.restart

@@ -5,7 +5,7 @@ from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, combine
 from monsoon.checks.registry import evaluate, validate_check
 from monsoon.checks.lag import lag_recovers_within
 from monsoon.checks.loss import no_acked_loss
-from monsoon.checks.oom import no_oom
+from monsoon.checks.oom import no_oom, no_unexpected_exit
 from tests.unit.helpers import RunBuilder
 
 
@@ -32,18 +32,25 @@ def test_no_oom_fails_on_jvm_exit_3_and_names_the_time_into_the_burst(tmp_path):
     assert "OutOfMemoryError" in v.message and "42s into the burst" in v.message
 
 
-def test_no_oom_counts_exit_137_as_oom_even_without_log_evidence(tmp_path):
+def test_no_oom_never_calls_exit_137_without_evidence_an_oom(tmp_path):
     b = RunBuilder(tmp_path).service_start()
-    b.ev("service", 5.0, service="platform", event="exit", code=137, oom=False, cause="SIGKILL")
-    assert no_oom(run(b)).figures["oom_events"] == 1
+    b.ev("service", 5.0, service="platform", event="exit", code=137, oom=False, cause="SIGKILL",
+         kernel_log="no OOM-kill line for this pid")
+    v = no_oom(run(b))
+    assert v.verdict == PASS and v.figures["oom_events"] == 0
+    u = no_unexpected_exit(run(b))
+    assert u.verdict == FAIL and u.figures["unexpected_exits"] == 1 and "platform died of SIGKILL" in u.message
 
 
-def test_no_oom_fails_on_a_plain_restart(tmp_path):
+def test_a_plain_crash_and_restart_is_an_unexpected_exit_not_an_oom(tmp_path):
     b = RunBuilder(tmp_path).service_start()
     b.ev("service", 5.0, service="platform", event="exit", code=1, oom=False, cause="exit 1")
     b.ev("service", 6.0, service="platform", event="restart", n=2)
     v = no_oom(run(b))
-    assert v.verdict == FAIL and v.figures["oom_events"] == 0 and v.figures["restarts"] == 1
+    assert v.verdict == PASS and v.figures["oom_events"] == 0 and v.figures["restarts"] == 0
+    u = no_unexpected_exit(run(b))
+    assert u.verdict == FAIL and u.figures == {"unexpected_exits": 1, "restarts": 1}
+    assert u.message.startswith("platform exited with code 1 at t=5s; 1 restart(s)"), u.message
 
 
 def test_no_oom_is_unknown_without_supervision(tmp_path):

@@ -14,7 +14,7 @@ import monsoon
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.checks.registry import evaluate
 from monsoon.checks.lag import lag_recovers_within
-from monsoon.checks.oom import no_oom
+from monsoon.checks.oom import no_oom, no_unexpected_exit
 from monsoon.cli import analyze
 from monsoon.timeline.views import explained_by_kill, fault_windows
 from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
@@ -384,22 +384,23 @@ def test_no_oom_passes_on_an_injected_pod_kill(tmp_path):
     assert "1 exit(s) caused by injected kills" in v.message
 
 
-def test_no_oom_fails_on_the_same_exit_without_a_fault(tmp_path):
-    v = no_oom(kill_run(tmp_path, fault_on=None))
-    assert v.verdict == FAIL
-    assert v.figures == {"oom_events": 1, "restarts": 1, "exits": 1}
+def test_the_same_exit_without_a_fault_is_an_unexpected_death(tmp_path):
+    r = kill_run(tmp_path, fault_on=None)
+    assert no_oom(r).figures == {"oom_events": 0, "restarts": 0, "exits": 1}
+    v = no_unexpected_exit(r)
+    assert v.verdict == FAIL and v.figures == {"unexpected_exits": 1, "restarts": 1}
 
 
 def test_no_oom_fails_when_the_kill_was_of_another_service(tmp_path):
     r = kill_run(tmp_path, fault_on="kafka")
     assert explained_by_kill(r.events) == set()
-    assert no_oom(r).verdict == FAIL
+    assert no_unexpected_exit(r).verdict == FAIL
 
 
 @pytest.mark.parametrize("exit_t", [26.5, 34.0, 67.0])
-def test_no_oom_fails_on_an_exit_that_does_not_follow_the_kill(tmp_path, exit_t):
-    v = no_oom(kill_run(tmp_path, exit_t=exit_t))   # more than 3 s before or after the injection
-    assert v.verdict == FAIL and v.figures["oom_events"] == 1 and "injected_kills" not in v.figures
+def test_an_exit_that_does_not_follow_the_kill_is_unexpected(tmp_path, exit_t):
+    v = no_unexpected_exit(kill_run(tmp_path, exit_t=exit_t))   # more than 3 s before or after the injection
+    assert v.verdict == FAIL and v.figures["unexpected_exits"] == 1 and "injected_kills" not in v.figures
 
 
 def test_no_oom_fails_on_a_crash_loop_after_an_injected_kill(tmp_path):
@@ -410,10 +411,11 @@ def test_no_oom_fails_on_a_crash_loop_after_an_injected_kill(tmp_path):
     b.ev("service", 32.0, service="platform", event="restart", n=2)
     b.ev("service", 33.0, service="platform", event="exit", code=1, oom=False, cause="exit 1")
     b.ev("service", 34.0, service="platform", event="restart", n=3)
-    v = no_oom(run(b))
+    assert no_oom(run(b)).verdict == PASS
+    v = no_unexpected_exit(run(b))
     assert v.verdict == FAIL
-    assert v.figures == {"oom_events": 0, "restarts": 1, "exits": 1, "injected_kills": 1}
-    assert "exit 1 at t=33s" in v.message
+    assert v.figures == {"unexpected_exits": 1, "restarts": 1, "injected_kills": 1}
+    assert "platform exited with code 1 at t=33s" in v.message
 
 
 def test_no_oom_fails_on_an_oom_death_inside_the_kill_window(tmp_path):

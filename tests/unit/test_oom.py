@@ -16,7 +16,7 @@ from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.observe.collectors import CgroupOomCollector, DockerCollector, KubePodsCollector, collectors_for
 from monsoon.faults.cgroup import CgroupFS
 from monsoon.stack.supervisor import exit_cause
-from monsoon.checks.oom import cgroup_evidence, heap_headroom, no_oom
+from monsoon.checks.oom import cgroup_evidence, heap_headroom, no_oom, no_unexpected_exit
 from monsoon.observe.parsers import parse_docker_inspect, parse_pods
 from tests.unit.helpers import RunBuilder
 
@@ -39,10 +39,11 @@ def cgroup(b: RunBuilder, points, service="platform", path=CG, shared=0, version
 
 
 def exit_(b: RunBuilder, t: float, code: int = 137, oom: bool = False, service: str = "platform",
-          restart: bool = True) -> RunBuilder:
+          restart: bool = True, kernel_log: bool = False) -> RunBuilder:
     cause = ("java.lang.OutOfMemoryError (JVM exit 3)" if oom else
-             "SIGKILL (exit 137): killed, possibly by the kernel OOM killer" if code == 137 else f"exit {code}")
-    b.ev("service", t, service=service, event="exit", code=code, oom=oom, cause=cause, pid=1)
+             "SIGKILL (exit 137), not sent by monsoon" if code == 137 else f"exit {code}")
+    extra = {"kernel_log": "no OOM-kill line for this pid"} if kernel_log and code == 137 else {}
+    b.ev("service", t, service=service, event="exit", code=code, oom=oom, cause=cause, pid=1, **extra)
     if restart:
         b.ev("service", t + 1.0, service=service, event="restart", n=2)
     return b
@@ -99,7 +100,7 @@ def test_exit_137_with_an_oom_kill_increase_is_the_kernel_oom_killer(tmp_path):
     assert v.verdict == FAIL
     assert v.figures["cgroup_oom_kills"] == 1 and v.figures["oom_events"] == 1 and v.figures["restarts"] == 1
     assert v.figures["cgroup_limit_hits"] == 7
-    assert v.message.startswith("platform: exit 137, cgroup oom_kill 0→1: killed by the kernel OOM killer at "
+    assert v.message.startswith("platform died: exit 137, cgroup oom_kill 0→1: killed by the kernel OOM killer at "
                                 "t=42s (32s into the burst)"), v.message
 
 
@@ -132,21 +133,53 @@ def test_an_oom_kill_inside_the_kill_window_is_still_an_oom(tmp_path):
     assert "killed by the kernel OOM killer at t=30s" in v.message
 
 
-def test_exit_137_the_cgroup_saw_no_kill_for_is_a_plain_sigkill_but_still_an_unexpected_exit(tmp_path):
+def test_exit_137_the_cgroup_saw_no_kill_for_is_not_an_oom_but_an_unexpected_exit(tmp_path):
     b = RunBuilder(tmp_path).service_start()
     cgroup(b, every_second(0, 60))
     exit_(b, 20.2)
     v = no_oom(run(b))
-    assert v.verdict == FAIL
+    assert v.verdict == PASS, v.message
     assert v.figures["oom_events"] == 0 and v.figures["exits"] == 1 and v.figures["cgroup_oom_kills"] == 0
-    assert "SIGKILL (exit 137), cgroup oom_kill unchanged: not the kernel OOM killer" in v.message
+    assert "1 death(s) without OOM evidence: see no_unexpected_exit" in v.message
+    u = no_unexpected_exit(run(b))
+    assert u.verdict == FAIL and u.figures == {"unexpected_exits": 1, "restarts": 1}
+    assert u.message.startswith("platform died of SIGKILL, not sent by monsoon, with no OOM evidence (cgroup "
+                                "oom_kill unchanged) at t=20s"), u.message
 
 
-def test_exit_137_outside_the_cgroup_samples_stays_a_possible_oom(tmp_path):
+def test_exit_137_no_angle_could_see_is_unknown_to_no_oom_and_still_unexpected(tmp_path):
     b = RunBuilder(tmp_path).service_start()
     cgroup(b, every_second(0, 10))                          # sampling stopped before the exit
-    exit_(b, 20.2)
-    assert no_oom(run(b)).figures["oom_events"] == 1
+    exit_(b, 20.2)                                          # and no word from the kernel log
+    v = no_oom(run(b))
+    assert v.verdict == UNKNOWN and v.figures["oom_events"] == 0
+    assert "no angle could tell whether the kernel OOM killer did it" in v.message
+    assert no_unexpected_exit(run(b)).verdict == FAIL
+    b2 = RunBuilder(tmp_path / "2").service_start()       # the kernel log was read and named no OOM kill
+    exit_(b2, 20.2, kernel_log=True)
+    assert no_oom(run(b2)).verdict == PASS
+    assert "no kernel OOM-kill line for its pid" in no_unexpected_exit(run(b2)).message
+
+
+def test_the_kernels_oom_line_is_an_oom_of_any_service(tmp_path):
+    b = RunBuilder(tmp_path).service_start().service_start(service="kafka")
+    b.ev("service", 20.2, service="kafka", event="exit", code=137, oom=True, pid=7,
+         cause="SIGKILL (exit 137) by the kernel OOM killer: Memory cgroup out of memory: Killed process 7 (java)",
+         kernel_log="Memory cgroup out of memory: Killed process 7 (java)")
+    v = no_oom(run(b))
+    assert v.verdict == FAIL and v.figures["oom_events"] == 1
+    assert v.message.startswith("kafka died: SIGKILL (exit 137) by the kernel OOM killer"), v.message
+    assert no_unexpected_exit(run(b)).verdict == PASS       # an OOM is no_oom's, not counted twice
+
+
+def test_an_oom_kill_of_a_dependency_in_its_own_cgroup_is_that_dependencys_oom(tmp_path):
+    b = RunBuilder(tmp_path).service_start().service_start(service="kafka")
+    cgroup(b, every_second(0, 60))                                      # the platform's: quiet
+    cgroup(b, every_second(0, 60, {30: 1}), service="kafka", path="/sys/fs/cgroup/memory/monsoon/m_r__kafka")
+    exit_(b, 30.2, service="kafka")
+    v = no_oom(run(b))
+    assert v.verdict == FAIL and v.figures["oom_events"] == 1 and v.figures["cgroup_oom_kills"] == 1
+    assert v.message.startswith("kafka died: exit 137, cgroup oom_kill 0→1: killed by the kernel OOM killer")
 
 
 def test_an_increase_far_from_the_exit_is_not_its_cause(tmp_path):
@@ -155,7 +188,7 @@ def test_an_increase_far_from_the_exit_is_not_its_cause(tmp_path):
     exit_(b, 20.2, restart=False)
     v = no_oom(run(b))
     assert v.verdict == FAIL and v.figures["oom_events"] == 0 and v.figures["cgroup_oom_kills"] == 1
-    assert "without an exit 137 of platform: the kernel OOM killer killed a process of the service" in v.message
+    assert "without an exit 137 of platform: the kernel OOM killer killed a process of platform" in v.message
 
 
 def test_an_oom_kill_of_a_child_process_in_the_services_own_cgroup_fails(tmp_path):
@@ -179,7 +212,7 @@ def test_an_exit_of_another_service_is_not_attributed_to_the_observed_cgroup(tmp
     exit_(b, 12.2, service="postgres", restart=False)
     v = no_oom(run(b))
     assert v.verdict == FAIL
-    assert "postgres died: SIGKILL (exit 137)" in v.message and "without an exit 137 of platform" in v.message
+    assert "postgres died of SIGKILL (exit 137)" in v.message and "without an exit 137 of platform" in v.message
 
 
 def test_cgroup_unavailable_is_noted_and_changes_nothing(tmp_path):
@@ -201,7 +234,7 @@ def test_cgroup_evidence_finds_the_cgroup_that_rose(tmp_path):
          cgroups={parent: {"oom_kill": 5, "shared": 1}, CG: {"oom_kill": 0, "shared": 0}})
     b.ev("sample", 3.0, collector="cgroup", service="platform", available=1, cgroup=None, oom_kills=1,
          limit_hits=3, cgroups={parent: {"oom_kill": 5, "shared": 1}, CG: {"oom_kill": 1, "shared": 0}})
-    ev = cgroup_evidence(run(b).events)
+    ev = cgroup_evidence(run(b).events)["platform"]
     assert ev.oom_kills == 1 and ev.limit_hits == 3 and len(ev.increases) == 1
     inc = ev.increases[0]
     assert (inc.before, inc.after, inc.cgroup, inc.shared, inc.t_prev, inc.t) == (0, 1, CG, False, 2.0, 3.0)
@@ -375,10 +408,11 @@ def test_kubernetes_oomkilled_during_the_run_fails(tmp_path):
         kube(b, t + 0.5, [pod("platform-a", restarts=1, last=OOM_TERM)])
     v = no_oom(run(b))                                       # no supervised process: the pods alone decide
     assert v.verdict == FAIL
-    assert v.figures == {"k8s_oom_killed": 1, "k8s_restarts": 1, "k8s_exits": 0}
+    assert v.figures == {"k8s_oom_killed": 1}
     assert v.message.startswith("kubernetes: platform-a/platform OOMKilled (exit 137, finished "
                                 "2026-11-22T03:14:38Z) at t=20s"), v.message
-    assert "1 restart(s)" in v.message
+    u = no_unexpected_exit(run(b))                           # the restart that followed is the OOM's
+    assert u.verdict == PASS and u.figures == {"k8s_exits": 0, "k8s_restarts": 0}
 
 
 def test_kubernetes_oomkilled_from_before_the_run_does_not_count(tmp_path):
@@ -386,8 +420,10 @@ def test_kubernetes_oomkilled_from_before_the_run_does_not_count(tmp_path):
     for t in range(30):
         kube(b, t + 0.5, [pod("platform-a", restarts=4, last=OOM_TERM)])
     v = no_oom(run(b))
-    assert v.verdict == PASS and v.figures["k8s_oom_killed"] == 0 and v.figures["k8s_restarts"] == 0
+    assert v.verdict == PASS and v.figures["k8s_oom_killed"] == 0
     assert "kubernetes: 2 container(s), 0 OOMKilled" in v.message
+    u = no_unexpected_exit(run(b))
+    assert u.verdict == PASS and u.figures["k8s_restarts"] == 0
 
 
 def test_kubernetes_pod_kill_replaces_the_pod_and_is_not_an_oom(tmp_path):
@@ -406,7 +442,8 @@ def test_kubernetes_restart_in_a_kill_window_is_the_fault_but_oomkilled_never_is
     killed = {"exitCode": 137, "reason": "Error", "finishedAt": "2026-11-22T03:14:38Z"}
     for t in range(30, 60):
         kube(b, t + 0.5, [pod("platform-a", restarts=1, last=killed)])
-    v = no_oom(run(b))
+    assert no_oom(run(b)).verdict == PASS
+    v = no_unexpected_exit(run(b))
     assert v.verdict == PASS and v.figures["k8s_injected_kills"] == 2   # its termination and its restart
     b2 = kill_window(RunBuilder(tmp_path / "2"))
     for t in range(30):
@@ -422,8 +459,9 @@ def test_kubernetes_plain_crash_restart_fails(tmp_path):
     kube(b, 0.5, [pod("platform-a")])
     kube(b, 9.5, [pod("platform-a", restarts=1, last={"exitCode": 1, "reason": "Error",
                                                        "finishedAt": "2026-11-22T03:14:38Z"})])
-    v = no_oom(run(b))
-    assert v.verdict == FAIL and v.figures["k8s_oom_killed"] == 0 and v.figures["k8s_restarts"] == 1
+    assert no_oom(run(b)).verdict == PASS                    # a crash is not an OOM
+    v = no_unexpected_exit(run(b))
+    assert v.verdict == FAIL and v.figures["k8s_restarts"] == 1
     assert "platform-a/platform terminated: Error (exit 1)" in v.message
 
 
@@ -500,8 +538,9 @@ def test_docker_restart_without_oomkilled_still_fails_as_a_restart(tmp_path):
     b = RunBuilder(tmp_path)
     docker(b, 0.5, [inspect()])
     docker(b, 5.5, [inspect(restarts=1, finished="2026-11-22T03:14:38.1Z", code=0)])  # docker reset OOMKilled
-    v = no_oom(run(b))
-    assert v.verdict == FAIL and v.figures["docker_restarts"] == 1 and v.figures["docker_oom_killed"] == 0
+    assert no_oom(run(b)).figures["docker_oom_killed"] == 0
+    v = no_unexpected_exit(run(b))
+    assert v.verdict == FAIL and v.figures["docker_restarts"] == 1
 
 
 def test_docker_quiet_passes_and_a_missing_container_is_unknown(tmp_path):
@@ -656,12 +695,29 @@ def test_headroom_reads_the_gc_logs_the_jvm_rotated_away_at_each_restart(tmp_pat
 
 @pytest.mark.parametrize("code, log, sent, cause, oom", [
     (137, "", 9, "killed by monsoon with SIGKILL (exit 137)", False),
-    (137, "", None, "SIGKILL (exit 137): killed, possibly by the kernel OOM killer", False),
+    (137, "", None, "SIGKILL (exit 137), not sent by monsoon", False),
     (137, "java.lang.OutOfMemoryError: Java heap space", 9,
      "SIGKILL (exit 137) after OutOfMemoryError in log", True),
-    (137, "", 15, "SIGKILL (exit 137): killed, possibly by the kernel OOM killer", False),  # sent TERM, died of KILL
+    (137, "", 15, "SIGKILL (exit 137), not sent by monsoon", False),  # sent TERM, died of KILL
     (143, "", 15, "killed by monsoon with SIGTERM (exit 143)", False),
     (3, "java.lang.OutOfMemoryError: Java heap space", 9, "java.lang.OutOfMemoryError (JVM exit 3)", True),
 ])
 def test_exit_cause_names_monsoons_own_kill_and_never_hides_an_oom(code, log, sent, cause, oom):
     assert exit_cause(code, log, sent) == (cause, oom)
+
+
+def test_exit_cause_takes_the_kernels_oom_line_as_evidence():
+    line = "Memory cgroup out of memory: Killed process 42 (java) total-vm:1kB"
+    assert exit_cause(137, "", None, line) == (f"SIGKILL (exit 137) by the kernel OOM killer: {line}", True)
+    assert exit_cause(137, "", 9, line)[1] is True           # even inside a pod-kill window: the kernel's word wins
+
+
+def test_the_kernel_log_is_read_for_the_pid_and_only_since_the_process_started(tmp_path):
+    from monsoon.stack.kernel import oom_kill_line
+    kmsg = tmp_path / "kmsg"        # /dev/kmsg records: "prio,seq,usec,flags;message", one per read
+    kmsg.write_text("6,1,5000000,-;Memory cgroup out of memory: Killed process 42 (java) total-vm:1kB\n")
+    assert oom_kill_line(42, path=str(kmsg))[0].startswith("Memory cgroup out of memory: Killed process 42")
+    assert oom_kill_line(4, path=str(kmsg)) == (None, None)              # another pid (42 is not 4)
+    assert oom_kill_line(42, since=100.0, path=str(kmsg)) == (None, None)  # logged before the process started
+    line, why = oom_kill_line(42, path=str(tmp_path / "nope"))
+    assert line is None and why.startswith("kernel log unreadable")

@@ -154,7 +154,8 @@ def test_the_saved_real_run_reads_the_same_events_as_before(tmp_path):
 
 
 def test_every_built_in_check_says_what_it_reads():
-    built_in = {"lag_recovers_within", "no_acked_loss", "no_duplicates", "no_unexpected", "no_oom", "lag_bounded",
+    built_in = {"lag_recovers_within", "no_acked_loss", "no_duplicates", "no_unexpected", "no_oom",
+                "no_unexpected_exit", "lag_bounded",
                 "consumer_not_stalled", "error_budget", "no_memory_leak", "gc_time_fraction", "no_thread_leak",
                 "faults_landed", "throughput_drop", "latency_objective", "load_valid"}
     assert built_in <= set(CHECKS) and set(READS) == built_in
