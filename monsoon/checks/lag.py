@@ -68,7 +68,7 @@ import builtins
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
-from monsoon.timeline.views import KILL_KINDS, downtime, explained_by_kill, fault_windows
+from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 
 
 _max = builtins.max  # ``max`` is a check parameter below
@@ -360,6 +360,9 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
         return Verdict(name, UNKNOWN, {}, f"no {what} samples or no burst/load end in the timeline"
                        + run.backlog_missing())
     peak = max(v for _, v in series)
+    lost = vanished_across_death(run, series, tol)
+    if lost is not None:
+        return _vanished_verdict(what, {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}, lost)
     after = [(t, v) for t, v in series if t >= end]
     figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
     if not after:
@@ -372,13 +375,6 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     figures.update(drain)
     if rec is not None:
         figures["recovery_s"] = round(rec - end, 1)
-        crash = _emptied_by_crash(run, series, rec, tol)
-        if crash is not None:
-            figures["emptied_by_crash"] = 1
-            return Verdict(name, FAIL, figures,
-                           f"{what} peaked at {peak:,.0f} and did not drain: it vanished when {crash['service']} "
-                           f"died ({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, "
-                           f"not processed")
         ok = rec - end <= seconds
         pred = drain.get("predicted_drain_s")
         note = "" if not drain else (f"; drain from the peak predicted {pred:g}s" if pred is not None else
@@ -404,10 +400,8 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     """Recovery measured from the end of every fault window (and held until the next window starts): the
     slowest one is judged."""
     name = "lag_recovers_within"
-    explained = explained_by_kill(run.events)
     last_t = series[-1][0]
     recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
-    crashed = []
     relapses = []
     pend = []   # (window, seconds observed before the next window or the end, lag then, next window start)
     starts = sorted(w.start for w in wins)
@@ -425,10 +419,6 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
         rec, relapse = settled_at(series[lo:], end, tol, grace, stop)
         if relapse is not None:
             relapses.append((w, relapse))
-        if rec is not None:
-            crash = _emptied_by_crash(run, since, rec, tol)
-            if crash is not None and ("exit", crash["service"], crash["t"]) not in explained:
-                crashed.append((w, crash))
         last = seen[-1] if seen else (end, float("nan"))
         recs.append((w, None if rec is None else rec - end, peak))
         if rec is None:
@@ -442,12 +432,9 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     if done:
         figures["recovery_s"] = round(max(done), 1)
         figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
-    if crashed:
-        w, crash = crashed[0]
-        figures["emptied_by_crash"] = 1
-        return Verdict(name, FAIL, figures,
-                       f"{what} did not drain after {w.name}#{w.window}: it vanished when {crash['service']} died "
-                       f"({crash.get('cause', 'exit')}) at t={crash['t']:.0f}s — the backlog was lost, not processed")
+    lost = vanished_across_death(run, series, tol)
+    if lost is not None:
+        return _vanished_verdict(what, figures, lost)
     slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
     if slow:
         w, r = max(slow, key=lambda x: x[1])
@@ -485,10 +472,30 @@ def _drain_figures(run: RunData, what: str, tol: float) -> dict:
     return out
 
 
-def _emptied_by_crash(run: RunData, series: list[tuple[float, float]], rec: float, tol: float) -> dict | None:
-    """The service exit, if any, between the last above-tolerance backlog sample and ``rec``."""
-    high = [t for t, v in series if t < rec and v > tol]
-    if not high:
-        return None
-    t_hi = high[-1]
-    return next((e for e in run.events.of("service", event="exit") if t_hi <= e["t"] <= rec), None)
+VANISH_GAP_S = 5.0      # the backlog sample before a death must be this recent to say what the death took
+
+
+def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: float) -> tuple[dict, float, float] | None:
+    """``(exit, before, after)`` for the first service death across which the backlog vanished: above twice
+    the tolerance in the last sample before the death (at most ``VANISH_GAP_S`` before it), and at or below
+    the tolerance, or a tenth of what it was, in the first sample after. A dead service processes nothing, so
+    such a drop is the backlog lost, not drained; wherever in the run the death happens (during the burst, in
+    a fault window, or in the recovery), and whatever caused it (an OOM, a crash, an injected kill)."""
+    ts = [t for t, _ in series]
+    for e in run.events.of("service", event="exit"):
+        i = bisect_left(ts, e["t"])
+        if i == 0 or i >= len(series):
+            continue
+        (t0, before), (_, after) = series[i - 1], series[i]
+        if e["t"] - t0 <= VANISH_GAP_S and before > 2 * tol and after <= max(tol, before / 10):
+            return e, before, after
+    return None
+
+
+def _vanished_verdict(what: str, figures: dict, lost: tuple[dict, float, float]) -> Verdict:
+    e, before, after = lost
+    figures = {**figures, "emptied_by_crash": 1, "backlog_vanished": before}
+    return Verdict("lag_recovers_within", FAIL, figures,
+                   f"{what} was {before:,.0f} when {e['service']} died ({e.get('cause') or 'exit ' + str(e.get('code'))})"
+                   f" at t={e['t']:.0f}s and {after:,.0f} once it was back — the backlog vanished with the process: "
+                   f"lost, not drained, so this is no recovery")

@@ -152,7 +152,24 @@ def test_a_backlog_emptied_by_a_crash_is_not_a_recovery(tmp_path):
     b.ev("service", 67.5, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
     v = lag_recovers_within(run(b), seconds=60)
     assert v.verdict == FAIL and v.figures["emptied_by_crash"] == 1
-    assert "vanished when platform died" in v.message and "t=68s" in v.message
+    assert "was 52,000 when platform died" in v.message and "t=68s" in v.message and "vanished" in v.message
+
+
+def test_a_backlog_wiped_by_a_crash_during_the_burst_is_never_a_recovery(tmp_path):
+    # the case: the in-memory queue's backlog dies with the heap mid-burst; the restarted platform
+    # builds a small backlog again and drains it after the burst — which alone would read as a recovery
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).service_start()
+    pts = [(float(t), 2000.0 * (t - 10)) for t in range(10, 40)] + \
+          [(float(t), 300.0) for t in range(46, 70)] + [(float(t), 0.0) for t in range(70, 120)]
+    b.lag(pts, collector="metrics", field="queue_depth")
+    b.ev("service", 40.2, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
+    b.ev("service", 41.5, service="platform", event="restart", n=2)
+    v = lag_recovers_within(run(b), seconds=60)
+    assert v.verdict == FAIL and v.figures["emptied_by_crash"] == 1 and v.figures["backlog_vanished"] == 58000
+    assert "t=40s" in v.message
+    b2 = RunBuilder(tmp_path / "2", base_rate=100).phases(10, 60, 60).service_start()   # no death: a recovery
+    b2.lag(pts, collector="metrics", field="queue_depth")
+    assert lag_recovers_within(run(b2), seconds=60).verdict == PASS
 
 
 def test_an_exit_after_the_drain_does_not_taint_the_recovery(tmp_path):
