@@ -75,7 +75,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
-               base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, shape=exp.load.shape.kind,
+               base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, restart=exp.restart, shape=exp.load.shape.kind,
                multiplier=exp.load.shape.multiplier, devices=exp.load.devices, qos=exp.load.qos,
                transport=stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
                durations=durations.model_dump(),
@@ -92,7 +92,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())})")
             with shield.around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
-                                          env_overrides=exp.env)) as stack:
+                                          env_overrides=exp.env, restart_overrides=exp.restart)) as stack:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers)

@@ -140,6 +140,10 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
     if unknown:
         raise exp.fail(("env",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
                        f"(it has: {', '.join(stack.services)})")
+    unknown = sorted(set(exp.restart) - set(stack.services))
+    if unknown:
+        raise exp.fail(("restart",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
+                       f"(it has: {', '.join(stack.services)})")
     faults = experiment_faults(exp, profile, stack)   # a bad fault fails here
     misfits = check_fits(exp, stack)   # a check that needs a signal the stack does not observe
     if misfits:

@@ -153,6 +153,9 @@ class ExperimentSpec(_Frozen):
     # extra environment per stack service, e.g. {platform: {DEFECT_DROP_ACKED_PCT: "0.1"}}; wins over the stack's
     env: dict[str, dict[str, str]] = Field({}, description="extra environment per stack service, e.g. {platform: "
                                            "{DEFECT_X: \"1\"}}; wins over the stack's")
+    restart: dict[str, Literal["no", "always", "on-failure"]] = Field(
+        {}, description="restart policy per stack service, over the stack's: e.g. {kafka: \"no\"} when a broker "
+                        "death should end the run instead of being recovered from")
     source: str = Field("", description="set by monsoon: the file the experiment was read from")
     _doc: LocatedDoc | None = PrivateAttr(None)   # where each key came from (load_experiment)
 

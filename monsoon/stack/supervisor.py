@@ -127,7 +127,8 @@ def _tail(path: Path, nbytes: int = 65536) -> str:
 class Stack:
     def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
                  ready_timeout_scale: float = 1.0, profile: str = "quick",
-                 env_overrides: dict[str, dict[str, str]] | None = None):
+                 env_overrides: dict[str, dict[str, str]] | None = None,
+                 restart_overrides: dict[str, str] | None = None):
         self.spec = spec
         self.profile = profile
         unknown = sorted(set(env_overrides or {}) - set(spec.services))
@@ -135,6 +136,11 @@ class Stack:
             raise StackError(f"env for unknown service(s) {', '.join(unknown)} of stack {spec.name!r} "
                              f"(it has: {', '.join(spec.services)})")
         self.env_overrides = env_overrides or {}
+        unknown = sorted(set(restart_overrides or {}) - set(spec.services))
+        if unknown:
+            raise StackError(f"restart policy for unknown service(s) {', '.join(unknown)} of stack {spec.name!r} "
+                             f"(it has: {', '.join(spec.services)})")
+        self.restart_overrides = restart_overrides or {}
         self.dir = Path(stack_dir)
         self.run_id = run_id
         self.on_event = on_event
@@ -303,7 +309,7 @@ class Stack:
                 ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
             self.on_event("service", service=svc.name, event="exit", **ev)
-            policy = svc.spec.restart
+            policy = self.restart_overrides.get(svc.name, svc.spec.restart)
             if policy == "no" or (policy == "on-failure" and code == 0):
                 return
             if self._stopping.wait(svc.spec.restart_delay):

@@ -416,3 +416,22 @@ def test_the_kinds_top_level_keys_are_the_models_fields():
     for kind, model in (("stack", StackSpec), ("experiment", ExperimentSpec), ("fault profile", FaultSpec)):
         marker = next(m for m, k in MARKERS.items() if k == kind)
         assert TOP_KEYS[kind] | {marker} == set(model.model_fields) - set_by_monsoon, kind
+
+
+def test_an_experiment_may_turn_a_services_restart_policy_off_and_names_a_wrong_service(tmp_path):
+    from monsoon.run.validate import validate
+    from monsoon.spec.experiment import load_experiment
+    from monsoon.spec.stack import load_stack
+    from monsoon.spec.yamlio import SpecError
+    base = (REPO / "experiments" / "pod-kill.yaml").read_text()
+    ok = tmp_path / "no-restart.yaml"
+    ok.write_text(base.replace("name: pod-kill", "name: no-restart") + 'restart: {kafka: "no"}\n')
+    exp = load_experiment(str(ok))
+    assert exp.restart == {"kafka": "no"}
+    validate(load_stack("kafka"), exp, "quick")
+    assert load_stack("kafka").services["kafka"].restart == "always"     # the shipped broker is supervised
+    bad = tmp_path / "bad-restart.yaml"
+    bad.write_text(base.replace("name: pod-kill", "name: bad-restart") + 'restart: {kafak: "no"}\n')
+    with pytest.raises(SpecError) as e:
+        validate(load_stack("kafka"), load_experiment(str(bad)), "quick")
+    assert "restart" in str(e.value) and "no service kafak" in str(e.value) and f"{bad}:" in str(e.value)
