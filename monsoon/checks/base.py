@@ -101,10 +101,15 @@ class RunData:
 
     def backlog_missing(self) -> str:
         """Why there is no backlog series, in a few words ('' when nothing is known)."""
-        missing = [e for e in self.events.of("sample", collector="kafka") if e.get("topic_missing")]
-        if missing:
-            return (f"; the Kafka topic was missing in {len(missing)} poll(s): no lag was measured (missing data, "
-                    "not a zero)")
+        polls = list(self.events.of("sample", collector="kafka"))
+        for flag, what in (("topic_missing", "the Kafka topic was missing"),
+                           ("group_missing", "the consumer group had committed no offset"),
+                           ("error", "the lag poll failed")):
+            n = sum(1 for e in polls if e.get(flag))
+            if n:
+                first = next(e for e in polls if e.get(flag))
+                detail = f" (e.g. {str(first['error'])[:120]})" if flag == "error" else ""
+                return f"; {what} in {n} poll(s){detail}: no lag was measured (missing data, not a zero)"
         return ""
 
 

@@ -133,12 +133,21 @@ class KafkaLagCollector(Collector):
                for p in md.topics[t].partitions]
         if not tps:
             return {"topic_missing": 1}   # no lag measured: missing data, never a zero
-        committed = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.committed(tps, timeout=self.timeout)}
+        got = self.consumer.committed(tps, timeout=self.timeout)
+        bad = [tp for tp in got if tp.error is not None]
+        if bad:   # the group's offsets could not be read: no lag, never "everything is lag" nor a zero
+            raise RuntimeError(f"committed offsets of group {self.group!r} unreadable for {len(bad)} partition(s), "
+                               f"e.g. {bad[0].topic}-{bad[0].partition}: {bad[0].error}")
+        committed = {(tp.topic, tp.partition): tp.offset for tp in got}
         if not self.topic:   # without a topic: the topics the group has committed on
             tps = [tp for tp in tps if committed.get((tp.topic, tp.partition), -1) >= 0]
+            if not tps:
+                return {"group_missing": 1}   # the group has committed nothing anywhere: no lag measured
         parts, total = {}, 0
         for tp in tps:
             _, end = self.consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+            if end < 0:       # the log end is unknown (librdkafka's OFFSET_INVALID): missing, not lag 0
+                raise RuntimeError(f"no log-end offset for {tp.topic}-{tp.partition}")
             c = committed.get((tp.topic, tp.partition), -1)
             lag = end - c if c >= 0 else end  # nothing committed yet: everything is lag
             total += max(lag, 0)

@@ -80,11 +80,15 @@ def test_a_topic_that_does_not_exist_is_missing_data_and_the_recovery_unknown(tm
     spec = stack_file(tmp_path, KAFKA, name="nolag", ports=("kafka_controller",))
     with Stack(spec, tmp_path / "run", run_id="lag-missing") as st:
         col = KafkaLagCollector(f"127.0.0.1:{st.ports['kafka']}", "tb-rule-engine", "no_such_topic", timeout=2.0)
+        nogroup = KafkaLagCollector(f"127.0.0.1:{st.ports['kafka']}", "no-such-group", None, timeout=2.0)
         try:
             samples = [col.sample() for _ in range(3)]
+            no_group = nogroup.sample()     # no topic given and a group that never committed: no lag either
         finally:
             col.close()
+            nogroup.close()
     assert samples == [{"topic_missing": 1}] * 3
+    assert no_group in ({"group_missing": 1}, {"topic_missing": 1}), no_group
     out = tmp_path / "exp"
     out.mkdir()
     with Timeline(out / TIMELINE_FILE) as tl:

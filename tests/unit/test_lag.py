@@ -287,3 +287,17 @@ def test_lag_checks_are_registered_and_validated():
     validate_check("consumer_not_stalled", {"window": 20})
     with pytest.raises(ValueError, match="needs parameter 'max'"):
         validate_check("lag_bounded", {})
+
+
+def test_a_lag_poll_that_failed_or_found_no_group_is_missing_data_with_its_reason(tmp_path):
+    from monsoon.checks.base import RunData
+    from monsoon.checks.lag import lag_recovers_within
+    from tests.unit.helpers import RunBuilder
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60)
+    for t in range(0, 130, 5):
+        b.ev("sample", float(t), collector="kafka", **({"group_missing": 1} if t < 60 else
+                                                       {"error": "KafkaException: _TIMED_OUT"}))
+        b.ev("sample", float(t), collector="metrics", queue_depth=0)      # never stands in for the lag
+    v = lag_recovers_within(RunData(b.write()), seconds=60)
+    assert v.verdict == "unknown"
+    assert "the consumer group had committed no offset in 12 poll(s)" in v.message, v.message
