@@ -320,6 +320,8 @@ def deaths(run: RunData) -> Deaths:
         if inc is not None and (inc.cgroup, inc.t) in matched:
             inc = None
         if e.get("oom"):
+            if inc is not None:                   # the cgroup saw the same death: it is this exit's
+                matched.add((inc.cgroup, inc.t))
             out.ooms.append((e, e.get("cause") or "out of memory"))
         elif inc is not None:
             matched.add((inc.cgroup, inc.t))
@@ -340,7 +342,8 @@ def deaths(run: RunData) -> Deaths:
             cause = e.get("cause")
             why = ((f"{svc} died of {sig}" if sig.startswith("SIG") else f"{svc} exited with code {code}")
                    + (f" ({cause})" if cause and code != 137 and cause != f"exit {code}" else "")
-                   + (", not sent by monsoon" if code == 137 else "")
+                   + ((", sent by monsoon outside any kill fault" if str(cause or "").startswith("killed by monsoon")
+                       else ", not sent by monsoon") if code == 137 else "")
                    + (f", with no OOM evidence ({', '.join(seen)})" if seen else
                       ", with no OOM angle to tell (no cgroup samples, kernel log unreadable)" if code == 137 else ""))
             out.unexpected.append((e, why))

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from monsoon.checks.base import FAIL, RunData
-from monsoon.observe.collectors import CgroupOomCollector, ProcessCollector
+from monsoon.checks.base import FAIL, PASS, RunData
+from monsoon.observe.collectors import CgroupOomCollector, ProcessCollector, collectors_for
 from monsoon.observe.sampler import Sampler
 from monsoon.faults.base import FaultContext
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
 from monsoon.spec.fault import FaultSpec
-from monsoon.checks.oom import no_oom
+from monsoon.checks.oom import no_oom, no_unexpected_exit
 from monsoon.spec.stack import StackSpec
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
@@ -108,7 +108,8 @@ def test_kernel_oom_kill_is_seen_by_the_cgroup_and_named_by_no_oom(tmp_path):
           f"{len(samples)} cgroup samples; {v.verdict}: {v.figures}\n  {v.message}")
     assert v.verdict == FAIL
     assert v.figures["cgroup_oom_kills"] >= 1 and v.figures["oom_events"] == 1
-    assert "hog: exit 137, cgroup oom_kill 0→1: killed by the kernel OOM killer" in v.message
+    assert v.message.startswith("hog died: ") and "by the kernel OOM killer" in v.message, v.message
+    assert "without an exit 137" not in v.message          # the cgroup's count is this death's, not another
     assert not os.path.exists(handle.data["cgroup"])              # healed: the child cgroup is gone
 
 
@@ -117,6 +118,58 @@ def test_a_plain_sigkill_under_the_same_limit_is_not_called_an_oom(tmp_path):
     assert ex["code"] == 137
     v = no_oom(RunData(run_dir))
     print(f"\nSIGKILL: {v.verdict}: {v.figures}\n  {v.message}")
-    assert v.verdict == FAIL                                     # an unexpected death all the same
+    assert v.verdict == PASS                                     # not an OOM ...
     assert v.figures["cgroup_oom_kills"] == 0 and v.figures["oom_events"] == 0
-    assert "cgroup oom_kill unchanged: not the kernel OOM killer" in v.message
+    u = no_unexpected_exit(RunData(run_dir))                     # ... but an unexpected death all the same
+    assert u.verdict == FAIL and u.message.startswith("hog died of SIGKILL, sent by monsoon outside any kill fault, "
+                                                      "with no OOM evidence (cgroup oom_kill unchanged"), u.message
+
+
+DEP_STACK = {
+    "name": "oom-dep",
+    "services": {"platform": {"command": [sys.executable, "-c", "import time; print('up', flush=True); "
+                                                                "time.sleep(3600)"],
+                              "stop_timeout": 3, "ready": {"log": "up", "timeout": 10}}},
+    "devices": {"port": "1"}, "provisioning": {"kind": "none"},
+    "storage": {"dsn": "x", "loss_query": "x"}, "observe": {"service": "platform"}}
+
+
+def test_a_dependency_the_kernel_kills_is_an_oom_named_by_no_oom(tmp_path):
+    """Every service's cgroup is sampled (collectors_for), not only the observed one: the dependency "dep",
+    squeezed by the memory-pressure fault until the kernel kills it, is named by no_oom."""
+    go = tmp_path / "go"
+    spec = StackSpec.model_validate({**DEP_STACK, "services": {**DEP_STACK["services"], "dep": {
+        "command": [sys.executable, "-c", HOG, str(go)], "stop_timeout": 3, "ready": {"log": "hog ready", "timeout": 10}}}})
+    run_dir, seen = tmp_path / "run", []
+    backend = CgroupBackend(state_dir=tmp_path / "state")
+    fault = FaultSpec(name="mp", kind="memory-pressure", target="dep", backend="cgroup",
+                      params={"limit_mb": 96}, schedule={"duration": 30})
+    with Timeline(run_dir / "timeline.jsonl") as tl:
+        tl.add("meta", run_id="oom-dep", stack="oom-dep", experiment="oom", profile="quick", base_rate=0)
+
+        def on_event(type_: str, **f) -> None:
+            tl.add(type_, **f)
+            seen.append((type_, f))
+
+        with Stack(spec, run_dir, run_id="oom-dep", on_event=on_event) as stack:
+            sampler = Sampler(tl, collectors_for(stack), period=0.25).start()
+            handle = None
+            try:
+                time.sleep(0.6)
+                handle = backend.inject(fault, FaultContext(run_id="oom-dep", stack=stack))
+                time.sleep(0.6)
+                go.touch()
+                ex = _wait_exit(seen, 20)
+                time.sleep(1.0)
+            finally:
+                sampler.stop()
+                if handle is not None:
+                    backend.heal(handle)
+                backend.heal_all("oom-dep")
+    assert ex["service"] == "dep" and ex["code"] == 137
+    r = RunData(run_dir)
+    assert {s.get("service") for s in r.events.of("sample", collector="cgroup")} == {"platform", "dep"}
+    v = no_oom(r)
+    print(f"\ndependency: {v.verdict}: {v.figures}\n  {v.message}")
+    assert v.verdict == FAIL and v.figures["oom_events"] == 1
+    assert v.message.startswith("dep died: ") and "kernel OOM killer" in v.message
