@@ -40,8 +40,9 @@ def analyze(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
     results, run_id, profile = [], run_dir.name, "quick"
+    loaded: dict[Path, Events] = {}           # each timeline is read once, for the checks and the report
     for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
-        events = Events.load(sub / TIMELINE_FILE)
+        events = loaded[sub] = Events.load(sub / TIMELINE_FILE)
         meta = events.meta()
         if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
             continue
@@ -64,7 +65,7 @@ def analyze(run_dir: Path) -> dict:
         results.append(result)
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
-    s, md = write_report(run_dir, run_id, profile, results)
+    s, md = write_report(run_dir, run_id, profile, results, loaded)
     return s
 
 

@@ -46,8 +46,6 @@ import builtins
 from dataclasses import dataclass
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.rundir import LATENCY_FILE
-from monsoon.timeline.hdrlog import good_per_second
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -290,8 +288,8 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
     name = "error_budget"
     if not 0.0 < float(objective) < 1.0:
         return Verdict(name, UNKNOWN, {}, f"objective must be between 0 and 1 (exclusive), got {objective!r}")
-    hlog = run.dir / LATENCY_FILE
-    good_counts = good_per_second(hlog, float(latency_ms)) if hlog.exists() else None
+    log = run.latency_log
+    good_counts = log.good_per_second(float(latency_ms)) if log is not None else None
     results = evaluate(run.events, float(objective), float(latency_ms), good_counts)
     if not results:
         return Verdict(name, UNKNOWN, {}, "no load seconds with traffic in the timeline: nothing to judge")

@@ -425,13 +425,14 @@ class Plotter:
 _CACHE: dict[tuple, list[tuple[str, str, bool]]] = {}
 
 
-def plots_for(timeline: Path) -> list[tuple[str, str, bool]]:
-    """[(plot name, base64 PNG, has data)] for the six plots of one timeline."""
+def plots_for(timeline: Path, events: Events | None = None) -> list[tuple[str, str, bool]]:
+    """[(plot name, base64 PNG, has data)] for the six plots of one timeline (``events``: the timeline, when
+    the caller has it loaded already; ``monsoon analyze`` loads each timeline once)."""
     st = timeline.stat()
     key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
         return _CACHE[key]
-    p = Plotter(Events.load(timeline), timeline.parent)
+    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent)
     out = []
     for name in PLOTS:
         png, has = getattr(p, name)()
@@ -519,8 +520,10 @@ def _anchor(d: Path | None, label: str) -> str:
     return "exp-" + _slug(d.name if d is not None else label.replace(" / ", "--"))
 
 
-def render(run_dir: Path, summary_: dict) -> str:
+def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = None) -> str:
+    """The report page; ``events``: loaded timelines by experiment directory (the others are read)."""
     run_dir = Path(run_dir)
+    events = {Path(k).resolve(): v for k, v in (events or {}).items()}
     results = summary_.get("results", [])
     overall = combine([r["verdict"] for r in results])
     decision = "GO" if overall == "pass" else "NO-GO"
@@ -578,7 +581,7 @@ def render(run_dir: Path, summary_: dict) -> str:
                  + (' — <b>not yet checked</b>' if r is None else "") + '</p>')
         h.append(KEY_HTML)
         try:
-            plots = plots_for(d / TIMELINE_FILE)
+            plots = plots_for(d / TIMELINE_FILE, events.get(d.resolve()))
         except Exception as e:  # one unreadable timeline must not cost the others their plots
             h.append(f'<p class="meta">plots failed: {_e(type(e).__name__)}: {_e(e)}</p></section>')
             continue
@@ -606,11 +609,11 @@ def _meta_quick(path: Path) -> dict:
     return {}
 
 
-def write(run_dir: Path, summary_: dict) -> Path:
+def write(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = None) -> Path:
     """Write ``report.html`` into ``run_dir`` atomically (a reader never sees half a file)."""
     run_dir = Path(run_dir)
     out = run_dir / "report.html"
     tmp = run_dir / f".report.html.{os.getpid()}.tmp"
-    tmp.write_text(render(run_dir, summary_), encoding="utf-8")
+    tmp.write_text(render(run_dir, summary_, events), encoding="utf-8")
     os.replace(tmp, out)
     return out
