@@ -2,8 +2,9 @@
 
 It synthesises one experiment's run directory in the real formats (``timeline.jsonl`` with a meta event,
 a phase, fault windows, one ``load`` event per second and the five 1 Hz collectors' samples; ``acked.csv``,
-``sent.csv``, ``stored.csv`` and ``latency.hlog``), ``--messages`` messages at ``--rate`` msg/s (so
-34.6 M at 400 msg/s is 24 h) over ``--devices`` devices, with planted accounting defects:
+``sent.csv``, ``stored.csv`` and ``latency.hlog``), ``--messages`` messages spread evenly over ``--seconds`` of
+load (default 24 h: 34.6 M is 400 msg/s, 5 M is ~58 msg/s) over ``--devices`` devices, with planted
+accounting defects:
 
 * ``lost``: acked keys left out of ``stored.csv``;
 * ``duplicates``: acked keys stored twice (the copy stored later);
@@ -104,11 +105,11 @@ def csv_rows(prefix: bytes, dev: np.ndarray, cols: list[np.ndarray]) -> bytes:
 
 class Plan:
     """Which message goes where: message ``i`` is device ``i % D``, seq ``i // D``, intended at
-    ``start + i * 1000 / rate`` ms; the planted keys are disjoint sets of message indexes."""
+    ``start + i * seconds * 1000 // n`` ms; the planted keys are disjoint sets of message indexes."""
 
-    def __init__(self, messages: int, rate: float, devices: int, planted: int, seed: int):
-        self.n, self.rate, self.devices = messages, rate, devices
-        self.seconds = int(np.ceil(messages / rate))
+    def __init__(self, messages: int, seconds: int, devices: int, planted: int, seed: int):
+        self.n, self.seconds, self.devices = messages, int(seconds), devices
+        self.rate = messages / self.seconds
         self.start_ms = int((START_WALL + LOAD_T0) * 1000)
         rng = np.random.default_rng(seed)
         # keep clear of each device's last two seqs (the reordered pair needs its next key)
@@ -135,8 +136,7 @@ class Plan:
         return out
 
     def intended_ms(self, i: np.ndarray) -> np.ndarray:
-        return self.start_ms + (i * 1000) // int(self.rate) if float(self.rate).is_integer() \
-            else self.start_ms + (i * 1000 / self.rate).astype(np.int64)
+        return self.start_ms + (i * (self.seconds * 1000)) // self.n
 
     def latency_ms(self, i: np.ndarray, in_fault: np.ndarray) -> np.ndarray:
         k = (i * 2654435761) % len(LAT_MS)
@@ -349,7 +349,7 @@ def dir_bytes(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m monsoon.selftest.analyze_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=float, default=5e6, help="messages in the run (default 5e6)")
-    ap.add_argument("--rate", type=float, default=400.0, help="msg/s: the run lasts messages/rate seconds (400)")
+    ap.add_argument("--seconds", type=int, default=86_400, help="seconds of load (default 86400: a day)")
     ap.add_argument("--devices", type=int, default=50)
     ap.add_argument("--planted", type=int, default=1000, help="keys planted of each kind (default 1000)")
     ap.add_argument("--seed", type=int, default=16)
@@ -357,9 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     ap.add_argument("--reuse", action="store_true", help="analyse the run already in --dir (no synthesis)")
     ap.add_argument("--baseline-src", type=Path, help="also analyse with the monsoon package under this source tree")
+    ap.add_argument("--baseline-json", type=Path,
+                    help="print the baseline of a previous run's JSON line (same run) instead of analysing it again")
+    ap.add_argument("--src", type=Path, help="analyse with the monsoon package under this source tree (default: "
+                    "the one this bench imports)")
     a = ap.parse_args(argv)
     n = int(a.messages)
-    plan = Plan(n, a.rate, a.devices, a.planted, a.seed)
+    plan = Plan(n, a.seconds, a.devices, a.planted, a.seed)
     root = a.dir or Path(tempfile.mkdtemp(prefix="monsoon-bench-analyze-"))
     run_dir = root / "run"
     exp = run_dir / "kafka--soak-synthetic"
@@ -371,13 +375,15 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"synthesised {n:,} messages over {plan.seconds:,} s in {time.perf_counter() - t:.1f} s")
         size = dir_bytes(exp)
         out: dict = {"messages": n, "seconds": plan.seconds, "devices": a.devices}
-        if a.baseline_src is not None:
+        if a.baseline_json is not None:
+            out["baseline"] = json.loads(a.baseline_json.read_text().strip().splitlines()[-1])["baseline"]
+        elif a.baseline_src is not None:
             _log(f"analysing with the baseline code in {a.baseline_src}")
             b = analyze_in_child(run_dir, a.baseline_src.resolve())
             b["figures_exact"] = not verify(exp, plan)
             out["baseline"] = b
         _log("analysing")
-        r = analyze_in_child(run_dir, None)
+        r = analyze_in_child(run_dir, a.src.resolve() if a.src else None)
         bad = verify(exp, plan)
         out.update(r)
         out["bytes_per_message"] = round(size / n, 2)
