@@ -24,6 +24,7 @@ from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE
 from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
 from monsoon.timeline.accounting import read_columns
+from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 
 
@@ -138,7 +139,7 @@ def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> np.n
     number of fault windows."""
     p = run.dir / ACKED_FILE
     off = _wall_offset(run.events)
-    if not p.exists() or off is None:
+    if not run_file_exists(p) or off is None:
         return np.zeros(0)
     starts, ends = merged_spans(spans) if spans is not None else (None, None)
     found, chunks = read_columns(p, ["intended_ms", "acked_ms"])

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.timeline.columnar import PartWriter, parts_dir
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram
 
 START_WALL = 1_790_000_000.0        # the synthetic run's epoch start (s)
@@ -157,18 +158,44 @@ def _in_windows(sec: np.ndarray, windows: list[tuple[float, float]]) -> np.ndarr
     return out
 
 
-def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20) -> None:
-    """The experiment directory ``exp`` (created) in the real formats."""
+class _Csv:
+    def __init__(self, path: Path, header: bytes):
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.fh.write(header)
+
+    def rows(self, dev: np.ndarray, *cols: np.ndarray) -> None:
+        self.fh.write(csv_rows(b"monsoon-", dev, list(cols)))
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class _Parts:
+    def __init__(self, path: Path, header: bytes, devices: int):
+        self.w = PartWriter(parts_dir(path), tuple(header.decode().strip().split(",")))
+        self.names = [f"monsoon-{d:05d}" for d in range(devices)]
+
+    def rows(self, dev: np.ndarray, *cols: np.ndarray) -> None:
+        if len(dev):
+            self.w.write_part(dev, self.names, *cols)
+
+    def close(self) -> None:
+        self.w.close()
+
+
+def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> None:
+    """The experiment directory ``exp`` (created) in the real formats: CSV, or Parquet parts (one per chunk)."""
     exp.mkdir(parents=True, exist_ok=True)
+    opener = (lambda p, h: _Csv(p, h)) if fmt == "csv" else (lambda p, h: _Parts(p, h, plan.devices))
     windows = plan.fault_windows()
     D = plan.devices
     lost, dup, swap = plan.lost, plan.dup, plan.swap
     swap_next = swap + D
     hist_by_sec: dict[int, np.ndarray] = {}       # second -> counts per latency template index
     per_sec = np.zeros(plan.seconds + 1, dtype=np.int64)
-    with open(exp / ACKED_FILE, "wb") as af, open(exp / STORED_FILE, "wb") as sf:
-        af.write(b"device,seq,intended_ms,acked_ms\n")
-        sf.write(b"device,seq,stored_ms\n")
+    af = opener(exp / ACKED_FILE, b"device,seq,intended_ms,acked_ms\n")
+    sf = opener(exp / STORED_FILE, b"device,seq,stored_ms\n")
+    if True:
         for a in range(0, plan.n, chunk):
             i = np.arange(a, min(plan.n, a + chunk), dtype=np.int64)
             dev, seq = i % D, i // D
@@ -176,7 +203,7 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20) -> None:
             sec = (intended - plan.start_ms) // 1000
             fault = _in_windows(sec, windows)
             lat = plan.latency_ms(i, fault)
-            af.write(csv_rows(b"monsoon-", dev, [seq, intended, intended + lat]))
+            af.rows(dev, seq, intended, intended + lat)
             np.add.at(per_sec, sec, 1)
             k = (i * 2654435761) % len(LAT_MS) + np.where(fault, len(LAT_MS), 0)
             key = sec * (2 * len(LAT_MS)) + k
@@ -190,11 +217,11 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20) -> None:
             sw = swap[lo:hi] - a
             stored[sw] = plan.intended_ms(swap[lo:hi] + D) + E2E_MS + 1
             keep = ~np.isin(i, lost[np.searchsorted(lost, a):np.searchsorted(lost, a + len(i))])
-            sf.write(csv_rows(b"monsoon-", dev[keep], [seq[keep], stored[keep]]))
+            sf.rows(dev[keep], seq[keep], stored[keep])
             lo, hi = np.searchsorted(dup, [a, a + len(i)])
             di = dup[lo:hi]
             if len(di):
-                sf.write(csv_rows(b"monsoon-", di % D, [di // D, plan.intended_ms(di) + E2E_MS + 5000]))
+                sf.rows(di % D, di // D, plan.intended_ms(di) + E2E_MS + 5000)
             _log(f"wrote {min(plan.n, a + chunk):,} of {plan.n:,} messages")
         del swap_next
         if plan.unexpected:
@@ -203,10 +230,12 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20) -> None:
             ud = ud[order]
             nth = np.arange(len(ud)) - np.searchsorted(ud, ud)
             us = plan.last_seq[ud] + 1 + nth
-            sf.write(csv_rows(b"monsoon-", ud, [us, np.full(len(ud), plan.start_ms + plan.seconds * 1000 + 10_000)]))
-    with open(exp / SENT_FILE, "wb") as fh:
-        fh.write(b"device,last_seq\n")
-        fh.write(csv_rows(b"monsoon-", np.arange(D), [plan.last_seq]))
+            sf.rows(ud, us, np.full(len(ud), plan.start_ms + plan.seconds * 1000 + 10_000))
+    af.close()
+    sf.close()
+    sent = opener(exp / SENT_FILE, b"device,last_seq\n")
+    sent.rows(np.arange(D), plan.last_seq)
+    sent.close()
     lat_all = np.concatenate([LAT_MS, LAT_FAULT_MS]) * 1000
     hlog = IntervalLogWriter(exp / LATENCY_FILE, START_WALL + LOAD_T0)
     cache: dict[bytes, str] = {}
@@ -353,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=50)
     ap.add_argument("--planted", type=int, default=1000, help="keys planted of each kind (default 1000)")
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--format", choices=("csv", "parquet"), default="csv",
+                    help="run data as the CSVs of today's runs or as Parquet parts (monsoon.timeline.columnar)")
     ap.add_argument("--dir", type=Path, help="where to write the run (default: a temp dir, removed after)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     ap.add_argument("--reuse", action="store_true", help="analyse the run already in --dir (no synthesis)")
@@ -371,10 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.reuse and exp.exists()):
             shutil.rmtree(run_dir, ignore_errors=True)
             t = time.perf_counter()
-            write_run(exp, plan)
+            write_run(exp, plan, fmt=a.format)
             _log(f"synthesised {n:,} messages over {plan.seconds:,} s in {time.perf_counter() - t:.1f} s")
         size = dir_bytes(exp)
-        out: dict = {"messages": n, "seconds": plan.seconds, "devices": a.devices}
+        out: dict = {"messages": n, "seconds": plan.seconds, "devices": a.devices, "format": a.format}
         if a.baseline_json is not None:
             out["baseline"] = json.loads(a.baseline_json.read_text().strip().splitlines()[-1])["baseline"]
         elif a.baseline_src is not None:

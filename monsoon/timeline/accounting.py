@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
+from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, schema_columns
 from monsoon.timeline.tail import tail_end
 
 
@@ -169,6 +170,8 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
     were not named with ``AS``.
     """
     names = names if names is not None else _Names()
+    if has_parts(path):                       # the run holds it as Parquet parts (monsoon.timeline.columnar)
+        return _read_parts_columns(parts_dir(path), columns, optional, names)
     header = csv_header(path)
     if "device" in header and columns[0] in header:
         idx = {h: i for i, h in enumerate(header)}
@@ -203,6 +206,37 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
                 yield out
             # a last line without its newline is a row cut off by an interrupted writer (``d7,12`` of
             # ``d7,1234``): not data, whatever it parses as (``monsoon.timeline.tail`` says so out loud)
+
+    return present, chunks()
+
+
+def _read_parts_columns(dir: Path, columns: list[str], optional: tuple[str, ...], names: _Names
+                        ) -> tuple[list[str], Iterator[tuple[np.ndarray, list[np.ndarray]]]]:
+    """:func:`read_columns` over a Parquet dataset: device names come dictionary-encoded, so a row group's
+    codes are its dictionary's codes (one look-up per name and row group) indexed by its indices."""
+    have = schema_columns(dir)
+    present = [c for c in columns if c in have] + [c for c in optional if c in have]
+    if "device" not in have or any(c not in have for c in columns):
+        return present, iter(())
+
+    def chunks() -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+        seen: list = []
+        lut = np.zeros(0, dtype=np.int32)
+        for dev, cols in read_parts(dir, present):
+            d = dev.dictionary.to_pylist()
+            if d[:len(seen)] != seen or len(d) != len(seen):      # a new dictionary: map its new names
+                if d[:len(seen)] != seen:
+                    seen, lut = [], np.zeros(0, dtype=np.int32)
+                lut = np.concatenate([lut, np.array([names.get(x) for x in d[len(seen):]], dtype=np.int32)])
+                seen = d
+            codes = lut[dev.indices.to_numpy(zero_copy_only=False)]
+            keep = np.ones(len(codes), dtype=bool)
+            for c, col in zip(present, cols):
+                if c in columns:
+                    keep &= col != MISSING             # a row without a required value is skipped, as in CSV
+            if not keep.all():
+                codes, cols = codes[keep], [c[keep] for c in cols]
+            yield codes, cols
 
     return present, chunks()
 
@@ -317,6 +351,12 @@ def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
 def _read_sent(path: Path) -> dict[str, int] | None:
     """``sent.csv`` (:func:`monsoon.rundir.read_sent`) without a last row cut off mid-line: ``d7,12`` of
     ``d7,1234`` would bound the device far too low.  The file is small (one row per device)."""
+    if has_parts(path):
+        out: dict[str, int] = {}
+        for dev, (last,) in read_parts(parts_dir(path), ["last_seq"]):
+            for name, v in zip(dev.to_pylist(), last.tolist()):
+                out[name] = v
+        return out
     try:
         size, end = tail_end(path)
     except OSError:
