@@ -333,10 +333,11 @@ def _write_timeline(exp: Path, plan: Plan, per_sec: np.ndarray, hist_by_sec: dic
 _CHILD = r"""
 import json, resource, sys, time
 t = time.perf_counter()
+import monsoon
 from monsoon.cli import analyze
 s = analyze(sys.argv[1])
 dt = time.perf_counter() - t
-print(json.dumps({"analyze_s": round(dt, 2),
+print(json.dumps({"analyze_s": round(dt, 2), "code": monsoon.__path__[0],
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
 """
 
@@ -345,7 +346,9 @@ def analyze_in_child(run_dir: Path, src: Path | None) -> dict:
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    p = subprocess.run([sys.executable, "-c", _CHILD, str(run_dir)], capture_output=True, text=True, env=env)
+    # cwd: not this checkout, whose monsoon/ would shadow ``src`` (``python -c`` puts the cwd first on sys.path)
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(run_dir)], capture_output=True, text=True, env=env,
+                       cwd=run_dir.parent)
     for line in p.stderr.splitlines():
         _log(f"analyze: {line}")
     if p.returncode != 0:
