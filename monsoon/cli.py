@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import subprocess
@@ -66,7 +67,12 @@ def analyze(run_dir: Path) -> dict:
         results.append(result)
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
+    t = time.perf_counter()
     s, md = write_report(run_dir, run_id, profile, results, loaded)
+    page = run_dir / "report.html"
+    if page.exists():
+        print(f"monsoon analyze: report.html {page.stat().st_size / 2**20:.1f} MB, written in "
+              f"{time.perf_counter() - t:.1f} s", file=sys.stderr)
     return s
 
 

@@ -210,3 +210,14 @@ def test_accounting_does_no_python_work_per_device_and_chunk(tmp_path, monkeypat
         assert acc.acked == rows and acc.acked_lost == devices and acc.devices == devices
         assert acc.reordered == 0 and acc.e2e_ms["p50"] == 50.0
     assert calls[5_000] - calls[50] <= 8 * (5_000 - 50)     # ~6 today: sent.csv's row, the name, the sum
+
+
+def test_a_day_long_plot_keeps_a_ten_second_dip_and_spike_per_pixel():
+    from monsoon.report.html import PLOT_PIXELS, downsample
+    t = np.arange(DAY, dtype=float)
+    y = np.full(DAY, 400.0)
+    y[50_000:50_010] = 0.0            # a pod kill's ten seconds without acks
+    y[70_000:70_003] = 4000.0         # a three-second burst
+    x, v = downsample(t, y, 2 * PLOT_PIXELS, "minmax")
+    assert len(x) <= 2 * PLOT_PIXELS and v.min() == 0.0 and v.max() == 4000.0
+    assert abs(x[np.argmin(v)] - 50_000) < DAY / PLOT_PIXELS        # where it happened, to the pixel
