@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 
 PARTS_SUFFIX = ".parquet"
 CLOSED = "_closed.json"
@@ -56,8 +60,6 @@ class PartWriter:
 
     def __init__(self, dir: Path, columns: tuple[str, ...], flush_s: float = 60.0, flush_rows: int = 1 << 20,
                  clock=time.monotonic):
-        import pyarrow as pa          # imported here: reading old CSV runs never needs it
-        self._pa = pa
         self.dir = Path(dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.columns = tuple(columns)
@@ -96,7 +98,6 @@ class PartWriter:
         self._last = self._clock()
         if not self._n:
             return
-        pa = self._pa
         dev = pa.array(self._buf[0], type=pa.string()).dictionary_encode()
         self._write(dev, [np.asarray(c, dtype=np.int64) for c in self._buf[1:]])
         self._buf = [[] for _ in self.columns]
@@ -104,14 +105,11 @@ class PartWriter:
 
     def write_part(self, codes: np.ndarray, dictionary: list[str], *cols: np.ndarray) -> None:
         """One part straight from columns: device ``codes`` into ``dictionary`` (no string per row)."""
-        pa = self._pa
         dev = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype=np.int32)),
                                              pa.array(dictionary, type=pa.string()))
         self._write(dev, [np.asarray(c, dtype=np.int64) for c in cols])
 
     def _write(self, dev, cols: list[np.ndarray]) -> None:
-        import pyarrow.parquet as pq
-        pa = self._pa
         table = pa.Table.from_arrays([dev] + [pa.array(c) for c in cols], schema=self.schema)
         final = self.dir / f"part-{self.parts:06d}.parquet"
         tmp = final.with_name(final.name + ".tmp")
@@ -147,7 +145,6 @@ class DatasetState:
 
 def dataset_state(dir: Path) -> DatasetState:
     """Parts, rows and where the data ends, from the parts' footers only (no pass over the data)."""
-    import pyarrow.parquet as pq
     dir = Path(dir)
     parts = sorted(dir.glob(PART_GLOB))
     rows = 0
@@ -170,8 +167,6 @@ def dataset_state(dir: Path) -> DatasetState:
 def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[list[str], list[np.ndarray]]]:
     """``(device names, [int64 array per column])`` per row group of every closed part, in part order;
     a column a part lacks is left out of the lists (the caller checks the schema first)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     for p in sorted(Path(dir).glob(PART_GLOB)):
         f = pq.ParquetFile(p, read_dictionary=["device"])
         have = [c for c in columns if c in f.schema_arrow.names]
@@ -183,15 +178,12 @@ def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[list[str], list[
 
 def schema_columns(dir: Path) -> list[str]:
     """The column names of a dataset (from its first part; empty when it has none)."""
-    import pyarrow.parquet as pq
     parts = sorted(Path(dir).glob(PART_GLOB))
     return list(pq.ParquetFile(parts[0]).schema_arrow.names) if parts else []
 
 
 def export_csv(dir: Path, out: Path) -> int:
     """Write a dataset back as the CSV it stands for (same header); returns the rows written."""
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
     n = 0
     tmp = Path(out).with_name(Path(out).name + ".tmp")
     with open(tmp, "wb") as fh:
