@@ -10,7 +10,7 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load clean reap
+.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -20,6 +20,7 @@ help:
 	@echo "make lint       the import contracts (layers, no cycles): lint-imports"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
+	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
 	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
@@ -91,6 +92,11 @@ defects: setup
 BENCH_ARGS ?=
 bench-load: venv loadgen debs
 	@$(PY) -m monsoon.selftest.bench $(BENCH_ARGS)
+
+# ANALYZE_ARGS: e.g. --messages 34.6e6 --baseline-src DIR (see python -m monsoon.selftest.analyze_bench --help)
+ANALYZE_ARGS ?= --messages 5e6
+bench-analyze: venv
+	@$(PY) -m monsoon.selftest.analyze_bench $(ANALYZE_ARGS)
 
 reap: venv
 	$(PY) -m monsoon.cli reap

@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import subprocess
@@ -21,7 +22,7 @@ from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
 from monsoon.run.validate import load_checked, validate
-from monsoon.rundir import RESULT_FILE, TIMELINE_FILE, new_run_id
+from monsoon.rundir import ACKED_FILE, RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, new_run_id
 from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
@@ -30,6 +31,7 @@ from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, Chec
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack.reaper import reap
+from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
 
@@ -40,8 +42,9 @@ def analyze(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
     results, run_id, profile = [], run_dir.name, "quick"
+    loaded: dict[Path, Events] = {}           # each timeline is read once, for the checks and the report
     for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
-        events = Events.load(sub / TIMELINE_FILE)
+        events = loaded[sub] = Events.load(sub / TIMELINE_FILE)
         meta = events.meta()
         if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
             continue
@@ -67,8 +70,38 @@ def analyze(run_dir: Path) -> dict:
         results.append(result)
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
-    s, md = write_report(run_dir, run_id, profile, results)
+    t = time.perf_counter()
+    s, md = write_report(run_dir, run_id, profile, results, loaded)
+    page = run_dir / "report.html"
+    if page.exists():
+        print(f"monsoon analyze: report.html {page.stat().st_size / 2**20:.1f} MB, written in "
+              f"{time.perf_counter() - t:.1f} s", file=sys.stderr)
     return s
+
+
+def export_csv(run_dir: Path) -> int:
+    """``monsoon export RUN --csv``: every experiment's ``acked``, ``stored`` and ``sent`` Parquet parts
+    written back beside them as ``acked.csv``, ``stored.csv``, ``sent.csv`` (what older runs hold)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        print(f"monsoon export: {run_dir} is not a directory", file=sys.stderr)
+        return 2
+    subs = [run_dir] if (run_dir / TIMELINE_FILE).exists() else sorted(p for p in run_dir.iterdir() if p.is_dir())
+    n = 0
+    for sub in subs:
+        for name in (ACKED_FILE, STORED_FILE, SENT_FILE):
+            d = parts_dir(sub / name)
+            if not d.is_dir():
+                continue
+            rows = write_csv_of_parts(d, sub / name)
+            note = dataset_state(d).note(d.name)
+            print(f"monsoon export: {sub.name}/{name}: {rows:,} rows" + (f" ({note})" if note else ""))
+            n += 1
+    if not n:
+        print(f"monsoon export: no Parquet run data under {run_dir} (its CSVs are the run data already)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def story_problems(summary: dict) -> list[str]:
@@ -292,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
     a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
+    ex = sub.add_parser("export", help="write a run's Parquet run data (acked, stored, sent) back as CSV files")
+    ex.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest (or one experiment's folder)")
+    ex.add_argument("--csv", action="store_true", required=True, help="as CSV (the only format so far)")
     c = sub.add_parser("checklist", help="print the sign-off checklist of a run")
     c.add_argument("run_dir", type=Path)
     v = sub.add_parser("validate", help="validate stack, experiment and fault-profile YAML without running anything",
@@ -375,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         s = analyze(args.run_dir)
         print(checklist(s))
         return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
+    if args.cmd == "export":
+        return export_csv(args.run_dir)
     if args.cmd == "checklist":
         p = Path(args.run_dir) / "checklist.md"
         if not p.exists():

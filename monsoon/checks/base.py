@@ -8,7 +8,7 @@ from pathlib import Path
 
 from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
 from monsoon.timeline.accounting import account
-from monsoon.timeline.hdrlog import phase_histograms
+from monsoon.timeline.hdrlog import LatencyLog
 from monsoon.timeline.store import Events
 from monsoon.timeline.tail import Tear
 from monsoon.timeline.torn import run_tears
@@ -76,11 +76,18 @@ class RunData:
         return account(self.dir)
 
     @cached_property
+    def latency_log(self) -> LatencyLog | None:
+        """The fleet's per-second ack-latency interval log, decoded once (:class:`LatencyLog`) and shared by
+        ``error_budget``, ``latency_objective`` and the report; None when the run has no such log."""
+        p = self.dir / LATENCY_FILE
+        return LatencyLog.read(p) if p.exists() else None
+
+    @cached_property
     def latency_histograms(self):
         """Ack-latency HdrHistograms summed per phase (and ``all``) from the fleet's per-second interval log
-        (:func:`monsoon.timeline.hdrlog.phase_histograms`); None when the run has no such log."""
-        p = self.dir / LATENCY_FILE
-        return phase_histograms(p, self.events.phases()) if p.exists() else None
+        (:meth:`LatencyLog.phase_histograms`); None when the run has no such log."""
+        log = self.latency_log
+        return log.phase_histograms(self.events.phases()) if log is not None else None
 
     def load_end(self) -> float | None:
         e = self.events.first("op", op="load-end")

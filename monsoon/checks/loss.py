@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
+from monsoon.timeline.columnar import run_file_exists
 
 
 # ------------------------------------------------------------------ where stored messages come from
@@ -52,7 +53,7 @@ from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
 
 def _missing(run: RunData) -> str | None:
     for f in (ACKED_FILE, STORED_FILE):
-        if not (run.dir / f).exists():
+        if not run_file_exists(run.dir / f):
             return f
     return None
 
@@ -97,8 +98,8 @@ def no_acked_loss(run: RunData) -> Verdict:
 def no_duplicates(run: RunData) -> Verdict:
     """No (device, seq) is stored more than once."""
     name = "no_duplicates"
-    if not (run.dir / STORED_FILE).exists() or not (run.dir / ACKED_FILE).exists():
-        missing = STORED_FILE if not (run.dir / STORED_FILE).exists() else ACKED_FILE
+    if not run_file_exists(run.dir / STORED_FILE) or not run_file_exists(run.dir / ACKED_FILE):
+        missing = STORED_FILE if not run_file_exists(run.dir / STORED_FILE) else ACKED_FILE
         return Verdict(name, UNKNOWN, {}, f"{missing} is missing from {run.dir}: cannot look for duplicates")
     acc = run.accounting
     figures = {"duplicates": acc.duplicates, "duplicate_keys": acc.duplicate_keys, "stored": acc.stored}
@@ -116,7 +117,7 @@ def no_unexpected(run: RunData) -> Verdict:
     """Storage holds nothing that was never sent: no unknown device, no seq beyond a device's last sent seq."""
     name = "no_unexpected"
     for f in (STORED_FILE, SENT_FILE, ACKED_FILE):
-        if not (run.dir / f).exists():
+        if not run_file_exists(run.dir / f):
             return Verdict(name, UNKNOWN, {}, f"{f} is missing from {run.dir}: cannot tell what was never sent")
     acc = run.accounting
     figures = {"unexpected": acc.unexpected or 0, "unexpected_devices": acc.unexpected_devices or 0,

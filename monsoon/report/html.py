@@ -65,6 +65,8 @@ BURST_COLOR, FAULT_COLOR = "#ff9f1c", "#8e44ad"
 EXIT_COLOR, OOM_COLOR, RESTART_COLOR = "#d62728", "#8b0000", "#2ca02c"
 FIG_W, FIG_H, DPI = 12.8, 2.8, 100
 MARGINS = dict(left=0.06, right=0.93, top=0.84, bottom=0.17)  # equal for every plot, so time axes line up
+PLOT_PIXELS = int(FIG_W * DPI * (MARGINS["right"] - MARGINS["left"]))   # pixel columns of a plot's time axis:
+# a "minmax" line keeps each column's lowest and highest value, so a 24 h run's 10 s dip or spike survives
 
 
 # ------------------------------------------------------------------ series helpers
@@ -267,7 +269,7 @@ class Plotter:
         return buf.getvalue()
 
     def _line(self, ax, t, y, how: str, **kw) -> None:
-        x, y = downsample(t, y, MAX_POINTS, how)
+        x, y = downsample(t, y, 2 * PLOT_PIXELS if how == "minmax" else MAX_POINTS, how)
         ax.plot(self._x(x), y, linewidth=kw.pop("linewidth", 1.1), **kw)
 
     def _gc_pauses(self, run_dir: Path | None) -> list[tuple[float, float, float]]:
@@ -299,9 +301,9 @@ class Plotter:
             if tt:
                 self._line(ax, tt, target, "mean", color="#555555", linestyle="--", label="target")
             if ta:
-                self._line(ax, ta, acked, "mean", color="#1f77b4", label="acked")
+                self._line(ax, ta, acked, "minmax", color="#1f77b4", label="acked")
             if tf and max(failed) > 0:
-                self._line(ax, tf, failed, "mean", color=EXIT_COLOR, linewidth=0.9, label="failed")
+                self._line(ax, tf, failed, "minmax", color=EXIT_COLOR, linewidth=0.9, label="failed")
             ax.set_ylim(bottom=0)
             ax.set_ylabel("msg/s", fontsize=8)
             ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
@@ -322,7 +324,7 @@ class Plotter:
             if t99:
                 self._line(ax, t99, p99, "max", color="#d62728", label="p99")
             if t50:
-                self._line(ax, t50, p50, "mean", color="#1f77b4", label="p50")
+                self._line(ax, t50, p50, "minmax", color="#1f77b4", label="p50")
             ax.set_ylabel("ms", fontsize=8)
             ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
         return self._png(fig), bool(t50 or t99)
@@ -414,7 +416,7 @@ class Plotter:
             tt, target = self._load_series("target_rate")
             if tt:
                 self._line(ax, tt, target, "mean", color="#aaaaaa", linestyle="--", linewidth=0.9, label="target")
-            self._line(ax, t, r, "mean", color="#17becf", label="stored")
+            self._line(ax, t, r, "minmax", color="#17becf", label="stored")
             ax.set_ylim(bottom=0)
             ax.set_ylabel("msg/s", fontsize=8)
             ax.legend(loc="upper right", fontsize=7, framealpha=0.85)
@@ -425,13 +427,14 @@ class Plotter:
 _CACHE: dict[tuple, list[tuple[str, str, bool]]] = {}
 
 
-def plots_for(timeline: Path) -> list[tuple[str, str, bool]]:
-    """[(plot name, base64 PNG, has data)] for the six plots of one timeline."""
+def plots_for(timeline: Path, events: Events | None = None) -> list[tuple[str, str, bool]]:
+    """[(plot name, base64 PNG, has data)] for the six plots of one timeline (``events``: the timeline, when
+    the caller has it loaded already; ``monsoon analyze`` loads each timeline once)."""
     st = timeline.stat()
     key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
         return _CACHE[key]
-    p = Plotter(Events.load(timeline), timeline.parent)
+    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent)
     out = []
     for name in PLOTS:
         png, has = getattr(p, name)()
@@ -519,8 +522,10 @@ def _anchor(d: Path | None, label: str) -> str:
     return "exp-" + _slug(d.name if d is not None else label.replace(" / ", "--"))
 
 
-def render(run_dir: Path, summary_: dict) -> str:
+def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = None) -> str:
+    """The report page; ``events``: loaded timelines by experiment directory (the others are read)."""
     run_dir = Path(run_dir)
+    events = {Path(k).resolve(): v for k, v in (events or {}).items()}
     results = summary_.get("results", [])
     overall = combine([r["verdict"] for r in results])
     decision = "GO" if overall == "pass" else "NO-GO"
@@ -578,7 +583,7 @@ def render(run_dir: Path, summary_: dict) -> str:
                  + (' — <b>not yet checked</b>' if r is None else "") + '</p>')
         h.append(KEY_HTML)
         try:
-            plots = plots_for(d / TIMELINE_FILE)
+            plots = plots_for(d / TIMELINE_FILE, events.get(d.resolve()))
         except Exception as e:  # one unreadable timeline must not cost the others their plots
             h.append(f'<p class="meta">plots failed: {_e(type(e).__name__)}: {_e(e)}</p></section>')
             continue
@@ -606,11 +611,11 @@ def _meta_quick(path: Path) -> dict:
     return {}
 
 
-def write(run_dir: Path, summary_: dict) -> Path:
+def write(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = None) -> Path:
     """Write ``report.html`` into ``run_dir`` atomically (a reader never sees half a file)."""
     run_dir = Path(run_dir)
     out = run_dir / "report.html"
     tmp = run_dir / f".report.html.{os.getpid()}.tmp"
-    tmp.write_text(render(run_dir, summary_), encoding="utf-8")
+    tmp.write_text(render(run_dir, summary_, events), encoding="utf-8")
     os.replace(tmp, out)
     return out

@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
+from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, schema_columns
 from monsoon.timeline.tail import tail_end
 
 
@@ -169,6 +170,8 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
     were not named with ``AS``.
     """
     names = names if names is not None else _Names()
+    if has_parts(path):                       # the run holds it as Parquet parts (monsoon.timeline.columnar)
+        return _read_parts_columns(parts_dir(path), columns, optional, names)
     header = csv_header(path)
     if "device" in header and columns[0] in header:
         idx = {h: i for i, h in enumerate(header)}
@@ -203,6 +206,37 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
                 yield out
             # a last line without its newline is a row cut off by an interrupted writer (``d7,12`` of
             # ``d7,1234``): not data, whatever it parses as (``monsoon.timeline.tail`` says so out loud)
+
+    return present, chunks()
+
+
+def _read_parts_columns(dir: Path, columns: list[str], optional: tuple[str, ...], names: _Names
+                        ) -> tuple[list[str], Iterator[tuple[np.ndarray, list[np.ndarray]]]]:
+    """:func:`read_columns` over a Parquet dataset: device names come dictionary-encoded, so a row group's
+    codes are its dictionary's codes (one look-up per name and row group) indexed by its indices."""
+    have = schema_columns(dir)
+    present = [c for c in columns if c in have] + [c for c in optional if c in have]
+    if "device" not in have or any(c not in have for c in columns):
+        return present, iter(())
+
+    def chunks() -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+        seen: list = []
+        lut = np.zeros(0, dtype=np.int32)
+        for dev, cols in read_parts(dir, present):
+            d = dev.dictionary.to_pylist()
+            if d[:len(seen)] != seen or len(d) != len(seen):      # a new dictionary: map its new names
+                if d[:len(seen)] != seen:
+                    seen, lut = [], np.zeros(0, dtype=np.int32)
+                lut = np.concatenate([lut, np.array([names.get(x) for x in d[len(seen):]], dtype=np.int32)])
+                seen = d
+            codes = lut[dev.indices.to_numpy(zero_copy_only=False)]
+            keep = np.ones(len(codes), dtype=bool)
+            for c, col in zip(present, cols):
+                if c in columns:
+                    keep &= col != MISSING             # a row without a required value is skipped, as in CSV
+            if not keep.all():
+                codes, cols = codes[keep], [c[keep] for c in cols]
+            yield codes, cols
 
     return present, chunks()
 
@@ -317,6 +351,12 @@ def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
 def _read_sent(path: Path) -> dict[str, int] | None:
     """``sent.csv`` (:func:`monsoon.rundir.read_sent`) without a last row cut off mid-line: ``d7,12`` of
     ``d7,1234`` would bound the device far too low.  The file is small (one row per device)."""
+    if has_parts(path):
+        out: dict[str, int] = {}
+        for dev, (last,) in read_parts(parts_dir(path), ["last_seq"]):
+            for name, v in zip(dev.to_pylist(), last.tolist()):
+                out[name] = v
+        return out
     try:
         size, end = tail_end(path)
     except OSError:
@@ -336,57 +376,73 @@ def _read_sent(path: Path) -> dict[str, int] | None:
 
 def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
     """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist.
-    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample)."""
+    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample).
+
+    One vectorised pass, whatever the number of devices: every device's dense seq range ``0 ..
+    max(last sent, last acked)`` is laid end to end in one key space (``key = offset[device] + seq``), so
+    the acked intended times, the stored copy counts and the first stored copies are flat numpy arrays
+    (~4 B per key for the intended time, 2 for the copy count, 8 per stored row while it is read); stored
+    rows outside their device's range are kept sparse, as ``(device << 40 | seq)``."""
     dir = Path(dir)
     names = _Names()
     sent = _read_sent(dir / sent_file)
-    bound: dict[int, int] = {}
     if sent is not None:
-        for name, last in sent.items():
-            bound[names.get(name)] = last
+        for name in sent:
+            names.get(name)
+    bound_of = {names.code[n]: last for n, last in (sent or {}).items()}
     stored_cols, _ = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",))
     timed = "stored_ms" in stored_cols
 
-    # --- acked: per device, seq -> intended ms (int32 from a base; MIN = not acked), or a flag
-    acked: dict[int, _Grow] = {}
-    base: int | None = None
-    wide = False
+    # --- acked: columns of (device, seq[, intended ms as int32 offsets]), then one scatter into the key space
+    a_dev = _Grow(np.int32)
+    a_seq = _Grow(np.int32)
+    a_ms = _Times()
     _, it = read_columns(dir / ACKED_FILE, ["seq", "intended_ms"], (), names)
     for codes, (seq, intended) in it:
         keep = (seq >= 0) & (seq < (1 << 31))      # the fleet's seqs; a garbled row must not size an array
         if not keep.all():
             codes, seq, intended = codes[keep], seq[keep], intended[keep]
-        if len(seq) == 0:
-            continue
-        off = None
+        a_dev.extend(codes)
+        a_seq.extend(seq)
         if timed:
-            if base is None:
-                base = int(intended[0])
-            off = intended - base
-            if not wide and (off.min() <= _INT32_MIN or off.max() > np.iinfo(np.int32).max):
-                wide = True     # more than 24 days apart: fall back to int64
-                for g in acked.values():
-                    a = g.a.astype(np.int64)
-                    a[g.a == _INT32_MIN] = MISSING
-                    g.a = a
-        for code, rows in _groups(codes):
-            g = acked.get(code)
-            if g is None:
-                g = acked[code] = _Grow(np.bool_ if not timed else (np.int64 if wide else np.int32),
-                                        (MISSING if wide else _INT32_MIN) if timed else False,
-                                        bound.get(code, -1) + 1)
-            s = seq[rows]
-            top = int(s.max()) + 1
-            g.ensure(top, (MISSING if wide else _INT32_MIN) if timed else False)
-            g.n = max(g.n, top)
-            g.a[s] = off[rows] if timed else True
+            a_ms.extend(intended)
+    ndev = len(names.names)
+    bound = np.full(ndev, -1, dtype=np.int64)
+    for c, last in bound_of.items():
+        bound[c] = last
+    has_bound = np.zeros(ndev, dtype=bool)
+    has_bound[list(bound_of)] = True
+    dev, seqs = a_dev.view(), a_seq.view()
+    top = np.full(ndev, -1, dtype=np.int64)            # the highest acked seq per device
+    if len(dev):
+        np.maximum.at(top, dev, seqs)
+    in_count = has_bound | (top >= 0)                   # devices with a dense range (sent or acked)
+    dense = np.where(in_count, np.maximum(bound + 1, top + 1), 0)
+    offset = np.zeros(ndev + 1, dtype=np.int64)
+    np.cumsum(dense, out=offset[1:])
+    nkeys = int(offset[-1])
+    kdt = np.int32 if nkeys < (1 << 31) else np.int64
+    akey = (offset[:-1][dev] + seqs).astype(kdt)
+    base = 0
+    if timed:
+        ms = a_ms.view()
+        base = int(ms[0]) if len(ms) else 0
+        off = ms - base
+        wide = len(off) and (off.min() <= _INT32_MIN or off.max() > np.iinfo(np.int32).max)
+        none = MISSING if wide else _INT32_MIN
+        intended_of = np.full(nkeys, none, dtype=np.int64 if wide else np.int32)
+        intended_of[akey] = off
+        acked = intended_of != none
+        del ms, off
+    else:
+        acked = np.zeros(nkeys, dtype=bool)
+        acked[akey] = True
+    del a_dev, a_seq, a_ms, dev, seqs, akey
 
-    # --- stored: per device, a copy count for every seq in the dense range; the rest kept sparse
-    dense = {c: max(bound.get(c, -1) + 1, acked[c].n if c in acked else 0)
-             for c in set(bound) | set(acked)}
-    count: dict[int, np.ndarray] = {c: np.zeros(n, dtype=np.uint16) for c, n in dense.items()}
-    rows_seq: dict[int, _Grow] = {}     # int32: a dense seq is below the device's sent count
-    rows_ms: dict[int, _Times] = {}
+    # --- stored: a copy count per key; timed rows' (key, stored ms) kept for the first copies
+    count = np.zeros(nkeys, dtype=np.uint16)
+    s_key = _Grow(kdt)
+    s_ms = _Times()
     sparse: list[np.ndarray] = []       # (code << 40 | seq) of rows outside the dense range
     sparse_bad = 0                      # ... whose seq cannot be keyed (negative or huge)
     n_stored = n_timed = 0
@@ -394,91 +450,94 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     for codes, cols in it:
         seq = cols[0]
         n_stored += len(seq)
-        for code, rows in _groups(codes):
-            s = seq[rows]
-            n = dense.get(code, 0)
-            inside = (s >= 0) & (s < n)
-            if not inside.all():
-                out = s[~inside]
-                ok = (out >= 0) & (out < (1 << 40))
-                sparse_bad += int((~ok).sum())
-                sparse.append((np.int64(code) << np.int64(40)) | out[ok])
-                rows, s = rows[inside], s[inside]
-            if len(s) == 0:
-                continue
-            u, c = np.unique(s, return_counts=True)     # (np.add.at is slower)
-            count[code][u] += c.astype(np.uint16)
+        n = np.zeros(len(codes), dtype=np.int64)
+        known = codes < ndev                 # a device first seen in stored.csv has no dense range
+        n[known] = dense[codes[known]]
+        inside = (seq >= 0) & (seq < n)
+        if not inside.all():
+            out, oc = seq[~inside], codes[~inside].astype(np.int64)
+            ok = (out >= 0) & (out < (1 << 40))
+            sparse_bad += int((~ok).sum())
+            sparse.append((oc[ok] << np.int64(40)) | out[ok])
+            codes, seq = codes[inside], seq[inside]
             if timed:
-                ms = cols[1][rows]
-                has = ms != MISSING
-                if not has.all():
-                    s, ms = s[has], ms[has]
-                n_timed += len(s)
-                if code not in rows_seq:    # sized for one copy of every dense seq: no regrowth normally
-                    rows_seq[code], rows_ms[code] = _Grow(np.int32, 0, len(count[code]) + 1024), \
-                        _Times(len(count[code]) + 1024)
-                rows_seq[code].extend(s)
-                rows_ms[code].extend(ms)
+                cols = [cols[0][inside], cols[1][inside]]
+        if len(seq) == 0:
+            continue
+        key = offset[codes] + seq
+        u, c = np.unique(key, return_counts=True)     # (np.add.at is slower)
+        count[u] += c.astype(np.uint16)
+        if timed:
+            ms = cols[1]
+            has = ms != MISSING
+            if not has.all():
+                key, ms = key[has], ms[has]
+            n_timed += len(key)
+            s_key.extend(key)
+            s_ms.extend(ms)
 
     acc = Accounting(stored=n_stored)
     dev_names = names.names
-    lost_s: list[tuple[str, int]] = []
-    dup_s: list[tuple[str, int, int]] = []
-    unexp_s: list[tuple[str, int]] = []
+    rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order, for the samples
+    rank[sorted(range(len(dev_names)), key=dev_names.__getitem__)] = np.arange(len(dev_names))
+    key_dev = np.repeat(np.arange(ndev, dtype=np.int64), dense)   # only where needed: sliced below
+
+    def by_name(keys: np.ndarray, limit: int | None) -> list[tuple[str, int]]:
+        """(device, seq) of dense ``keys``, in device-name then seq order (the first ``limit``)."""
+        d = key_dev[keys]
+        order = np.lexsort((keys, rank[d]))
+        if limit is not None:
+            order = order[:limit]
+        return [(dev_names[int(x)], int(k - offset[x])) for x, k in zip(d[order].tolist(), keys[order].tolist())]
+
+    st = count > 0
+    acc.acked = int(acked.sum())
+    lost = np.flatnonzero(acked & ~st)
+    acc.acked_lost = len(lost)
+    lost_s = by_name(lost, None if keep_lost else 5)
+    dup = np.flatnonzero(count > 1)
+    acc.duplicate_keys = len(dup)
+    acc.duplicates = int(count[dup].sum()) - len(dup)
+    dup_s = [(d, s_, int(count[offset[names.code[d]] + s_])) for d, s_ in by_name(dup, 5)]
+    unacked = np.flatnonzero(st & ~acked)
+    acc.stored_unacked = len(unacked)
     unexpected = recovered = 0
     unexp_devs: set[int] = set()
-    lat_vals: list[np.ndarray] = []
-    lat_cnts: list[np.ndarray] = []
+    unexp_s: list[tuple[str, int]] = []
+    if sent is not None and len(unacked):
+        d = key_dev[unacked]
+        beyond = (unacked - offset[d]) > bound[d]
+        ue = unacked[beyond]
+        unexpected = len(ue)
+        recovered = len(unacked) - unexpected
+        unexp_devs.update(np.unique(d[beyond]).tolist())
+        unexp_s = by_name(ue, 5)
+    del key_dev
+    lat_v = lat_c = None
     reordered = 0
-    for code in sorted(count, key=lambda c: dev_names[c]):
-        cnt = count[code]
-        n = len(cnt)
-        g = acked.get(code)
-        a = np.zeros(n, dtype=bool)
-        if g is not None:
-            av = g.a[:n]
-            a[:len(av)] = (av != (MISSING if wide else _INT32_MIN)) if timed else av
-        st = cnt > 0
-        acc.acked += int(a.sum())
-        lost = np.flatnonzero(a & ~st)
-        acc.acked_lost += len(lost)
-        lost_s.extend((dev_names[code], int(x)) for x in (lost if keep_lost else lost[:5]))
-        dup = cnt > 1
-        nd = int(dup.sum())
-        if nd:
-            acc.duplicate_keys += nd
-            acc.duplicates += int(cnt[dup].sum()) - nd
-            dup_s.extend((dev_names[code], int(x), int(cnt[x])) for x in np.flatnonzero(dup)[:5])
-        unacked = st & ~a
-        acc.stored_unacked += int(unacked.sum())
-        if sent is not None:
-            b = bound.get(code, -1)
-            ue = np.flatnonzero(unacked[b + 1:]) + b + 1
-            unexpected += len(ue)
-            recovered += int(unacked[:b + 1].sum())
-            if len(ue):
-                unexp_devs.add(code)
-                unexp_s.extend((dev_names[code], int(x)) for x in ue[:5])
-        if timed and code in rows_seq:
-            s, ms = rows_seq[code].view().astype(np.int64), rows_ms[code].view()
-            o = np.lexsort((ms, s))                  # by seq, then stored time: first copies first
-            s, ms = s[o], ms[o]
-            first = np.ones(len(s), dtype=bool)
-            first[1:] = s[1:] != s[:-1]
-            s, ms = s[first], ms[first]
-            if g is not None:
-                ok = a[s]
-                if ok.any():
-                    lat = ms[ok] - (g.a[s[ok]].astype(np.int64) + (base or 0))
-                    v, c = np.unique(lat, return_counts=True)
-                    lat_vals.append(v)
-                    lat_cnts.append(c)
-            o = np.lexsort((s, ms))                  # stored order; ties in seq order
-            s2 = s[o]
-            if len(s2) > 1:
-                reordered += int((s2[1:] < np.maximum.accumulate(s2)[:-1]).sum())
-            rows_seq.pop(code)
-            rows_ms.pop(code)
+    if timed and s_key.n:
+        k, ms = s_key.view().astype(np.int64), s_ms.view()
+        del s_key, s_ms
+        o = np.lexsort((ms, k))                 # by key, then stored time: first copies first
+        k, ms = k[o], ms[o]
+        del o
+        first = np.ones(len(k), dtype=bool)
+        first[1:] = k[1:] != k[:-1]
+        k, ms = k[first], ms[first]
+        del first
+        ok = acked[k]
+        if ok.any():
+            lat = ms[ok] - (intended_of[k[ok]].astype(np.int64) + base)
+            lat_v, lat_c = np.unique(lat, return_counts=True)
+            del lat
+        # stored order within each device (ties in seq order): keys are device-major, so one running
+        # maximum over the devices end to end restarts at every device by itself
+        d = np.searchsorted(offset, k, side="right") - 1
+        o = np.lexsort((k, ms, d))
+        k2 = k[o]
+        del o, d, ms
+        if len(k2) > 1:
+            reordered = int((k2[1:] < np.maximum.accumulate(k2)[:-1]).sum())
     # rows outside the dense range: never acked; unexpected when sent.csv says they were never sent
     if sparse:
         keys = np.concatenate(sparse)
@@ -508,10 +567,9 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
         acc.unexpected_sample = sorted(unexp_s)[:5]
     if timed and n_timed:       # a stored_ms column of NULLs tells nothing
         acc.reordered = reordered
-        if lat_vals:
-            v, inv = np.unique(np.concatenate(lat_vals), return_inverse=True)
-            c = np.bincount(inv.reshape(-1), weights=np.concatenate(lat_cnts)).astype(np.int64)
-            acc.e2e_samples = int(c.sum())
-            acc.e2e_ms = {"p50": _pct_counts(v, c, 50), "p99": _pct_counts(v, c, 99),
-                          "p999": _pct_counts(v, c, 99.9), "max": float(v[-1]), "min": float(v[0])}
+        if lat_v is not None:
+            acc.e2e_samples = int(lat_c.sum())
+            acc.e2e_ms = {"p50": _pct_counts(lat_v, lat_c, 50), "p99": _pct_counts(lat_v, lat_c, 99),
+                          "p999": _pct_counts(lat_v, lat_c, 99.9), "max": float(lat_v[-1]),
+                          "min": float(lat_v[0])}
     return acc

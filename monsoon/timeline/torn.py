@@ -16,6 +16,7 @@ from pathlib import Path
 
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.timeline.store import Events
+from monsoon.timeline.columnar import dataset_state, has_parts, parts_dir
 from monsoon.timeline.tail import Tear, line_file_tear
 
 # the line files besides the timeline, with what a line of each is called
@@ -31,6 +32,12 @@ def run_tears(run_dir: Path, events: Events | None = None) -> list[Tear]:
         events = Events.load(run_dir / TIMELINE_FILE)
     out = list(events.tears) if events is not None else []
     for name, what in LINE_FILES:
+        if has_parts(run_dir / name):        # Parquet parts: cut off when never closed (no pass over the data)
+            d = parts_dir(run_dir / name)
+            note = dataset_state(d).note(d.name)
+            if note is not None:              # named as the CSV it stands for: the checks' rules are per file
+                out.append(Tear(name, "tail", 0, 0, 0, note))
+            continue
         t = line_file_tear(run_dir / name, what)
         if t is not None:
             out.append(t)

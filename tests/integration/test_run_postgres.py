@@ -3,6 +3,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import psycopg
@@ -59,6 +60,18 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
                 return False
         assert wait_for(connects, 60, "postgres to accept TCP")
         PostgresSource(dsn, "SELECT name AS device, n AS seq FROM t;").check()
+        # the read-back streams with COPY: every row, NULLs empty, as the CSV readers expect; rows/s printed
+        with psycopg.connect(dsn) as c:
+            c.execute("CREATE TABLE m (device text, seq bigint, stored_ms bigint)")
+            c.execute("INSERT INTO m SELECT 'dev-' || (i % 50), i / 50, CASE WHEN i = 7 THEN NULL ELSE i END "
+                      "FROM generate_series(0, 199999) AS i")
+        t = time.perf_counter()
+        n = PostgresSource(dsn, "SELECT device, seq, stored_ms FROM m ORDER BY seq, device;").export(tmp_path / "s.csv")
+        dt = time.perf_counter() - t
+        lines = (tmp_path / "s.csv").read_text().splitlines()
+        assert n == 200_000 == len(lines) - 1 and lines[0] == "device,seq,stored_ms" and "dev-7,0," in lines
+        assert not (tmp_path / "s.csv.tmp").exists()
+        print(f"\n[stored read-back, COPY] {n:,} rows in {dt:.2f} s: {n / dt:,.0f} rows/s")
         for query, words in [("SELEC name FROM t", 'syntax error at or near "SELEC"'),
                              ("SELECT name AS device, n AS seq FROM nope", 'relation "nope" does not exist'),
                              ("SELECT name AS device FROM t", "returns the columns device: it needs seq")]:
