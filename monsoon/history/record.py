@@ -22,7 +22,7 @@ from pathlib import Path
 from monsoon.history.store import EXPERIMENT, HistoryStore, Row
 from monsoon.paths import REPO
 from monsoon.rundir import TIMELINE_FILE
-from monsoon.spec.stack import load_stack
+from monsoon.spec.stack import jar_sha256, load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.timeline.tail import TAIL_CHUNK
 
@@ -87,12 +87,10 @@ def _provenance(meta: dict) -> dict:
     if src and Path(src).is_file():
         out["stack_sha256"] = sha256_file(Path(src))
         try:
-            jars = sorted(p for svc in load_stack(src).services.values() for r in svc.requires
-                          if r.path and (p := r.path.replace("{repo}", str(REPO))).endswith(".jar"))
+            sums = jar_sha256(load_stack(src))
         except SpecError:
-            jars = []
-        sums = [s for p in jars if (s := sha256_file(Path(p)))]
-        out["platform_sha256"] = sums[0] if len(sums) == 1 else (",".join(sums) or None)
+            sums = {}
+        out["platform_sha256"] = ",".join(f"{name}:{h}" for name, h in sorted(sums.items())) or None
     return out
 
 

@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psycopg
+
 HISTORY_FILE = "history.sqlite"     # under the runs directory
 ENV_URL = "MONSOON_HISTORY_URL"     # postgresql://user@host:port/db: a shared Postgres instead
 EXPERIMENT = "*"                    # the check name of an experiment's own row (its verdict, headline figures)
@@ -86,7 +88,6 @@ class HistoryStore:
         self.location = str(location)
         self.postgres = self.location.startswith(("postgresql://", "postgres://"))
         if self.postgres:
-            import psycopg   # only when asked for
             self.conn = psycopg.connect(self.location, autocommit=True, connect_timeout=10)
         else:
             Path(self.location).parent.mkdir(parents=True, exist_ok=True)

@@ -57,16 +57,21 @@ class Flip:
     commit: str | None
 
 
-def flaky(rows: list[Row]) -> list[Flip]:
-    """Verdict flips (pass <-> fail) between consecutive runs of a check with the same commit and stack file:
-    nothing changed but the verdict did."""
+def per_check(rows: list[Row]) -> dict[tuple[str, str, str], list[Row]]:
+    """The check rows of runs that ran, per (stack, experiment, check), oldest run first."""
     per: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
     for r in rows:
         if r.check_name != EXPERIMENT and r.status == "ran":
             per[(r.stack, r.experiment, r.check_name)].append(r)
+    return {k: _by_run(v) for k, v in sorted(per.items())}
+
+
+def flaky(rows: list[Row]) -> list[Flip]:
+    """Verdict flips (pass <-> fail) between consecutive runs of a check with the same commit and stack file:
+    nothing changed but the verdict did."""
     out = []
-    for (stack, exp, check), runs in sorted(per.items()):
-        runs = [r for r in _by_run(runs) if r.verdict in ("pass", "fail")]
+    for (stack, exp, check), runs in per_check(rows).items():
+        runs = [r for r in runs if r.verdict in ("pass", "fail")]
         for a, b in zip(runs, runs[1:]):
             if a.verdict != b.verdict and a.git_commit == b.git_commit and a.stack_sha256 == b.stack_sha256:
                 out.append(Flip(stack, exp, check, a.run_id, b.run_id, a.verdict, b.verdict, b.git_commit))
@@ -89,13 +94,8 @@ class FirstFailure:
 def first_failing(rows: list[Row]) -> list[FirstFailure]:
     """For every check whose latest verdict is ``fail``: the run where this failing streak began (its commit), and
     the last passing run before it (``unknown`` runs inside the streak do not end it)."""
-    per: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
-    for r in rows:
-        if r.check_name != EXPERIMENT and r.status == "ran":
-            per[(r.stack, r.experiment, r.check_name)].append(r)
     out = []
-    for (stack, exp, check), runs in sorted(per.items()):
-        runs = _by_run(runs)
+    for (stack, exp, check), runs in per_check(rows).items():
         decided = [r for r in runs if r.verdict in ("pass", "fail")]
         if not decided or decided[-1].verdict != "fail":
             continue
