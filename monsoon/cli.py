@@ -15,6 +15,8 @@ from monsoon.checks.registry import CHECKS, evaluate
 from monsoon.faults.heal import heal_everything
 from monsoon.faults.kube import to_yaml
 from monsoon.faults.resolve import kube_namespaces
+from monsoon.history import commands as history_commands
+from monsoon.history.hooks import record as record_history
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
 from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
@@ -76,6 +78,9 @@ def analyze(run_dir: Path) -> dict:
     if page.exists():
         print(f"monsoon analyze: report.html {page.stat().st_size / 2**20:.1f} MB, written in "
               f"{time.perf_counter() - t:.1f} s", file=sys.stderr)
+    warning = record_history(run_dir.parent, run_id, profile, results, run_dir)   # an upsert: never duplicates
+    if warning:
+        print(warning, file=sys.stderr)
     return s
 
 
@@ -399,7 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--base-rate", type=float, default=None, help="x1 in msg/s (required for base_rate: auto)")
     j.add_argument("--run-id", default=None, help="label value monsoon.io/run-id (default: a new run id)")
     j.add_argument("-o", "--output", type=Path, default=None, help="write the YAML here (default: stdout)")
+    for add in (history_commands.add_history, history_commands.add_signoff, history_commands.add_schedule,
+                history_commands.add_scheduled_run):
+        add(sub)
     args = ap.parse_args(argv)
+    handler = {"history": history_commands.history_cli, "signoff": history_commands.signoff_cli,
+               "schedule": history_commands.schedule_cli, "scheduled-run": history_commands.scheduled_run_cli}
+    if args.cmd in handler:
+        return handler[args.cmd](args)
     if args.cmd == "load-job":
         return load_job(args)
     if args.cmd == "calibrate":

@@ -11,6 +11,8 @@ import pytest
 
 from monsoon import hookspec
 from monsoon.checks.registry import register_check
+from monsoon.history.compare import CompareError, parse_baseline, parse_rules
+from monsoon.history.hooks import check_regressions, record
 from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed
 from monsoon.run.shield import sigterm_as_interrupt
@@ -27,6 +29,7 @@ MARKERS = {
 }
 SESSION_KEY = pytest.StashKey[MonsoonSession]()
 SOAK_DESELECTED = pytest.StashKey[int]()
+COMPARE_KEY = pytest.StashKey[tuple]()   # (baseline: "last" | run id, rules) of --monsoon-compare(-fail)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +46,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--monsoon-force", action="store_true", default=False,
                 help="run experiments past monsoon's sanity ceilings (a multiplier above x100); the machine's "
                      "own limits (open files, ports, generator rate) still apply")
+    g.addoption("--monsoon-compare", default=None, metavar="last|RUN_ID",
+                help="compare each result's figures with a baseline run from the history: the last comparable run "
+                     "of the same stack x experiment, or RUN_ID (same profile and host class unless --monsoon-force)")
+    g.addoption("--monsoon-compare-fail", default=None, metavar="EXPR",
+                help="with --monsoon-compare: fail on these regressions, e.g. 'recovery_s:+20%%,peak_lag:+50%%,"
+                     "acked_lost:>0' (+P%%/-P%%: rose/fell more than P%% of the baseline; +N/-N: by more than N; "
+                     ">N/<N: above/below N)")
+    g.addoption("--monsoon-no-history", action="store_true", default=False,
+                help="do not record this session's results in the run history (MONSOON_HISTORY_URL or "
+                     "<runs>/history.sqlite)")
     parser.addini("monsoon_profile", "default --monsoon-profile", default="quick")
     parser.addini("monsoon_runs_dir", "default --monsoon-runs-dir", default="")
 
@@ -56,6 +69,13 @@ def pytest_configure(config: pytest.Config) -> None:
     runs = config.getoption("--monsoon-runs-dir") or config.getini("monsoon_runs_dir") or None
     if runs and not Path(runs).is_absolute():
         runs = str(config.rootpath / runs)
+    compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
+    try:   # a bad expression is one line before anything starts
+        rules = parse_rules(fail_expr) if fail_expr else []
+        if compare_to is not None or rules:
+            config.stash[COMPARE_KEY] = (parse_baseline(compare_to or "last"), rules)
+    except CompareError as e:
+        raise pytest.UsageError(str(e)) from None
     lock = threading.Lock()
 
     def progress(msg: str) -> None:
@@ -99,6 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                                run_id=config.getoption("--monsoon-run-id"), progress=progress,
                                                dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
                                                on_result=on_result, force=config.getoption("--monsoon-force"))
+    config.stash[SESSION_KEY].no_history = config.getoption("--monsoon-no-history")
     sigterm_as_interrupt("monsoon")
     config.pluginmanager.hook.pytest_monsoon_add_checks(register=register_check)
 
@@ -115,7 +136,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
     before = len(session.results) if session is not None else 0
     try:
-        return (yield)
+        outcome = yield
     except (SpecError, RunFailed) as e:
         pytest.fail(str(e), pytrace=False)
     except DryRunSkipped as e:
@@ -124,6 +145,25 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         if session is not None:
             for r in session.results[before:]:
                 pyfuncitem.user_properties.extend(junit_properties(r))
+    if session is not None and COMPARE_KEY in pyfuncitem.config.stash:   # --monsoon-compare: regressions fail
+        try:
+            found = check_regressions(session.runs_dir, session.run_id, session.results[before:],
+                                      *pyfuncitem.config.stash[COMPARE_KEY],
+                                      force=pyfuncitem.config.getoption("--monsoon-force"), note=session.progress)
+        except CompareError as e:
+            pytest.fail(str(e), pytrace=False)
+        if found:
+            pytest.fail("\n".join(found), pytrace=False)
+    return outcome
+
+
+def pytest_monsoon_result(result: ExperimentResult, session: MonsoonSession) -> None:
+    """monsoon's own: each result goes into the run history as soon as it is judged."""
+    if result.verdict == "skipped" or session.dry_run or getattr(session, "no_history", False):
+        return
+    warning = record(session.runs_dir, session.run_id, session.profile, [result.to_dict()], session.run_dir)
+    if warning:
+        session.progress(warning)
 
 
 def junit_properties(result: ExperimentResult) -> list[tuple[str, object]]:

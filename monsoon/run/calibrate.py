@@ -29,7 +29,6 @@ calibration file when it is recent and from this host, else after calibrating fi
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
@@ -49,7 +48,7 @@ from monsoon.observe.progress import Progress
 from monsoon.paths import REPO
 from monsoon.run.harness import LoadHarness, StackEvents
 from monsoon.rundir import TIMELINE_FILE, new_run_id
-from monsoon.spec.stack import load_stack
+from monsoon.spec.stack import jar_sha256, load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
@@ -300,22 +299,6 @@ def describe_auto(fraction: float, stack: str, cal_dir: Path, *, now: float | No
             f"monsoon calibrate {stack} runs first)")
 
 
-def _jar_checksum(stack_spec) -> dict[str, str]:
-    """sha256 of the jars a stack requires (``requires: [{path: ...jar}]``), when they exist."""
-    out = {}
-    for svc in stack_spec.services.values():
-        for r in svc.requires:
-            if r.path and r.path.endswith(".jar"):
-                p = Path(r.path.replace("{repo}", str(REPO)))
-                if p.is_file():
-                    h = hashlib.sha256()
-                    with open(p, "rb") as fh:
-                        for chunk in iter(lambda: fh.read(1 << 20), b""):
-                            h.update(chunk)
-                    out[p.name] = h.hexdigest()
-    return out
-
-
 # ----------------------------------------------------------------- live ramp
 
 @dataclass(frozen=True)
@@ -457,7 +440,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
         "host": socket.gethostname(), "cpu_count": os.cpu_count(),
         "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
         "created": round(started, 3), "seconds": round(time.time() - started, 1),
-        "jar_sha256": _jar_checksum(stack_spec), "run_id": run_id, "run_dir": str(out_dir),
+        "jar_sha256": jar_sha256(stack_spec), "run_id": run_id, "run_dir": str(out_dir),
         "stack_source": stack_spec.source,
     }
     if error:
@@ -488,7 +471,7 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
     ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
-                     jars=_jar_checksum(stack_spec))
+                     jars=jar_sha256(stack_spec))
     source = "calibration-file"
     if not ok:
         progress(f"[{stack_spec.name}] base_rate: auto: {path}: {why}; calibrating {stack_spec.name} first "

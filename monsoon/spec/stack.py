@@ -3,12 +3,14 @@ what to observe; ``load_stack`` checks placeholders, dependencies and start orde
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import shlex
 from pathlib import Path
 from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from monsoon.paths import REPO
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
@@ -317,3 +319,20 @@ def load_stack(name_or_path: str | Path) -> StackSpec:
     except ValueError as e:
         raise _fail(doc, ("services",), str(e)) from None
     return spec
+
+
+def jar_sha256(stack: StackSpec) -> dict[str, str]:
+    """sha256 of the jars the stack's services require (``requires: [{path: ...jar}]``) that exist, by file name:
+    what a calibration and the run history record as the platform under test."""
+    out = {}
+    for svc in stack.services.values():
+        for r in svc.requires:
+            if r.path and r.path.endswith(".jar"):
+                p = Path(r.path.replace("{repo}", str(REPO)))
+                if p.is_file():
+                    h = hashlib.sha256()
+                    with open(p, "rb") as fh:
+                        for chunk in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(chunk)
+                    out[p.name] = h.hexdigest()
+    return out

@@ -1,14 +1,19 @@
 package main
 
 // Built-in Kubernetes objects monsoon renders beside its chaos objects: the load's Indexed Job
-// (batch/v1) and its ConfigMap (v1). Strict decoding into the upstream k8s.io/api types and the
+// (batch/v1), its ConfigMap (v1) and the scheduled runs' CronJob (batch/v1). Strict decoding into the upstream k8s.io/api types and the
 // API server's metadata validation, plus the rules of the API server's Job validation
 // (k8s.io/kubernetes pkg/apis/batch/validation, which is not importable as a module) that a
 // rendered Job could break: restart policy, Indexed completions, selector-free labels,
-// container names and images, mounts of declared volumes.
+// container names and images, mounts of declared volumes; for a CronJob, the rules of
+// ValidateCronJobSpec: a standard cron schedule (robfig/cron, the parser the API server uses), a known
+// concurrency policy, non-negative deadline and history limits, a name of at most 52 characters.
 
 import (
 	"fmt"
+	"strings"
+
+	"github.com/robfig/cron/v3"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,8 +45,51 @@ func checkCore(apiVersion, kind string, js []byte) error {
 		errs := objectMeta(&job)
 		errs = append(errs, jobSpec(&job.Spec, field.NewPath("spec"))...)
 		return errs.ToAggregate()
+	case apiVersion == "batch/v1" && kind == "CronJob":
+		var cj batchv1.CronJob
+		if err := strictDecode(js, &cj); err != nil {
+			return err
+		}
+		errs := objectMeta(&cj)
+		errs = append(errs, cronJobSpec(&cj, field.NewPath("spec"))...)
+		return errs.ToAggregate()
 	}
 	return fmt.Errorf("%s %s is not a kind this checker knows", apiVersion, kind)
+}
+
+const maxCronJobNameLength = 52 // the API server's limit: the Jobs it creates append an 11-character suffix
+
+func cronJobSpec(cj *batchv1.CronJob, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(cj.Name) > maxCronJobNameLength {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), cj.Name,
+			fmt.Sprintf("must be no more than %d characters", maxCronJobNameLength)))
+	}
+	s := &cj.Spec
+	if s.Schedule == "" {
+		errs = append(errs, field.Required(p.Child("schedule"), ""))
+	} else if strings.Contains(s.Schedule, "TZ") {
+		errs = append(errs, field.Invalid(p.Child("schedule"), s.Schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"))
+	} else if _, err := cron.ParseStandard(s.Schedule); err != nil {
+		errs = append(errs, field.Invalid(p.Child("schedule"), s.Schedule, err.Error()))
+	}
+	switch s.ConcurrencyPolicy {
+	case batchv1.AllowConcurrent, batchv1.ForbidConcurrent, batchv1.ReplaceConcurrent:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("concurrencyPolicy"), s.ConcurrencyPolicy,
+			[]string{string(batchv1.AllowConcurrent), string(batchv1.ForbidConcurrent), string(batchv1.ReplaceConcurrent)}))
+	}
+	for name, v := range map[string]*int32{"successfulJobsHistoryLimit": s.SuccessfulJobsHistoryLimit,
+		"failedJobsHistoryLimit": s.FailedJobsHistoryLimit} {
+		if v != nil && *v < 0 {
+			errs = append(errs, field.Invalid(p.Child(name), *v, "must be greater than or equal to 0"))
+		}
+	}
+	if s.StartingDeadlineSeconds != nil && *s.StartingDeadlineSeconds < 0 {
+		errs = append(errs, field.Invalid(p.Child("startingDeadlineSeconds"), *s.StartingDeadlineSeconds,
+			"must be greater than or equal to 0"))
+	}
+	return append(errs, jobSpec(&s.JobTemplate.Spec, p.Child("jobTemplate", "spec"))...)
 }
 
 func jobSpec(s *batchv1.JobSpec, p *field.Path) field.ErrorList {

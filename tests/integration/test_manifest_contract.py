@@ -296,3 +296,39 @@ def test_a_broken_load_job_fails_and_names_what(checker, case, mutate, words):
     assert rc == 1, out
     for w in words:
         assert w in lines[ident(job)], out
+
+
+# ------------------------------------------------------------ the scheduled runs' CronJob
+
+def scheduled_cronjob() -> dict:
+    from monsoon.history.schedule import cronjob, every_to_cron, run_command
+    cron = every_to_cron("6h")
+    return cronjob("nightly-chaos", run_command("nightly-chaos", ["-m", "chaos"], deadline=600, cron=cron,
+                                                runs_dir="/monsoon/runs"),
+                   cron, image="ghcr.io/example/monsoon:0.1", namespace=NS, deadline=600, history_secret="history")
+
+
+def test_the_scheduled_cronjob_passes_the_upstream_types(checker):
+    cj = scheduled_cronjob()
+    rc, lines, out = run_checker(checker, [cj])
+    assert rc == 0 and lines == {"CronJob/monsoon-nightly-chaos": "ok"}, out
+    assert cj["spec"]["concurrencyPolicy"] == "Forbid" and cj["spec"]["startingDeadlineSeconds"] == 600
+
+
+CRONJOB_BREAKS = [
+    ("bad-schedule", _set("spec.schedule", "61 * * * *"), ["spec.schedule", "Invalid value"]),
+    ("unknown-policy", _set("spec.concurrencyPolicy", "Never"), ["spec.concurrencyPolicy", "Unsupported value"]),
+    ("negative-deadline", _set("spec.startingDeadlineSeconds", -1), ["startingDeadlineSeconds"]),
+    ("long-name", _set("metadata.name", "monsoon-" + "x" * 50), ["metadata.name", "52 characters"]),
+    ("restart-always", _set("spec.jobTemplate.spec.template.spec.restartPolicy", "Always"), ["restartPolicy"]),
+]
+
+
+@pytest.mark.parametrize("case,mutate,words", CRONJOB_BREAKS, ids=[c[0] for c in CRONJOB_BREAKS])
+def test_a_broken_cronjob_fails_and_names_what(checker, case, mutate, words):
+    cj = scheduled_cronjob()
+    mutate(cj)
+    rc, lines, out = run_checker(checker, [cj])
+    assert rc == 1, out
+    for w in words:
+        assert w in lines[ident(cj)], out
