@@ -29,6 +29,8 @@ from monsoon.spec.fault import load_fault
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
+from monsoon.stack import dockerd
+from monsoon.stack.containers import reap_containers
 from monsoon.stack.reaper import reap
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
@@ -282,6 +284,23 @@ def schema_cli(args) -> int:
     return 0
 
 
+def dockerd_cli(action: str) -> int:
+    if action == "status":
+        pid = dockerd.running()
+        print(f"running (pid {pid}): DOCKER_HOST=unix://{dockerd.sock_path()}" if pid else "not running")
+        return 0 if pid else 1
+    if action == "stop":
+        print("stopped" if dockerd.stop() else "not running")
+        return 0
+    try:
+        host, new = dockerd.start()
+    except dockerd.DockerdError as e:
+        print(f"monsoon dockerd: {e}", file=sys.stderr)
+        return 1
+    print(f"DOCKER_HOST={host}" + ("" if new else "   (already running)"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
@@ -333,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="also sweep this Toxiproxy server (e.g. a shared one); the servers monsoon started are "
                    "found by themselves")
     h.add_argument("--keep-processes", action="store_true", help="heal faults but leave the run's processes running")
+    dk = sub.add_parser("dockerd", help="start or stop monsoon's private Docker daemon (own socket and data root, "
+                        "no bridge, no iptables)",
+                        description="start: runs dockerd under <cache>/dockerd (MONSOON_DOCKERD_DIR) with its own "
+                        "socket, data root and exec root, --bridge=none --iptables=false; prints the DOCKER_HOST "
+                        "to use. stop: stops it and unmounts what it left. status: says whether it runs.")
+    dk.add_argument("action", choices=("start", "stop", "status"))
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
@@ -400,7 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "reap":
         pids = reap(args.run_id)
         print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
+        gone = reap_containers(args.run_id)
+        if gone:
+            print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
+        if args.run_id is None and dockerd.stop():
+            print(f"stopped monsoon's private dockerd ({dockerd.root()})")
         return 0
+    if args.cmd == "dockerd":
+        return dockerd_cli(args.action)
     return 2
 
 
