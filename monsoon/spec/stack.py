@@ -249,7 +249,12 @@ class StackSpec(_Frozen):
     description: str = Field("", description="one line about the deployment")
     ports: dict[str, int | Literal["auto"]] = Field({}, description="{port:NAME} fixed to a number (an error "
                                                     "when taken) or auto (a free port, the default)")
-    services: dict[str, ServiceSpec] = Field(description="the processes, started in depends_on order")
+    services: dict[str, ServiceSpec] = Field(description="the processes, started in depends_on order (with "
+                                             "compose: merged over the compose file's services, key by key)")
+    compose: str | None = Field(None, description="a docker-compose file (relative to this file) whose services "
+                                "run as containers: image, command, environment, mem_limit, "
+                                "deploy.resources.limits.memory/cpus, cpus, restart, depends_on, volumes, "
+                                "stop_signal, stop_grace_period, network_mode: host; any other key is refused")
     devices: DevicesSpec = Field(description="where the devices connect")
     provisioning: ProvisioningSpec = Field(description="none, or {kind: thingsboard-rest, url, username, password}")
     storage: StorageSpec = Field(description="where stored messages are read back")
@@ -346,12 +351,32 @@ def _check_templates(doc: LocatedDoc) -> None:
                             f"a port only this service needs is declared under ports: ({port}: auto)")
 
 
+def _merge_compose(doc: LocatedDoc) -> None:
+    """The compose file's services, each merged with the stack's own entry for it (the stack's keys win)."""
+    from monsoon.spec.compose import compose_services
+    path = Path(str(doc.data["compose"])).expanduser()
+    path = path if path.is_absolute() else doc.path.parent / path
+    if not path.exists():
+        raise _fail(doc, ("compose",), f"no such compose file: {path}")
+    own = doc.data.get("services") or {}
+    if not isinstance(own, dict):
+        raise _fail(doc, ("services",), "a mapping of service name to settings")
+    merged = compose_services(path)
+    for name, extra in own.items():
+        merged[name] = {**merged.get(name, {}), **(extra or {})}
+    doc.data["services"] = merged
+    doc.data.setdefault("provider", "docker")
+    doc.data["compose"] = str(path)
+
+
 def load_stack(name_or_path: str | Path) -> StackSpec:
     doc = load_located(_resolve("stack", name_or_path))
     for key in doc.data if isinstance(doc.data, dict) else ():   # before the placeholders: a misspelt section
         if key not in StackSpec.model_fields:                      # would make them look misplaced
             near = difflib.get_close_matches(str(key), list(StackSpec.model_fields), n=1)
             raise _fail(doc, (key,), "unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
+    if isinstance(doc.data, dict) and doc.data.get("compose"):
+        _merge_compose(doc)
     _check_templates(doc)
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))

@@ -58,8 +58,9 @@ class ContainerProc:
         if cpus:
             kw["nano_cpus"] = int(cpus * 1e9)
         host = docker_host()
-        self.tc = DockerContainer(image, docker_client_kw={"base_url": host} if host else None,
-                                  command=command or None, env=env, name=name, **kw)
+        if host and not os.environ.get("DOCKER_HOST"):
+            os.environ["DOCKER_HOST"] = host     # testcontainers' client reads it (docker.from_env)
+        self.tc = DockerContainer(image, command=command or None, env=env, name=name, **kw)
         self.tc.with_volume_mapping(str(workdir), str(workdir), "rw")
         for v in volumes:
             parts = v.split(":")
