@@ -260,6 +260,9 @@ class CgroupBackend:
         orig = ctr.memory(name)
         if orig is None:
             raise FaultError(f"{fault.name}: container {name} of {svc!r} is gone")
+        if orig[0] == 0:    # docker update cannot put "no limit" back: the heal could not restore it
+            raise FaultError(f"{fault.name}: container {name} has no memory limit to lower and restore: give "
+                             f"service {svc!r} a mem_limit")
         data = {"service": svc, "docker": True, "container": name, "cgroup": f"container {name}",
                 "original": orig[0], "original_swap": orig[1], "limit_bytes": want}
         handle = Handle(fault, self.name, ctx.run_id, data)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from monsoon.spec.compose import compose_services
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
@@ -353,7 +354,6 @@ def _check_templates(doc: LocatedDoc) -> None:
 
 def _merge_compose(doc: LocatedDoc) -> None:
     """The compose file's services, each merged with the stack's own entry for it (the stack's keys win)."""
-    from monsoon.spec.compose import compose_services
     path = Path(str(doc.data["compose"])).expanduser()
     path = path if path.is_absolute() else doc.path.parent / path
     if not path.exists():

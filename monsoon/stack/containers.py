@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,12 +25,12 @@ from monsoon.stack.reaper import OWNER_LABEL, RUN_ID_LABEL, SERVICE_LABEL
 # testcontainers' Ryuk needs a port mapping, which a daemon with --bridge=none cannot give: monsoon reaps by label
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
+import docker  # noqa: E402
 from testcontainers.core.container import DockerContainer  # noqa: E402  (after the Ryuk setting)
 
 
 def client():
     """A docker-py client of the daemon monsoon uses (``dockerd.docker_host``)."""
-    import docker
     host = docker_host()
     return docker.DockerClient(base_url=host) if host else docker.from_env()
 
@@ -141,7 +142,6 @@ class ContainerProc:
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit code once the container has exited (``subprocess.TimeoutExpired`` after ``timeout``)."""
-        import subprocess
         if self.returncode is not None:
             return self.returncode
         try:

@@ -160,3 +160,59 @@ def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, p
     exits = [json.loads(x) for x in timeline.read_text().splitlines() if '"exit"' in x]
     assert any(e.get("service") == "platform" and e.get("code") == 137 and e.get("oom") for e in exits), exits
     assert run_containers("dstory") == []
+
+
+EXPERIMENT = """
+name: ctr-term
+description: a paused container and a lowered memory limit, then SIGTERM
+load: {devices: 10, qos: 1, base_rate: 100, shape: {kind: steady}}
+profiles:
+  quick: {warmup: 10, recovery: 100, drain_timeout: 20}
+faults:
+  - profile: process-pause
+    target: postgres
+    schedule: {at: 3, duration: 90}
+  - profile: memory-pressure
+    target: postgres
+    params: {limit_mb: 384}
+    schedule: {at: 3, duration: 90}
+checks:
+  - no_acked_loss
+"""
+
+
+def test_sigterm_mid_fault_leaves_no_container_pause_or_limit(docker_daemon, tmp_path):
+    from monsoon.timeline.store import read_events
+    exp = tmp_path / "ctr-term.yaml"
+    exp.write_text(EXPERIMENT)
+    (tmp_path / "test_it.py").write_text(f'def test_it(monsoon):\n    monsoon.run("inmemory-docker", "{exp}")\n')
+    runs, run_id = tmp_path / "runs", "ctr-term"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
+                             f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timeline = runs / run_id / "inmemory-docker--ctr-term" / "timeline.jsonl"
+    try:
+        def landed() -> bool:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            return timeline.exists() and sum(1 for e in read_events(timeline) if e["type"] == "fault"
+                                             and e.get("phase") == "inject") >= 2
+        wait_for(landed, 240, "both faults injected", interval=0.2)
+        pg = client().containers.get(f"monsoon-{run_id}-postgres")
+        assert pg.status == "paused" and pg.attrs["HostConfig"]["Memory"] == 384 << 20
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    events = read_events(timeline)
+    injects = [e for e in events if e["type"] == "fault" and e.get("phase") == "inject"]
+    heals = [e for e in events if e["type"] == "fault" and e.get("phase") == "heal"]
+    assert all(e["landed"] is True for e in injects) and len(injects) == 2, injects
+    # both healed by the final heal and verified: unpaused, the limit back at 512m, before the stack stopped
+    assert len(heals) == 2 and all(e.get("final") and e["landed"] is True for e in heals), heals
+    census = next(e for e in events if e["type"] == "fault-census")
+    assert census["leftovers"] == {} and census["errors"] == [], census
+    assert proc.returncode != 0, out[-3000:]
+    assert run_containers(run_id) == [], out[-3000:]     # no container, paused or not, and so no lowered limit
+    assert heal_everything(run_id).census == {}
