@@ -151,6 +151,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-registry", "mongo-slowdown"), ("kafka-registry", "infinispan-slowdown"),
     ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
     ("kafka-registry", "soak"),
+    ("inmemory-docker", "burst-x10"), ("kafka-docker", "burst-x10"), ("kafka-docker", "pod-kill"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
