@@ -334,14 +334,16 @@ def main(argv: list[str] | None = None) -> int:
                         "key, its type, default and meaning.")
     sc.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
     sc.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
-    r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
+    r = sub.add_parser("reap", help="kill processes and remove containers left behind by a run that was killed "
+                      "with -9 (without --run-id: also stop monsoon's private dockerd)")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
     h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
                        "stop its processes, and print the census",
                        description="Thaws SIGSTOPped processes, restores cgroup memory limits, deletes the run's "
                        "Toxiproxy toxics and proxies, deletes labelled Chaos Mesh / Litmus objects (when a cluster "
-                       "is configured: in the namespaces of MONSOON_KUBE_NAMESPACES), then kills the run's leftover "
-                       "processes. --all leaves alone every run whose monsoon process is still alive (its "
+                       "is configured: in the namespaces of MONSOON_KUBE_NAMESPACES), unpauses the run's paused containers "
+                       "and restores their memory limits, then kills the run's leftover processes and removes its "
+                       "containers (label monsoon.run-id). --all leaves alone every run whose monsoon process is still alive (its "
                        "MONSOON_OWNER_PID label) and says so; --run-id heals that run regardless. "
                        "Exit 0 when the census is clean.")
     which = h.add_mutually_exclusive_group(required=True)
