@@ -82,6 +82,7 @@ class ContainerProc:
         """Create and start the container (first time), or ``docker start`` it again (a restart)."""
         since = dt.datetime.now(dt.timezone.utc)
         if self.tc._container is None:
+            self._remove_stale()
             self.tc.start()
         else:
             self.container.start()
@@ -90,6 +91,15 @@ class ContainerProc:
         self._follower = threading.Thread(target=self._follow, args=(since,), name=f"logs-{self.name}", daemon=True)
         self._follower.start()
         return self
+
+    def _remove_stale(self) -> None:
+        """A container of the same name left by an earlier start of this run id (a crashed run): removed."""
+        try:
+            old = client().containers.get(self.name)
+        except Exception:
+            return
+        if (old.labels or {}).get(RUN_ID_LABEL) == self.tc._kwargs["labels"].get(RUN_ID_LABEL):
+            old.remove(force=True, v=True)
 
     def _follow(self, since: dt.datetime) -> None:
         try:

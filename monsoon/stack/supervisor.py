@@ -259,10 +259,10 @@ class Stack:
             log.write(f"--- monsoon: start #{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
             log.flush()
             if svc.container:
+                if svc.proc is None:        # kept before it starts: stop() removes a half-started container
+                    svc.proc = self._container(svc)
                 try:
-                    svc.proc = (svc.proc or self._container(svc)).start()
-                except StackError:
-                    raise
+                    svc.proc.start()
                 except Exception as e:
                     raise StackError(f"service {svc.name!r}: container did not start: {e}") from None
             else:
