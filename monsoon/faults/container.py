@@ -58,7 +58,7 @@ def memory(name: str) -> tuple[int, int] | None:
 
 def set_memory(name: str, mem: int, swap: int) -> None:
     """``docker update --memory mem --memory-swap swap`` (swap -1: unlimited swap)."""
-    client().containers.get(name).update(mem_limit=mem, memswap=swap)
+    client().containers.get(name).update(mem_limit=mem, memswap_limit=swap)
 
 
 def restore_memory(rec: dict) -> bool:

@@ -179,9 +179,6 @@ class ContainerProc:
     def unpause(self) -> None:
         self.container.unpause()
 
-    def update_memory(self, limit: int) -> None:
-        self.container.update(mem_limit=limit, memswap=limit)
-
     def memory_limit(self) -> int:
         c = self.container
         c.reload()
