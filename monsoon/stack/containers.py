@@ -16,6 +16,7 @@ import datetime as dt
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,18 +153,15 @@ class ContainerProc:
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit code once the container has exited (``subprocess.TimeoutExpired`` after ``timeout``)."""
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            self.container.wait(timeout=timeout)
-        except Exception as e:
-            if self.poll() is None:
-                if timeout is not None:
+        while self.returncode is None:
+            try:
+                self.container.wait(timeout=timeout)
+            except Exception:
+                if timeout is not None and self.poll() is None:
                     raise subprocess.TimeoutExpired(self.name, timeout) from None
-                raise e
-            return self.returncode
-        code = self.poll()
-        return code if code is not None else -1
+                time.sleep(0.2)       # a hiccup of the daemon's stream: ask again (poll says when it is gone)
+            self.poll()
+        return self.returncode
 
     @property
     def oom_killed(self) -> bool:
