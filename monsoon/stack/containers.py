@@ -73,6 +73,7 @@ class ContainerProc:
         self.terminations: list[dict] = []     # every exit, inspected at once: finished_at, exit_code, oom_killed
         self._state: dict = {}
         self._follower: threading.Thread | None = None
+        self._exit_lock = threading.Lock()
 
     # --- lifecycle
     @property
@@ -130,6 +131,12 @@ class ContainerProc:
         return self.container.id[:12]
 
     def _exited(self, st: dict) -> int:
+        with self._exit_lock:       # the supervisor's wait and a collector's poll may both see the exit
+            if self.returncode is not None:
+                return self.returncode
+            return self._record_exit(st)
+
+    def _record_exit(self, st: dict) -> int:
         code = int(st.get("ExitCode", -1))
         self.terminations.append({"finished_at": st.get("FinishedAt"), "exit_code": code,
                                   "oom_killed": 1 if st.get("OOMKilled") else 0,
