@@ -5,17 +5,14 @@
 * pod-kill (docker kill), process-pause (docker pause) and memory-pressure (docker update --memory) land, are
   verified and heal through the same backends as for processes; ``monsoon heal --run-id`` and the census find
   a paused container and a lowered limit left behind, and remove the run's containers by label;
-* the story: in-memory x10 on containers is OOM-killed by the kernel and loses acked messages.
+* a SIGTERM mid-fault (a paused container and a lowered limit) heals both before the stack stops, and leaves no
+  container. (The in-memory x10 story on containers is pytest/test_containers.py, run by hand: -m docker.)
 """
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -64,7 +61,7 @@ ports: {web: auto}
 services:
   web:
     image: monsoon/base
-    command: ["python3", "-c", "import http.server,sys; print('up', flush=True); http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()", "{port:web}"]
+    command: ["python3", "-c", "import socket,sys,time; s=socket.create_server(('127.0.0.1', int(sys.argv[1]))); print('up', flush=True); time.sleep(100000)", "{port:web}"]
     ready: {tcp: "127.0.0.1:{port:web}", timeout: 30}
     mem_limit: 128m
     restart: always
@@ -135,40 +132,6 @@ def test_container_oom_faults_heal_and_reap(docker_daemon, tmp_path):
         assert any("unpaused" in d for d in rep.done) and any("removed 2 leftover container" in d for d in rep.done)
         assert run_containers(run_id) == []
     assert any(e.get("event") == "stop" for e in events)
-
-
-# burst-x10 cut short for make test: the kernel's kill comes within seconds of the x10 flood
-X10 = """
-name: x10-short
-description: burst-x10 with a shorter quick profile
-load: {devices: 50, qos: 1, base_rate: 400, shape: {kind: burst, multiplier: 10}}
-profiles:
-  quick: {warmup: 5, burst: 40, recovery: 15, drain_timeout: 60}
-checks:
-  - no_oom
-  - no_acked_loss
-"""
-
-
-def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, pytester, tmp_path):
-    exp = tmp_path / "x10-short.yaml"
-    exp.write_text(X10)
-    pytester.makepyfile(test_story=f'def test_x10(monsoon):\n    monsoon.run("inmemory-docker", "{exp}").assert_pass()\n')
-    runs = tmp_path / "runs"
-    res = pytester.runpytest_subprocess(f"--monsoon-runs-dir={runs}", "--monsoon-run-id=dstory",
-                                        "-p", "no:cacheprovider", timeout=900)
-    res.assert_outcomes(failed=1)
-    summary = json.loads((runs / "dstory" / "summary.json").read_text())
-    r = summary["results"][0]
-    fig = {c["name"]: c["figures"] for c in r["checks"]}
-    verdict = {c["name"]: c["verdict"] for c in r["checks"]}
-    print(json.dumps(fig, indent=1))
-    assert verdict["no_oom"] == "fail" and fig["no_oom"]["docker_oom_killed"] >= 1
-    assert verdict["no_acked_loss"] == "fail" and fig["no_acked_loss"]["acked_lost"] > 0
-    timeline = runs / "dstory" / "inmemory-docker--x10-short" / "timeline.jsonl"
-    exits = [json.loads(x) for x in timeline.read_text().splitlines() if '"exit"' in x]
-    assert any(e.get("service") == "platform" and e.get("code") == 137 and e.get("oom") for e in exits), exits
-    assert run_containers("dstory") == []
 
 
 EXPERIMENT = """
