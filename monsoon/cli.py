@@ -32,6 +32,8 @@ from monsoon.spec.fault import load_fault
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
+from monsoon.stack import dockerd
+from monsoon.stack.containers import reap_containers
 from monsoon.stack.reaper import reap
 from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir
 from monsoon.timeline.store import Events
@@ -190,6 +192,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-registry", "mongo-slowdown"), ("kafka-registry", "infinispan-slowdown"),
     ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
     ("kafka-registry", "soak"),
+    ("inmemory-docker", "burst-x10"), ("kafka-docker", "burst-x10"), ("kafka-docker", "pod-kill"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
@@ -323,6 +326,23 @@ def schema_cli(args) -> int:
     return 0
 
 
+def dockerd_cli(action: str) -> int:
+    if action == "status":
+        pid = dockerd.running()
+        print(f"running (pid {pid}): DOCKER_HOST=unix://{dockerd.sock_path()}" if pid else "not running")
+        return 0 if pid else 1
+    if action == "stop":
+        print("stopped" if dockerd.stop() else "not running")
+        return 0
+    try:
+        host, new = dockerd.start()
+    except dockerd.DockerdError as e:
+        print(f"monsoon dockerd: {e}", file=sys.stderr)
+        return 1
+    print(f"DOCKER_HOST={host}" + ("" if new else "   (already running)"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
@@ -358,14 +378,16 @@ def main(argv: list[str] | None = None) -> int:
                         "key, its type, default and meaning.")
     sc.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
     sc.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
-    r = sub.add_parser("reap", help="kill processes left behind by a run that was killed with -9")
+    r = sub.add_parser("reap", help="kill processes and remove containers left behind by a run that was killed "
+                      "with -9 (without --run-id: also stop monsoon's private dockerd)")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
     h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
                        "stop its processes, and print the census",
                        description="Thaws SIGSTOPped processes, restores cgroup memory limits, deletes the run's "
                        "Toxiproxy toxics and proxies, deletes labelled Chaos Mesh / Litmus objects (when a cluster "
-                       "is configured: in the namespaces of MONSOON_KUBE_NAMESPACES), then kills the run's leftover "
-                       "processes. --all leaves alone every run whose monsoon process is still alive (its "
+                       "is configured: in the namespaces of MONSOON_KUBE_NAMESPACES), unpauses the run's paused containers "
+                       "and restores their memory limits, then kills the run's leftover processes and removes its "
+                       "containers (label monsoon.run-id). --all leaves alone every run whose monsoon process is still alive (its "
                        "MONSOON_OWNER_PID label) and says so; --run-id heals that run regardless. "
                        "Exit 0 when the census is clean.")
     which = h.add_mutually_exclusive_group(required=True)
@@ -377,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="also sweep this Toxiproxy server (e.g. a shared one); the servers monsoon started are "
                    "found by themselves")
     h.add_argument("--keep-processes", action="store_true", help="heal faults but leave the run's processes running")
+    dk = sub.add_parser("dockerd", help="start or stop monsoon's private Docker daemon (own socket and data root, "
+                        "no bridge, no iptables)",
+                        description="start: runs dockerd under <cache>/dockerd (MONSOON_DOCKERD_DIR) with its own "
+                        "socket, data root and exec root, --bridge=none --iptables=false; prints the DOCKER_HOST "
+                        "to use. stop: stops it and unmounts what it left. status: says whether it runs.")
+    dk.add_argument("action", choices=("start", "stop", "status"))
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
@@ -453,7 +481,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "reap":
         pids = reap(args.run_id)
         print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
+        gone = reap_containers(args.run_id)
+        if gone:
+            print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
+        if args.run_id is None and dockerd.stop():
+            print(f"stopped monsoon's private dockerd ({dockerd.root()})")
         return 0
+    if args.cmd == "dockerd":
+        return dockerd_cli(args.action)
     return 2
 
 

@@ -25,6 +25,7 @@ MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",
     "chaos": "chaos: scenario that injects faults (monsoon); select with -m chaos",
+    "docker": "docker: scenario on a container stack (provider: docker); select with -m docker",
     "integration": "integration: monsoon self-test on real services (Kafka, Postgres, the reference platform)",
 }
 SESSION_KEY = pytest.StashKey[MonsoonSession]()

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from monsoon.faults import container as ctr
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.faults.process import group_members
 from monsoon.paths import CACHE
@@ -178,8 +179,10 @@ class CgroupBackend:
     def _write_record(self, handle: Handle) -> None:
         d = self._record_dir(handle.run_id)
         d.mkdir(parents=True, exist_ok=True)
-        rec = {k: handle.data[k] for k in ("service", "version", "cgroup", "parent", "created", "original", "pids",
-                                           "limit_bytes")}
+        keys = (("service", "docker", "container", "cgroup", "original", "original_swap", "limit_bytes")
+                if handle.data.get("docker") else
+                ("service", "version", "cgroup", "parent", "created", "original", "pids", "limit_bytes"))
+        rec = {k: handle.data[k] for k in keys}
         rec.update(fault=handle.fault.name, id=handle.id)
         tmp = d / f".{handle.id}.json.tmp"
         tmp.write_text(json.dumps(rec))
@@ -210,8 +213,10 @@ class CgroupBackend:
         pid = stack.pid(svc)
         if pid is None:
             raise FaultError(f"{fault.name}: service {svc!r} is not running")
-        cur = self.fs.memory_cgroup(pid)
         want = p.limit_mb * 1024 * 1024
+        if ctr.container_of(stack, svc) is not None:
+            return self._inject_container(fault, ctx, svc, ctr.container_of(stack, svc).name, want)
+        cur = self.fs.memory_cgroup(pid)
         pids = group_members(pid) or [pid]
         if p.mode == "child":
             target = CgroupDir(cur.version, cur.path / f"m_{ctx.run_id}__{svc}")
@@ -250,6 +255,28 @@ class CgroupBackend:
             raise FaultError(f"{fault.name}: cannot set {target.limit_file} to {want}: {e}{hint}") from None
         return handle
 
+    def _inject_container(self, fault: FaultSpec, ctx: FaultContext, svc: str, name: str, want: int) -> Handle:
+        """``docker update --memory`` of a container service (its original limits recorded first)."""
+        orig = ctr.memory(name)
+        if orig is None:
+            raise FaultError(f"{fault.name}: container {name} of {svc!r} is gone")
+        if orig[0] == 0:    # docker update cannot put "no limit" back: the heal could not restore it
+            raise FaultError(f"{fault.name}: container {name} has no memory limit to lower and restore: give "
+                             f"service {svc!r} a mem_limit")
+        data = {"service": svc, "docker": True, "container": name, "cgroup": f"container {name}",
+                "original": orig[0], "original_swap": orig[1], "limit_bytes": want}
+        handle = Handle(fault, self.name, ctx.run_id, data)
+        self._write_record(handle)                       # before touching anything
+        self._handles[handle.id] = handle
+        try:
+            ctr.set_memory(name, want, want)
+        except Exception as e:
+            self.heal(handle)
+            raise FaultError(f"{fault.name}: docker update --memory {want} of {name} failed: {e} (the kernel "
+                             "refuses a limit below what the container uses and cannot reclaim: choose a larger "
+                             "limit_mb)") from None
+        return handle
+
     @staticmethod
     def _check_own_cgroup(fault: FaultSpec, svc: str, cg: CgroupDir, members: list[int]) -> None:
         """mode: in-place only on a cgroup that holds nothing but the service's process group."""
@@ -285,6 +312,9 @@ class CgroupBackend:
                                  f"(a cgroup holding processes cannot delegate; {V2_DELEGATE_HINT})") from None
 
     def _restore(self, rec: dict) -> None:
+        if rec.get("docker"):
+            ctr.restore_memory(rec)
+            return
         cg = CgroupDir(rec["version"], Path(rec["cgroup"]))
         if not cg.path.exists():
             return
@@ -336,6 +366,11 @@ class CgroupBackend:
             if rec["cgroup"] in seen:
                 continue
             seen.add(rec["cgroup"])
+            if rec.get("docker"):
+                now = ctr.memory(rec["container"])
+                if now is not None and now[0] != int(rec["original"]):
+                    left.append(f"container {rec['container']}: memory limit {now[0]}, original {rec['original']}")
+                continue
             cg = CgroupDir(rec["version"], Path(rec["cgroup"]))
             if rec.get("created"):
                 if cg.path.exists():
@@ -346,6 +381,12 @@ class CgroupBackend:
 
     def verify(self, handle: Handle) -> Landing:
         d = handle.data
+        if d.get("docker"):
+            now = ctr.memory(d["container"])
+            want = int(d["original"]) if handle.healed else d["limit_bytes"]
+            return Landing(now is not None and now[0] == want,
+                           {"method": "docker inspect HostConfig.Memory", "container": d["container"],
+                            "memory": now[0] if now else None, "wanted": want})
         cg = CgroupDir(d["version"], Path(d["cgroup"]))
         pid = d["pids"][0]
         if handle.healed:

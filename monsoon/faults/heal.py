@@ -10,6 +10,7 @@ from monsoon.faults.kube import KubeBackend, cluster_configured
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
 from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
+from monsoon.stack.containers import container_census, container_owners, reap_containers
 from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
 
 
@@ -36,7 +37,7 @@ def _toxiproxy_apis_of_runs() -> list[str]:
 
 def run_ids_in_place(state_root: Path | None = None) -> set[str]:
     """Run ids that still have something in place: labelled processes or cgroup records."""
-    ids: set[str] = set(labelled_processes().values())
+    ids: set[str] = set(labelled_processes().values()) | set(container_owners())
     rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
     if rec_root.exists():
         ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
@@ -122,6 +123,10 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             except Exception as e:
                 notes.append(f"{b.name}: cannot list objects: {type(e).__name__}: {e}")
         live = live_runs(process_owners())
+        for rid, owner in container_owners().items():      # a container's owner label: is that monsoon alive?
+            st = _proc_stat(owner) if owner else None
+            if rid not in live and st is not None and st[0] not in ("Z", "X"):
+                live[rid] = owner
         for rid in sorted(ids & live.keys()):
             notes.append(f"run {rid} is still live (owner pid {live[rid]}): skipped; use --run-id {rid} to force")
         ids -= live.keys()
@@ -141,6 +146,9 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             pids = reap(rid)
             if pids:
                 done.append(f"{rid}: killed {len(pids)} leftover process(es)")
+            gone = reap_containers(rid)
+            if gone:
+                done.append(f"{rid}: removed {len(gone)} leftover container(s): {', '.join(gone)}")
     census: dict[str, list[str]] = {}
     for rid in sorted(ids):
         for b in backends:
@@ -152,4 +160,8 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
                 left = [f"census failed: {e}"]
             if left:
                 census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)
+        if reap_processes:
+            census.setdefault(rid, []).extend(f"docker: {x}" for x in container_census(rid))
+            if not census[rid]:
+                del census[rid]
     return HealReport(done, census, notes)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from monsoon.faults import container as ctr
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing, wait_for
 from monsoon.spec.fault import FaultSpec, PodKillParams, ProcessPauseParams
 from monsoon.stack.reaper import find_leftovers
@@ -95,6 +96,10 @@ class ProcessBackend:
             sig = signal.Signals[p.signal]
             handle.data.update(signal=sig.name, t_kill=time.monotonic())
             stack.kill(svc, sig)
+        elif isinstance(p, ProcessPauseParams) and ctr.container_of(stack, svc) is not None:
+            handle.data["container"] = ctr.container_of(stack, svc).name
+            self._handles[handle.id] = handle       # registered before the pause: heal_all sees it
+            stack.kill(svc, signal.SIGSTOP)         # docker pause: the cgroup freezer
         elif isinstance(p, ProcessPauseParams):
             handle.data["pids"] = group_members(pid) or [pid]
             self._handles[handle.id] = handle       # registered before the signal: heal_all sees it
@@ -105,7 +110,10 @@ class ProcessBackend:
         return handle
 
     def heal(self, handle: Handle) -> None:
-        if isinstance(handle.fault.params, ProcessPauseParams):
+        if isinstance(handle.fault.params, ProcessPauseParams) and handle.data.get("container"):
+            if ctr.paused(handle.data["container"]):
+                handle.data["stack"].kill(handle.data["service"], signal.SIGCONT)    # docker unpause
+        elif isinstance(handle.fault.params, ProcessPauseParams):
             pgid = handle.data["pid"]
             try:
                 os.killpg(pgid, signal.SIGCONT)
@@ -125,7 +133,7 @@ class ProcessBackend:
         for pid in run_processes(run_id):
             if proc_state(pid) in ("T", "t") and _cont(pid):
                 healed.append(f"pid {pid} continued (SIGCONT)")
-        return healed
+        return healed + ctr.unpause_run(run_id)
 
     def census(self, run_id: str) -> list[str]:
         left = []
@@ -138,7 +146,7 @@ class ProcessBackend:
         for pid in sorted(pids):
             if proc_state(pid) in ("T", "t"):
                 left.append(f"pid {pid} stopped (state T)")
-        return left
+        return left + ctr.paused_census(run_id)
 
     def verify(self, handle: Handle) -> Landing:
         p = handle.fault.params
@@ -156,6 +164,12 @@ class ProcessBackend:
                 return Landing(up, ev)
             ev["restart_after_s"] = round(time.monotonic() - handle.data["t_kill"], 3) if ok else None
             return Landing(ok, ev)
+        if handle.data.get("container"):
+            name = handle.data["container"]
+            want = not handle.healed
+            ok, _ = wait_for(lambda: ctr.paused(name) is want, p.verify_timeout)
+            return Landing(ok, {"method": "docker inspect State.Paused", "service": svc, "container": name,
+                                "paused": ctr.paused(name)})
         pids = handle.data.get("pids", [old])
         if handle.healed:
             ok, _ = wait_for(lambda: all(proc_state(x) not in ("T", "t") for x in pids), p.verify_timeout)

@@ -18,12 +18,14 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition
 import psycopg
 import json
+import os
 import subprocess
 
 from monsoon.faults.base import FaultError
 from monsoon.faults.cgroup import CgroupDir, CgroupFS, limit_bytes
 from monsoon.faults.kube import cluster_configured, kube_client
 from monsoon.observe.parsers import parse_docker_inspect, parse_pods
+from monsoon.stack.dockerd import docker_host
 
 
 log = logging.getLogger(__name__)
@@ -352,19 +354,47 @@ class DockerCollector(Collector):
 
     name = "docker"
 
-    def __init__(self, containers: list[str] | tuple[str, ...], docker: str = "docker", timeout: float = 3.0):
+    def __init__(self, containers: list[str] | tuple[str, ...], docker: str = "docker", timeout: float = 3.0,
+                 services: dict[str, str] | None = None, history: Callable[[], dict[str, dict]] | None = None):
+        """``services``: container name -> the stack service it runs (a container stack's samples are keyed by
+        service); ``history``: service -> {terminations, restarts} that monsoon's supervisor inspected at each
+        exit of a container it then restarted (``docker start`` resets State.OOMKilled)."""
         self.containers, self.docker, self.timeout = list(containers), docker, timeout
+        self.services, self.history = services or {}, history
+        host = docker_host()
+        self.env = {**os.environ, "DOCKER_HOST": host} if host else None
 
     def sample(self) -> dict[str, Any]:
         p = subprocess.run([self.docker, "inspect", *self.containers], capture_output=True, text=True,
-                           timeout=self.timeout)
+                           timeout=self.timeout, env=self.env)
         try:
             items = json.loads(p.stdout or "[]")
         except ValueError:
             items = None
         if not items and p.returncode != 0:   # no engine, or none of the containers exists
             raise RuntimeError(f"docker inspect exited {p.returncode}: {p.stderr.strip()[:200]}")
-        return parse_docker_inspect(items or [], self.containers)
+        out = parse_docker_inspect(items or [], self.containers)
+        return by_service(out, self.services, self.history() if self.history else {}) if self.services else out
+
+
+def by_service(sample: dict[str, Any], services: dict[str, str], history: dict[str, dict]) -> dict[str, Any]:
+    """A ``docker`` sample keyed by service, with the exits the supervisor inspected merged in."""
+    containers: dict[str, dict] = {}
+    for name, c in sample["containers"].items():
+        svc = services.get(name, name)
+        h = history.get(svc) or {}
+        past = list(h.get("terminations") or [])
+        seen = {t.get("finished_at") for t in past}
+        c = dict(c, container=name, terminations=past + [t for t in c["terminations"]
+                                                         if t.get("finished_at") not in seen])
+        c["oom_killed"] = max(c["oom_killed"], sum(1 for t in past if t.get("oom_killed")))
+        c["restarts"] = max(c["restarts"], int(h.get("restarts") or 0))
+        containers[svc] = c
+    out = dict(sample, containers=containers, restarts=sum(c["restarts"] for c in containers.values()),
+               oom_killed=sum(c["oom_killed"] for c in containers.values()))
+    if sample.get("missing"):
+        out["missing"] = [services.get(m, m) for m in sample["missing"]]
+    return out
 
 
 def collectors_for(stack) -> list[Collector]:
@@ -388,6 +418,10 @@ def collectors_for(stack) -> list[Collector]:
                         "in-cluster): pod OOMKilled/restarts are not watched")
     if obs.docker:
         out.append(DockerCollector(obs.docker))
+    elif spec.containers():     # a container stack is watched by Docker's word on each container, by service
+        names = stack.container_names()
+        out.append(DockerCollector(list(names.values()), services={c: s for s, c in names.items()},
+                                   history=stack.container_history))
     if spec.storage.count_query:
         out.append(SqlCountCollector(stack.endpoint(spec.storage.dsn), spec.storage.count_query))
     return out

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from monsoon.paths import REPO
+from monsoon.spec.compose import compose_services
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
@@ -68,10 +69,25 @@ class RequireSpec(_Frozen):
         return self
 
 
+Provider = Literal["process", "docker"]
+MEM_RE = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmg]?$", re.I)
+
+
 class ServiceSpec(_Frozen):
-    """One process of the stack, started in its own process group with its work dir as cwd."""
-    command: tuple[str, ...] = Field(description="the command: a list of arguments, or one string split like a "
-                                     "shell would (no shell runs it)")
+    """One process of the stack, started in its own process group with its work dir as cwd; or, with
+    ``provider: docker``, one container of ``image`` on the host network (its work dir mounted at the same
+    path, so ``{dir}`` means the same inside and out)."""
+    command: tuple[str, ...] = Field((), description="the command: a list of arguments, or one string split like a "
+                                     "shell would (no shell runs it); a container's default is its image's")
+    provider: Provider | None = Field(None, description="process or docker (default: the stack's provider)")
+    image: str | None = Field(None, description="docker: the image, e.g. monsoon/platform (make images builds "
+                              "monsoon's)")
+    mem_limit: str | dict[Profile, str] | None = Field(
+        None, description="docker: the container's memory limit (swap included), e.g. 256m; may differ per "
+        "profile; the kernel OOM-kills the container above it (exit 137, State.OOMKilled)")
+    cpus: float | None = Field(None, gt=0, description="docker: CPU quota in cores, e.g. 0.5")
+    volumes: tuple[str, ...] = Field((), description="docker: HOST:CONTAINER[:ro] bind mounts (placeholders "
+                                     "allowed); the service's work dir is always mounted at its own path")
     requires: tuple[RequireSpec, ...] = Field((), description="preconditions checked before anything starts")
     # a value may differ per profile: {quick: 64m, full: 768m, default: 256m}
     env: dict[str, str | dict[Profile, str]] = Field(
@@ -88,6 +104,17 @@ class ServiceSpec(_Frozen):
     stop_signal: Literal["SIGTERM", "SIGINT", "SIGQUIT", "SIGKILL"] = Field(
         "SIGTERM", description="the signal sent to its process group to stop it")
     ephemeral: bool = Field(False, description="delete its work dir (not its log) after the stack stops")
+
+    @field_validator("mem_limit", mode="before", json_schema_input_type=str | dict[Profile, str] | None)
+    @classmethod
+    def _mem(cls, v: Any) -> Any:
+        for x in (v.values() if isinstance(v, dict) else [v]):
+            if x is not None and not MEM_RE.match(str(x)):
+                raise _invalid(f"memory size {x!r}: a number with b, k, m or g, e.g. 256m")
+        return v
+
+    def mem_limit_for(self, profile: str) -> str | None:
+        return _per_profile(self.mem_limit, profile, "mem_limit")
 
     @field_validator("command", mode="before", json_schema_input_type=str | list[str])
     @classmethod
@@ -225,18 +252,47 @@ class StackSpec(_Frozen):
     description: str = Field("", description="one line about the deployment")
     ports: dict[str, int | Literal["auto"]] = Field({}, description="{port:NAME} fixed to a number (an error "
                                                     "when taken) or auto (a free port, the default)")
-    services: dict[str, ServiceSpec] = Field(description="the processes, started in depends_on order")
+    services: dict[str, ServiceSpec] = Field(description="the processes, started in depends_on order (with "
+                                             "compose: merged over the compose file's services, key by key)")
+    compose: str | None = Field(None, description="a docker-compose file (relative to this file) whose services "
+                                "run as containers: image, command, environment, mem_limit, "
+                                "deploy.resources.limits.memory/cpus, cpus, restart, depends_on, volumes, "
+                                "stop_signal, stop_grace_period, network_mode: host; any other key is refused")
     devices: DevicesSpec = Field(description="where the devices connect")
     provisioning: ProvisioningSpec = Field(description="none, or {kind: thingsboard-rest, url, username, password}")
     storage: StorageSpec = Field(description="where stored messages are read back")
     observe: ObserveSpec = Field(ObserveSpec(), description="what monsoon samples while the stack runs")
     chaos: ChaosSpec = Field(ChaosSpec(), description="the stack's fault tooling")
+    provider: Provider = Field("process", description="how services run: process (local processes) or docker "
+                               "(containers through testcontainers, on the host network; a service may say "
+                               "otherwise)")
     source: str = Field("", description="set by monsoon: the file the stack was read from")
 
     @field_validator("provisioning", mode="before", json_schema_input_type=Literal["none"] | ProvisioningSpec)
     @classmethod
     def _provisioning_word(cls, v: Any) -> Any:
         return {"kind": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _runnable(self) -> "StackSpec":
+        for name, svc in self.services.items():
+            if self.provider_of(name) == "docker":
+                if not svc.image:
+                    raise _invalid(f"services.{name}: a docker service needs image")
+            else:
+                if not svc.command:
+                    raise _invalid(f"services.{name}: a process service needs command")
+                extra = [k for k in ("image", "mem_limit", "cpus", "volumes") if getattr(svc, k)]
+                if extra:
+                    raise _invalid(f"services.{name}: {', '.join(extra)} only apply to provider: docker")
+        return self
+
+    def provider_of(self, service: str) -> str:
+        return self.services[service].provider or self.provider
+
+    def containers(self) -> list[str]:
+        """The services that run as containers."""
+        return [n for n in self.services if self.provider_of(n) == "docker"]
 
     def start_order(self) -> list[str]:
         order: list[str] = []
@@ -298,12 +354,31 @@ def _check_templates(doc: LocatedDoc) -> None:
                             f"a port only this service needs is declared under ports: ({port}: auto)")
 
 
+def _merge_compose(doc: LocatedDoc) -> None:
+    """The compose file's services, each merged with the stack's own entry for it (the stack's keys win)."""
+    path = Path(str(doc.data["compose"])).expanduser()
+    path = path if path.is_absolute() else doc.path.parent / path
+    if not path.exists():
+        raise _fail(doc, ("compose",), f"no such compose file: {path}")
+    own = doc.data.get("services") or {}
+    if not isinstance(own, dict):
+        raise _fail(doc, ("services",), "a mapping of service name to settings")
+    merged = compose_services(path)
+    for name, extra in own.items():
+        merged[name] = {**merged.get(name, {}), **(extra or {})}
+    doc.data["services"] = merged
+    doc.data.setdefault("provider", "docker")
+    doc.data["compose"] = str(path)
+
+
 def load_stack(name_or_path: str | Path) -> StackSpec:
     doc = load_located(_resolve("stack", name_or_path))
     for key in doc.data if isinstance(doc.data, dict) else ():   # before the placeholders: a misspelt section
         if key not in StackSpec.model_fields:                      # would make them look misplaced
             near = difflib.get_close_matches(str(key), list(StackSpec.model_fields), n=1)
             raise _fail(doc, (key,), "unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
+    if isinstance(doc.data, dict) and doc.data.get("compose"):
+        _merge_compose(doc)
     _check_templates(doc)
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))

@@ -11,6 +11,10 @@ from pathlib import Path
 
 
 OWNER_ENV = "MONSOON_OWNER_PID"
+# the same two labels on a container (``provider: docker``), plus the service it runs
+RUN_ID_LABEL = "monsoon.run-id"
+OWNER_LABEL = "monsoon.owner-pid"
+SERVICE_LABEL = "monsoon.service"
 
 
 def labelled_processes() -> dict[int, str]:

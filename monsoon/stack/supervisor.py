@@ -33,6 +33,7 @@ from monsoon.stack.kernel import oom_kill_line
 from monsoon.stack.ports import StackError, allocate_ports
 from monsoon.stack.ready import _ready_once
 from monsoon.stack.reaper import OWNER_ENV
+from monsoon.stack import containers as ctr
 
 
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
@@ -79,6 +80,7 @@ class Service:
     supervisor: threading.Thread | None = None
     sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
     started: float | None = None  # time.monotonic() of the last spawn (the kernel log is read from there on)
+    container: bool = False     # provider: docker (proc is a containers.ContainerProc)
 
     @property
     def pid(self) -> int | None:
@@ -181,8 +183,28 @@ class Stack:
                     problems.append(f"service {name!r} needs `{req.binary}` on PATH: {req.hint or 'install it'}")
                 if req.path and not Path(render(req.path, ctx, {})).exists():
                     problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
+        problems += self._preflight_containers()
         if problems:
             raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
+
+    def _preflight_containers(self) -> list[str]:
+        names = self.spec.containers()
+        if not names:
+            return []
+        try:
+            cl = ctr.client()
+            cl.ping()
+        except Exception as e:
+            return [f"services {', '.join(names)} run as containers but no Docker daemon answers "
+                    f"({type(e).__name__}): start one with `monsoon dockerd start` (or set DOCKER_HOST)"]
+        problems = []
+        for n in names:
+            image = self.spec.services[n].image
+            try:
+                cl.images.get(image)
+            except Exception:
+                problems.append(f"service {n!r} needs image {image}: build monsoon's images with `make images`")
+        return problems
 
     def start(self) -> "Stack":
         """Start every service in dependency order, each once ready.
@@ -220,7 +242,8 @@ class Stack:
         spec = self.spec.services[name]
         sdir = self.dir / "services" / name
         sdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        container = self.spec.provider_of(name) == "docker"
+        env = {} if container else dict(os.environ)    # a container has its image's environment, not ours
         try:
             env.update({k: self.render(v, sdir) for k, v in spec.env_for(self.profile).items()})
             env.update({k: self.render(v, sdir) for k, v in self.env_overrides.get(name, {}).items()})
@@ -230,24 +253,45 @@ class Stack:
         env[OWNER_ENV] = str(os.getpid())     # the monsoon process that owns the run (heal --all skips live runs)
         env["MONSOON_SERVICE"] = name
         cmd = [self.render(c, sdir) for c in spec.command]
-        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log")
+        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log", container=container)
+
+    def _container(self, svc: Service) -> "ctr.ContainerProc":
+        spec = svc.spec
+        try:
+            volumes = [self.render(v, svc.dir) for v in spec.volumes]
+        except KeyError as e:
+            raise StackError(f"service {svc.name!r}: unknown placeholder in volumes: {e}") from None
+        return ctr.ContainerProc(image=spec.image, command=svc.command, env=svc.env,
+                                 name=ctr.container_name(self.run_id, svc.name),
+                                 labels=ctr.labels_for(self.run_id, svc.name), log_path=svc.log_path,
+                                 workdir=svc.dir, mem_limit=spec.mem_limit_for(self.profile), cpus=spec.cpus,
+                                 volumes=volumes, stop_signal=spec.stop_signal)
 
     def _spawn(self, svc: Service) -> None:
         with open(svc.log_path, "ab") as log:
             log.write(f"--- monsoon: start #{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
             log.flush()
-            try:
-                svc.proc = subprocess.Popen(svc.command, env=svc.env, cwd=svc.dir, stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
-            except FileNotFoundError:
-                raise StackError(f"service {svc.name!r}: command not found: {svc.command[0]}") from None
-            except PermissionError:
-                raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
+            if svc.container:
+                if svc.proc is None:        # kept before it starts: stop() removes a half-started container
+                    svc.proc = self._container(svc)
+                try:
+                    svc.proc.start()
+                except Exception as e:
+                    raise StackError(f"service {svc.name!r}: container did not start: {e}") from None
+            else:
+                try:
+                    svc.proc = subprocess.Popen(svc.command, env=svc.env, cwd=svc.dir, stdout=log,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                start_new_session=True)
+                except FileNotFoundError:
+                    raise StackError(f"service {svc.name!r}: command not found: {svc.command[0]}") from None
+                except PermissionError:
+                    raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
         svc.starts += 1
         svc.started = time.monotonic()
         svc.sent = None
-        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts)
+        extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
+        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts, **extra)
 
     def _start_service(self, name: str) -> None:
         svc = self._build(name)
@@ -302,10 +346,13 @@ class Stack:
             code = _norm(proc.wait())
             if self._stopping.is_set():
                 return
-            kernel, unreadable = oom_kill_line(proc.pid, since=svc.started) if code == 137 else (None, None)
+            kernel, unreadable = oom_kill_line(proc.pid, since=svc.started) if code == 137 and not svc.container \
+                else (None, None)
             cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent, kernel)
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
-            if code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
+            if svc.container:
+                ev.update(container_exit(proc, code, svc.sent, cause, oom))
+            elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
                 ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
             self.on_event("service", service=svc.name, event="exit", **ev)
@@ -334,7 +381,28 @@ class Stack:
         if svc.proc and svc.proc.poll() is None:
             if sig not in (signal.SIGSTOP, signal.SIGCONT):
                 svc.sent = int(sig)
-            os.killpg(svc.proc.pid, sig)
+            if not svc.container:
+                os.killpg(svc.proc.pid, sig)
+            elif sig == signal.SIGSTOP:     # a container is frozen whole (the cgroup freezer), not signalled
+                svc.proc.pause()
+            elif sig == signal.SIGCONT:
+                svc.proc.unpause()
+            else:
+                svc.proc.signal(sig)
+
+    def container(self, service: str) -> "ctr.ContainerProc | None":
+        """The container of a ``provider: docker`` service (None for a process service)."""
+        svc = self.services.get(service)
+        return svc.proc if svc is not None and svc.container else None
+
+    def container_history(self) -> dict[str, dict]:
+        """Service -> the exits of its container that the supervisor inspected, and how often it restarted it."""
+        return {n: {"terminations": list(s.proc.terminations), "restarts": max(0, s.starts - 1)}
+                for n, s in self.services.items() if s.container and s.proc is not None}
+
+    def container_names(self) -> dict[str, str]:
+        """Service -> container name, for every container service of the stack."""
+        return {n: ctr.container_name(self.run_id, n) for n in self.spec.containers()}
 
     def log_path(self, service: str) -> Path:
         return self.services[service].log_path
@@ -347,6 +415,10 @@ class Stack:
             svc = self.services[name]
             if svc.proc is None:
                 continue
+            if svc.container:
+                svc.proc.stop(svc.spec.stop_timeout)
+                self.on_event("service", service=name, event="stop", code=svc.proc.returncode)
+                continue
             _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
             self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
         for svc in self.services.values():
@@ -354,6 +426,21 @@ class Stack:
                 svc.supervisor.join(timeout=5)
             if svc.spec.ephemeral:
                 shutil.rmtree(svc.dir, ignore_errors=True)
+
+
+def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause: str, oom: bool) -> dict:
+    """What a container's exit adds to the process fields: Docker's own word on OOM (State.OOMKilled) wins."""
+    ev: dict[str, Any] = {"container": proc.name}
+    if code > 128:
+        try:
+            ev["signal"] = signal.Signals(code - 128).name
+        except ValueError:
+            pass
+    if proc.oom_killed:
+        ev.update(oom=True, cause=f"OOMKilled: the kernel killed the container over its memory limit (exit {code})")
+    elif code == 137 and not oom and sent is None:
+        ev["cause"] = "SIGKILL (exit 137), not by the OOM killer (State.OOMKilled false)"
+    return ev
 
 
 def _norm(code: int | None) -> int:

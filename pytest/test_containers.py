@@ -1,0 +1,30 @@
+"""The burst and pod-kill stories on container stacks (provider: docker).
+
+Run:  monsoon dockerd start && pytest -m docker pytest/      (make images builds the images first)
+
+* in-memory x10 on containers: the platform container's heap may grow past its mem_limit, so the flood ends
+  with the kernel's OOM kill (exit 137, State.OOMKilled, docker_oom_killed >= 1) and acked messages lost;
+* Kafka x10 on containers: lag, drained, nothing lost;
+* pod-kill on kafka-docker (docker kill, then the supervisor's restart): nothing lost.
+"""
+import pytest
+
+
+@pytest.mark.docker
+def test_inmemory_x10_on_containers_is_oom_killed(monsoon):
+    result = monsoon.run("inmemory-docker", "burst-x10")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    oom = result.check("no_oom")
+    assert oom.verdict == "fail" and oom.figures.get("docker_oom_killed", 0) >= 1, result.failure_message()
+    assert result.check("no_acked_loss").figures["acked_lost"] > 0, result.failure_message()
+
+
+@pytest.mark.docker
+def test_kafka_x10_on_containers_loses_nothing(monsoon):
+    monsoon.run("kafka-docker", "burst-x10").assert_pass()
+
+
+@pytest.mark.docker
+def test_kafka_containers_survive_pod_kill(monsoon):
+    monsoon.run("kafka-docker", "pod-kill").assert_pass()
