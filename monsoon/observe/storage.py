@@ -98,7 +98,14 @@ def _pg_error(message: bytes) -> str:
 
 SOURCES: dict[str, Callable[..., StoredSource]] = {
     "postgres": lambda storage, endpoint: PostgresSource(endpoint(storage.dsn), storage.loss_query),
+    "cassandra": lambda storage, endpoint: _cassandra_source(storage, endpoint),
 }
+
+
+def _cassandra_source(storage, endpoint: Callable[[str], str]) -> StoredSource:
+    from monsoon.observe.cassandra_store import CassandraSource   # a module of its own: imports this one
+    return CassandraSource([endpoint(p) for p in storage.contact_points], storage.keyspace, storage.cql,
+                           storage.fetch_size, endpoint(storage.dsn) if storage.dsn else None, storage.names_query)
 
 
 def stored_source(storage, endpoint: Callable[[str], str] = lambda s: s) -> StoredSource:

@@ -20,7 +20,27 @@ def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str])
             return requests.get(render_(ready.http), timeout=1).ok
         except requests.RequestException:
             return False
+    if ready.cql:
+        host, _, port = render_(ready.cql).rpartition(":")
+        return cql_answers(host or "127.0.0.1", int(port))
     try:
         return re.search(render_(ready.log), log_path.read_text(errors="replace")) is not None
     except FileNotFoundError:
         return False
+
+
+def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    """A Cassandra node answers a CQL query (its native port accepts connections well before that)."""
+    if not port_open(host, port):
+        return False
+    from cassandra.cluster import Cluster   # imported on use: the driver is slow to import
+    from cassandra.policies import DCAwareRoundRobinPolicy
+    cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
+                      load_balancing_policy=DCAwareRoundRobinPolicy(), protocol_version=5)
+    try:
+        session = cluster.connect()
+        return session.execute("SELECT release_version FROM system.local", timeout=timeout).one() is not None
+    except Exception:   # noqa: BLE001 - any failure means "not yet"
+        return False
+    finally:
+        cluster.shutdown()
