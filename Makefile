@@ -10,7 +10,7 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen demo test test-unit defects bench-load clean reap
+.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen demo test test-unit defects bench-load clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -20,7 +20,7 @@ help:
 	@echo "make lint       the import contracts (layers, no cycles): lint-imports"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
-	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform)"
+	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform)"
 	@echo "make reap       kill processes left behind by a run killed with -9"
 
 prereqs:
@@ -58,6 +58,9 @@ ferretdb:
 infinispan:
 	@tools/install-infinispan
 
+cassandra:
+	@tools/install-cassandra
+
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
 LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
@@ -67,7 +70,7 @@ $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/
 	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
 	touch $@
 
-setup: venv kafka debs platform toxiproxy ferretdb infinispan loadgen
+setup: venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)

@@ -21,7 +21,7 @@ from pathlib import Path
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
 from monsoon.timeline.views import fault_windows
 
-THREAD_DUMP_DIR = "thread-dumps"
+from monsoon.rundir import THREAD_DUMP_DIR
 
 # frames that are only the mechanics of waiting: the blocking frame is the first frame below them
 _WAIT_MECHANICS = re.compile(r"^(java\.|jdk\.|sun\.)")

@@ -13,9 +13,12 @@ rather than hiding it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from monsoon.observe.storage import write_stored_csv
+import psycopg
+from cassandra.cluster import Cluster
+from cassandra.policies import DCAwareRoundRobinPolicy
+from cassandra.query import SimpleStatement, tuple_factory
 
 
 def split_contact_points(points: Iterable[str]) -> tuple[list[str], int]:
@@ -33,29 +36,28 @@ def split_contact_points(points: Iterable[str]) -> tuple[list[str], int]:
 
 
 class CassandraSource:
-    """Exports a CQL query's rows to ``stored.csv`` (a :class:`~monsoon.observe.storage.StoredSource`)."""
+    """Exports a CQL query's rows to ``stored.csv`` (a :class:`~monsoon.observe.storage.StoredSource`);
+    ``write`` is :func:`monsoon.observe.storage.write_stored_csv` (passed in: that module picks this one)."""
 
-    def __init__(self, contact_points: Iterable[str], keyspace: str, cql: str, fetch_size: int = 5000,
-                 names_dsn: str | None = None, names_query: str | None = None, timeout: float = 30.0):
+    def __init__(self, contact_points: Iterable[str], keyspace: str, cql: str, *, write: Callable[..., int],
+                 fetch_size: int = 5000, names_dsn: str | None = None, names_query: str | None = None,
+                 timeout: float = 30.0):
+        self.write = write
         self.hosts, self.port = split_contact_points(contact_points)
         self.keyspace, self.cql, self.fetch_size = keyspace, cql.strip().rstrip(";"), fetch_size
         self.names_dsn, self.names_query, self.timeout = names_dsn, names_query, timeout
 
     def _cluster(self):
-        from cassandra.cluster import Cluster   # imported on use: the driver is slow to import
-        from cassandra.policies import DCAwareRoundRobinPolicy
         return Cluster(self.hosts, port=self.port, connect_timeout=5, control_connection_timeout=5,
                        load_balancing_policy=DCAwareRoundRobinPolicy(), protocol_version=5)
 
     def _names(self) -> dict[str, str]:
         if not self.names_query:
             return {}
-        import psycopg
         with psycopg.connect(self.names_dsn, connect_timeout=5) as conn:
             return {str(eid): name for eid, name in conn.execute(self.names_query)}
 
     def export(self, path: Path) -> int:
-        from cassandra.query import SimpleStatement, tuple_factory
         names = self._names()
         cluster = self._cluster()
         try:
@@ -63,7 +65,7 @@ class CassandraSource:
             session.row_factory = tuple_factory
             rs = session.execute(SimpleStatement(self.cql, fetch_size=self.fetch_size), timeout=self.timeout)
             columns = list(rs.column_names)
-            return write_stored_csv(path, *_rows(columns, rs, names))
+            return self.write(path, *_rows(columns, rs, names))
         finally:
             cluster.shutdown()
 

@@ -7,6 +7,8 @@ from typing import Callable, Protocol, runtime_checkable
 import psycopg
 from psycopg import pq
 
+from monsoon.observe.cassandra_store import CassandraSource
+
 
 @runtime_checkable
 class StoredSource(Protocol):
@@ -103,9 +105,9 @@ SOURCES: dict[str, Callable[..., StoredSource]] = {
 
 
 def _cassandra_source(storage, endpoint: Callable[[str], str]) -> StoredSource:
-    from monsoon.observe.cassandra_store import CassandraSource   # a module of its own: imports this one
     return CassandraSource([endpoint(p) for p in storage.contact_points], storage.keyspace, storage.cql,
-                           storage.fetch_size, endpoint(storage.dsn) if storage.dsn else None, storage.names_query)
+                           write=write_stored_csv, fetch_size=storage.fetch_size,
+                           names_dsn=endpoint(storage.dsn) if storage.dsn else None, names_query=storage.names_query)
 
 
 def stored_source(storage, endpoint: Callable[[str], str] = lambda s: s) -> StoredSource:

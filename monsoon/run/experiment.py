@@ -89,6 +89,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers)
+                if any(n == "no_ingest_stall" for n, _ in checks):
+                    load.watch_stalls(stack, out_dir)
                 fleet, sampler = load.fleet, load.sampler
                 progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
                          + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))

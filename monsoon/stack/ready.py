@@ -1,10 +1,13 @@
-"""Readiness: a service is ready when its tcp port answers, its http URL answers 2xx, or its log matches."""
+"""Readiness: a service is ready when its tcp port answers, its http URL answers 2xx, its log matches, or (cql) a
+Cassandra node answers a CQL query."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 from typing import Callable
 import requests
+from cassandra.cluster import Cluster
+from cassandra.policies import DCAwareRoundRobinPolicy
 
 from monsoon.spec.stack import ReadySpec
 from monsoon.stack.ports import port_open
@@ -33,8 +36,6 @@ def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     """A Cassandra node answers a CQL query (its native port accepts connections well before that)."""
     if not port_open(host, port):
         return False
-    from cassandra.cluster import Cluster   # imported on use: the driver is slow to import
-    from cassandra.policies import DCAwareRoundRobinPolicy
     cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
                       load_balancing_policy=DCAwareRoundRobinPolicy(), protocol_version=5)
     try:

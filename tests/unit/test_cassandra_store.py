@@ -36,6 +36,7 @@ def test_storage_kinds_need_their_own_keys():
     s = StorageSpec(kind="cassandra", contact_points=["127.0.0.1:9042"], keyspace="thingsboard",
                     cql="SELECT entity_id, long_v AS seq FROM ts_kv_cf")
     src = stored_source(s)
+    assert src.write is write_stored_csv
     assert (src.hosts, src.port, src.keyspace) == (["127.0.0.1"], 9042, "thingsboard")
     with pytest.raises(ValidationError, match="cassandra needs keyspace, cql"):
         StorageSpec(kind="cassandra", contact_points=["127.0.0.1:9042"])

@@ -132,7 +132,9 @@ final class Config {
         cassandraContactPoints = java.util.List.copyOf(cps);
         cassandraKeyspace = get(env, "CASSANDRA_KEYSPACE_NAME", "thingsboard");
         cassandraLocalDc = get(env, "CASSANDRA_LOCAL_DATACENTER", "datacenter1");
-        cassandraMaxRequestsPerConnection = getInt(env, "CASSANDRA_MAX_REQUESTS_PER_CONNECTION", 1024);
+        // DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION (seeded defect g, connection-pool starvation) overrides it
+        cassandraMaxRequestsPerConnection = getInt(env, "DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION",
+            getInt(env, "CASSANDRA_MAX_REQUESTS_PER_CONNECTION", 1024));
         cassandraConnections = getInt(env, "CASSANDRA_CONNECTIONS", 1);
         cassandraPoolTimeoutMs = getLong(env, "CASSANDRA_POOL_TIMEOUT_MS", 5000);
         cassandraRequestTimeoutMs = getLong(env, "CASSANDRA_REQUEST_TIMEOUT_MS", 10000);
