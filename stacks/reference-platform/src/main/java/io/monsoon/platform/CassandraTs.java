@@ -177,13 +177,18 @@ final class CassandraTs implements AutoCloseable {
         }
     }
 
+    /** Only the value's own column is bound: the others stay unset (a bound null would write a tombstone). */
     private BoundStatement bind(UUID entityId, long partition, KvEntry e) {
-        return insertTs.bind(ENTITY_TYPE, entityId, e.key, partition, e.ts,
-            e.type == KvEntry.Type.BOOLEAN ? e.value : null,
-            e.type == KvEntry.Type.STRING ? e.value : null,
-            e.type == KvEntry.Type.LONG ? e.value : null,
-            e.type == KvEntry.Type.DOUBLE ? e.value : null,
-            e.type == KvEntry.Type.JSON ? e.value : null);
+        var b = insertTs.boundStatementBuilder()
+            .setString(0, ENTITY_TYPE).setUuid(1, entityId).setString(2, e.key).setLong(3, partition).setLong(4, e.ts);
+        switch (e.type) {
+            case BOOLEAN -> b.setBoolean(5, (Boolean) e.value);
+            case STRING -> b.setString(6, (String) e.value);
+            case LONG -> b.setLong(7, (Long) e.value);
+            case DOUBLE -> b.setDouble(8, (Double) e.value);
+            case JSON -> b.setString(9, (String) e.value);
+        }
+        return b.build();
     }
 
     /** Requests in flight (permits taken). */
