@@ -49,7 +49,7 @@ class CassandraSource:
 
     def _cluster(self):
         return Cluster(self.hosts, port=self.port, connect_timeout=5, control_connection_timeout=5,
-                       load_balancing_policy=DCAwareRoundRobinPolicy(), protocol_version=5)
+                       load_balancing_policy=DCAwareRoundRobinPolicy())
 
     def _names(self) -> dict[str, str]:
         if not self.names_query:

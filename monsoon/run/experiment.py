@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,8 +126,9 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 drain = Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
                 tl.add("drain", **drain)
                 sampler.stop()
+                t_export = time.monotonic()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
-                tl.add("stored", path=STORED_FILE, rows=rows)
+                tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t_export, 3))
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
             tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())

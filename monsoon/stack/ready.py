@@ -37,7 +37,7 @@ def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     if not port_open(host, port):
         return False
     cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
-                      load_balancing_policy=DCAwareRoundRobinPolicy(), protocol_version=5)
+                      load_balancing_policy=DCAwareRoundRobinPolicy())
     try:
         session = cluster.connect()
         return session.execute("SELECT release_version FROM system.local", timeout=timeout).one() is not None
