@@ -88,7 +88,7 @@ DEFECTS: tuple[Defect, ...] = (
     Defect("f", "thread-leak", "inmemory", "no_thread_leak", "DEFECT_LEAK_THREAD_PER_RECONNECT",
            "a 40 s platform pause: every device's MQTT keepalive expires and it reconnects"),
     Defect("g", "pool-starvation", "cassandra-ack", "no_ingest_stall", "DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION",
-           "none needed: 1 request in flight per connection; every Cassandra latency blip stalls the acks"),
+           "none needed: 2 requests in flight per connection; every Cassandra latency blip stalls the acks"),
 )
 
 
