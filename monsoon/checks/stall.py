@@ -30,16 +30,19 @@ _STATE = re.compile(r"java\.lang\.Thread\.State: (WAITING|TIMED_WAITING|BLOCKED)
 
 
 def blocking_frames(text: str) -> Counter:
-    """For each waiting/blocked thread of a ``Thread.print`` dump: its first frame outside the JDK."""
+    """For each waiting/blocked thread of a ``Thread.print`` dump: its first frame outside the JDK. Threads that
+    merely sleep (``Thread.sleep`` on top: timers, health loops) and the ``main`` thread (it parks until shutdown
+    in most servers) are not waiting for anything the load needs."""
     out: Counter = Counter()
     for block in text.split("\n\n"):
-        if not _STATE.search(block):
+        if not _STATE.search(block) or block.lstrip().startswith('"main"'):
             continue
-        for line in block.splitlines():
-            m = _FRAME.match(line)
-            if m and not _WAIT_MECHANICS.match(m.group(1)):
-                out[m.group(1)] += 1
-                break
+        frames = [m.group(1) for m in map(_FRAME.match, block.splitlines()) if m]
+        if not frames or frames[0] == "java.lang.Thread.sleep":
+            continue
+        first = next((f for f in frames if not _WAIT_MECHANICS.match(f)), None)
+        if first is not None:
+            out[first] += 1
     return out
 
 

@@ -44,6 +44,17 @@ DUMP = '''"tb-rule-engine-consumer-0" #31 daemon prio=5 os_prio=0 cpu=10ms elaps
 \tat io.monsoon.platform.CassandraTs.awaitAvailableConnection(CassandraTs.java:120)
 \tat io.monsoon.platform.CassandraTs.send(CassandraTs.java:130)
 
+"tb-health" #25 daemon prio=5 os_prio=0 cpu=1ms elapsed=20s tid=0x5 nid=0x6 waiting on condition
+   java.lang.Thread.State: TIMED_WAITING (sleeping)
+\tat java.lang.Thread.sleep(java.base@17/Native Method)
+\tat io.monsoon.platform.Db.sleep(Db.java:150)
+
+"main" #1 prio=5 os_prio=0 cpu=900ms elapsed=20s tid=0x7 nid=0x8 waiting on condition
+   java.lang.Thread.State: WAITING (parking)
+\tat jdk.internal.misc.Unsafe.park(java.base@17/Native Method)
+\tat java.util.concurrent.CountDownLatch.await(java.base@17/CountDownLatch.java:230)
+\tat io.monsoon.platform.Main.main(Main.java:160)
+
 "nioEventLoopGroup-2-1" #20 prio=10 os_prio=0 cpu=1ms elapsed=20s tid=0x3 nid=0x4 runnable
    java.lang.Thread.State: RUNNABLE
 \tat sun.nio.ch.EPoll.wait(java.base@17/Native Method)
