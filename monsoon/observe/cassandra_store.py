@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import psycopg
-from cassandra.cluster import Cluster
-from cassandra.policies import DCAwareRoundRobinPolicy
 from cassandra.query import SimpleStatement, tuple_factory
+
+from monsoon.stack.ready import cql_cluster
 
 
 def split_contact_points(points: Iterable[str]) -> tuple[list[str], int]:
@@ -48,8 +48,7 @@ class CassandraSource:
         self.names_dsn, self.names_query, self.timeout = names_dsn, names_query, timeout
 
     def _cluster(self):
-        return Cluster(self.hosts, port=self.port, connect_timeout=5, control_connection_timeout=5,
-                       load_balancing_policy=DCAwareRoundRobinPolicy())
+        return cql_cluster(self.hosts, self.port, timeout=self.timeout, row_factory=tuple_factory)
 
     def _names(self) -> dict[str, str]:
         if not self.names_query:
@@ -62,8 +61,7 @@ class CassandraSource:
         cluster = self._cluster()
         try:
             session = cluster.connect(self.keyspace)
-            session.row_factory = tuple_factory
-            rs = session.execute(SimpleStatement(self.cql, fetch_size=self.fetch_size), timeout=self.timeout)
+            rs = session.execute(SimpleStatement(self.cql, fetch_size=self.fetch_size))
             columns = list(rs.column_names)
             return self.write(path, *_rows(columns, rs, names))
         finally:
@@ -76,7 +74,7 @@ class CassandraSource:
             cluster = self._cluster()
             try:
                 session = cluster.connect(self.keyspace)
-                columns = [c.name for c in session.prepare(self.cql).result_metadata]
+                columns = [c[2] for c in session.prepare(self.cql).result_metadata]   # (keyspace, table, name, type)
             finally:
                 cluster.shutdown()
         except Exception as e:   # noqa: BLE001 - the driver's errors name what is wrong

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Callable
 import requests
-from cassandra.cluster import Cluster
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.policies import DCAwareRoundRobinPolicy
 
 from monsoon.spec.stack import ReadySpec
@@ -36,12 +36,20 @@ def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     """A Cassandra node answers a CQL query (its native port accepts connections well before that)."""
     if not port_open(host, port):
         return False
-    cluster = Cluster([host], port=port, connect_timeout=timeout, control_connection_timeout=timeout,
-                      load_balancing_policy=DCAwareRoundRobinPolicy())
+    cluster = cql_cluster([host], port, timeout=timeout)
     try:
         session = cluster.connect()
-        return session.execute("SELECT release_version FROM system.local", timeout=timeout).one() is not None
+        return session.execute("SELECT release_version FROM system.local").one() is not None
     except Exception:   # noqa: BLE001 - any failure means "not yet"
         return False
     finally:
         cluster.shutdown()
+
+
+def cql_cluster(hosts: list[str], port: int, *, timeout: float = 5.0, row_factory=None) -> Cluster:
+    """A cassandra-driver Cluster for monsoon's own short sessions: protocol v5 (Cassandra 4+/5; no downgrade
+    dance), DC-aware round robin, ``timeout`` per request."""
+    profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=timeout,
+                               **({"row_factory": row_factory} if row_factory else {}))
+    return Cluster(hosts, port=port, protocol_version=5, connect_timeout=min(timeout, 5),
+                   control_connection_timeout=min(timeout, 5), execution_profiles={EXEC_PROFILE_DEFAULT: profile})
