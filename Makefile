@@ -10,7 +10,7 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan loadgen docker images demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -21,7 +21,7 @@ help:
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
-	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, the reference platform, Docker and its images)"
+	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, Docker and its images)"
 	@echo "make images     build the container images (monsoon/platform, kafka, postgres, toxiproxy) from a debootstrapped Debian"
 	@echo "make reap       kill processes and containers left behind by a run killed with -9"
 
@@ -68,6 +68,9 @@ ferretdb:
 infinispan:
 	@tools/install-infinispan
 
+cassandra:
+	@tools/install-cassandra
+
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
 LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
@@ -77,7 +80,7 @@ $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/
 	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
 	touch $@
 
-setup: venv kafka debs platform toxiproxy ferretdb infinispan loadgen docker images
+setup: venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)

@@ -16,6 +16,7 @@ TIMELINE_FILE = "timeline.jsonl"   # typed events: meta, samples, phases, faults
 ACKED_FILE = "acked.csv"           # every acked message: device, seq, intended_ms, acked_ms (the fleet)
 STORED_FILE = "stored.csv"         # what the platform stored (a monsoon.observe.storage StoredSource)
 SENT_FILE = "sent.csv"             # the highest sequence number handed out per device
+THREAD_DUMP_DIR = "thread-dumps"   # JVM thread dumps taken while ingestion stalled (monsoon.observe.threaddump)
 LATENCY_FILE = "latency.hlog"      # per-second HdrHistograms of ack latency (monsoon.timeline.hdrlog)
 RESULT_FILE = "result.json"        # the experiment's verdicts and figures
 

@@ -56,7 +56,7 @@ CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
 LITMUS = ("litmuschaos.io", "v1alpha1")
 PLURALS = {"PodChaos": "podchaos", "NetworkChaos": "networkchaos", "StressChaos": "stresschaos",
            "Schedule": "schedules", "ChaosEngine": "chaosengines"}
-LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown")
+LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown", "cassandra-slowdown")
 # chaos-mesh controllers/common: AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
 CLEAN_FINALIZER = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
 CLEAN_FINALIZER_FORCED = "forced"

@@ -117,7 +117,7 @@ def _what(f: FaultSpec) -> str:
     d = p.model_dump() if p is not None else {}
     if f.backend == "toxiproxy":
         proxy = f"proxy m_<run>__{f.target.hop[0]}__{f.target.hop[1]}" if f.target.hop else "?"
-        if f.kind == "dependency-down":
+        if f.kind in ("dependency-down", "cassandra-down"):
             return f"Toxiproxy: {d['mode']} {proxy}"
         if f.kind == "bandwidth":
             return f"Toxiproxy: bandwidth {d['rate_kbps']} KiB/s {d['stream']} on {proxy}"

@@ -198,9 +198,11 @@ PROBE_PAYLOADS: dict[str, bytes] = {
     "kafka": bytes.fromhex("0000000a" "0012" "0000" "00000001" "ffff"),   # ApiVersions v0
     "mongo": _bson_hello(),
     "redis": b"PING\r\n",
+    "cql": bytes.fromhex("04" "00" "0001" "05" "00000000"),   # CQL v4 OPTIONS -> SUPPORTED
 }
 AUTO_PROBES = (("postgres", "postgres"), ("pg", "postgres"), ("kafka", "kafka"), ("mongo", "mongo"),
-               ("ferret", "mongo"), ("redis", "redis"), ("infinispan", "http"), ("http", "http"), ("echo", "echo"))
+               ("ferret", "mongo"), ("redis", "redis"), ("cassandra", "cql"), ("infinispan", "http"), ("http", "http"),
+               ("echo", "echo"))
 
 
 def pick_probe(probe: str, upstream_service: str) -> str:
@@ -363,7 +365,8 @@ def bandwidth_plan(addr: tuple[str, int], probe: str, rate_kbps: float, stream: 
 # ------------------------------------------------------------------ backend
 
 class ToxiproxyBackend:
-    """network-latency / mongo-slowdown / infinispan-slowdown (latency+jitter), bandwidth, dependency-down."""
+    """network-latency / mongo-slowdown / infinispan-slowdown / cassandra-slowdown (latency+jitter), bandwidth,
+    dependency-down / cassandra-down."""
     name = "toxiproxy"
 
     def __init__(self, api: str = DEFAULT_API, *, probe_samples: int = 5, probe_timeout: float = 5.0):

@@ -8,6 +8,8 @@ keeps the latest values for the runner (drain detection, progress).
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,12 +44,14 @@ class Collector:
 
 
 class ProcessCollector(Collector):
-    """RSS and thread count of one stack service's current process (follows restarts)."""
+    """RSS, thread count and CPU (``cpu_pct``: % of one core since the previous sample, utime + stime) of one
+    stack service's current process (follows restarts)."""
 
     name = "process"
 
     def __init__(self, pid_of: Callable[[], int | None]):
         self.pid_of = pid_of
+        self._cpu_prev: tuple[int, float, float] | None = None   # (pid, cpu seconds, monotonic time)
 
     def sample(self) -> dict[str, Any]:
         pid = self.pid_of()
@@ -62,7 +66,25 @@ class ProcessCollector(Collector):
                     out["threads"] = int(line.split()[1])
         except (FileNotFoundError, ProcessLookupError):
             return {"up": 0}
+        cpu = _cpu_seconds(pid)
+        if cpu is not None:
+            now, prev = time.monotonic(), self._cpu_prev
+            if prev is not None and prev[0] == pid and now > prev[2]:
+                out["cpu_pct"] = round(100.0 * max(0.0, cpu - prev[1]) / (now - prev[2]), 1)
+            self._cpu_prev = (pid, cpu, now)
         return out
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process, in seconds (/proc/<pid>/stat; the command may hold spaces and parentheses)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def parse_selector(sel: str) -> tuple[str, dict[str, str]]:

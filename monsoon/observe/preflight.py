@@ -36,7 +36,7 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
         try:
             source.check()
         except Exception as e:   # noqa: BLE001
-            problems["storage.loss_query"] = str(e)
+            problems["storage.cql" if spec.storage.kind == "cassandra" else "storage.loss_query"] = str(e)
     return problems
 
 

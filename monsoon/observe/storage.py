@@ -7,6 +7,8 @@ from typing import Callable, Protocol, runtime_checkable
 import psycopg
 from psycopg import pq
 
+from monsoon.observe.cassandra_store import CassandraSource
+
 
 @runtime_checkable
 class StoredSource(Protocol):
@@ -109,7 +111,14 @@ def _pg_error(message: bytes) -> str:
 
 SOURCES: dict[str, Callable[..., StoredSource]] = {
     "postgres": lambda storage, endpoint: PostgresSource(endpoint(storage.dsn), storage.loss_query),
+    "cassandra": lambda storage, endpoint: _cassandra_source(storage, endpoint),
 }
+
+
+def _cassandra_source(storage, endpoint: Callable[[str], str]) -> StoredSource:
+    return CassandraSource([endpoint(p) for p in storage.contact_points], storage.keyspace, storage.cql,
+                           write=write_stored_csv, fetch_size=storage.fetch_size,
+                           names_dsn=endpoint(storage.dsn) if storage.dsn else None, names_query=storage.names_query)
 
 
 def stored_source(storage, endpoint: Callable[[str], str] = lambda s: s) -> StoredSource:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers)
+                if any(n == "no_ingest_stall" for n, _ in checks):
+                    load.watch_stalls(stack, out_dir)
                 fleet, sampler = load.fleet, load.sampler
                 where["stage"] = "load"
                 progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
@@ -134,8 +137,9 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 tl.add("drain", **drain)
                 sampler.stop()
                 where["stage"] = "read-back"
+                t_export = time.monotonic()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
-                tl.add("stored", path=STORED_FILE, rows=rows)
+                tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t_export, 3))
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
             tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())

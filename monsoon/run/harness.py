@@ -13,6 +13,7 @@ from monsoon.observe.preflight import preflight
 from monsoon.observe.progress import Progress
 from monsoon.observe.sampler import Sampler
 from monsoon.observe.storage import stored_source
+from monsoon.observe.threaddump import ThreadDumper
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.stack.provision import Device, NoProvisioner, TbRestProvisioner, device_names
@@ -84,6 +85,7 @@ class LoadHarness:
         self.sampler: Sampler | None = None
         self.collectors: list = []
         self.t0: float | None = None
+        self.dumper: ThreadDumper | None = None   # watch_stalls(): thread dumps while ingestion stalls
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
               payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
@@ -108,14 +110,24 @@ class LoadHarness:
             tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
         return self
 
+    def watch_stalls(self, stack: Stack, out_dir: Path) -> None:
+        """Take JVM thread dumps of the observed service while ingestion stalls (for no_ingest_stall)."""
+        service = stack.spec.observe.service
+        if service:
+            self.dumper = ThreadDumper(lambda: stack.pid(service), out_dir, self.tl)
+
     def record_second(self, st: SecondStats) -> dict:
         """One second of the fleet onto the timeline (``sec``: the fleet's second index; ``t`` is the timeline's)."""
         fields = dict(vars(st))
         fields["sec"] = fields.pop("t")
         self.tl.add("load", **fields)
+        if self.dumper is not None:
+            self.dumper.on_second(fields)
         return fields
 
     def close(self) -> None:
+        if self.dumper is not None:
+            self.dumper.close()
         if self.fleet is not None:
             self.fleet.close()
         if self.sampler is not None:

@@ -1,6 +1,6 @@
 """``make defects``: prove the checks on seeded defects, and prove they stay quiet on a clean stack.
 
-The reference platform carries six deliberate bugs, each switched on by a ``DEFECT_*``
+The reference platform carries seven deliberate bugs, each switched on by a ``DEFECT_*``
 environment variable (``stacks/reference-platform/README.md``, "Seeded defects").  Every
 defect has a quick experiment ``experiments/defect-<letter>-<slug>.yaml`` that sets its flag
 through the experiment-level ``env:`` key and injects the faults that trigger it.
@@ -87,6 +87,8 @@ DEFECTS: tuple[Defect, ...] = (
            "pod-kill (SIGKILL) of the platform while a committed batch is being written"),
     Defect("f", "thread-leak", "inmemory", "no_thread_leak", "DEFECT_LEAK_THREAD_PER_RECONNECT",
            "a 40 s platform pause: every device's MQTT keepalive expires and it reconnects"),
+    Defect("g", "pool-starvation", "cassandra-ack", "no_ingest_stall", "DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION",
+           "none needed: 2 requests in flight per connection; every Cassandra latency blip stalls the acks"),
 )
 
 

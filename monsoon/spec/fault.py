@@ -144,7 +144,7 @@ class Schedule(_Frozen):
 
 SIGNALS = Literal["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"]
 Stream = Literal["downstream", "upstream", "both"]
-Probe = Literal["auto", "echo", "postgres", "http", "kafka", "mongo", "redis", "none"]
+Probe = Literal["auto", "echo", "postgres", "http", "kafka", "mongo", "redis", "cql", "none"]
 
 
 class PodKillParams(_Frozen):
@@ -223,7 +223,10 @@ KINDS: dict[str, KindInfo] = {
                                targets=("hop", "kube")),
     "infinispan-slowdown": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
                                     targets=("hop", "kube")),
+    "cassandra-slowdown": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
+                                   targets=("hop", "kube")),
     "dependency-down": KindInfo(params=DependencyDownParams, backends=("toxiproxy",), targets=("hop",)),
+    "cassandra-down": KindInfo(params=DependencyDownParams, backends=("toxiproxy",), targets=("hop",)),
     "bandwidth": KindInfo(params=BandwidthParams, backends=("toxiproxy",), targets=("hop",)),
     "memory-pressure": KindInfo(params=MemoryPressureParams, backends=("cgroup", "chaos-mesh", "litmus"),
                                 targets=("service", "kube")),

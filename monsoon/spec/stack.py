@@ -42,17 +42,19 @@ Scalar = str | int | float | bool
 
 
 class ReadySpec(_Frozen):
-    """How to tell a service is ready: exactly one of tcp / http / log."""
+    """How to tell a service is ready: exactly one of tcp / http / log / cql."""
     tcp: str | None = Field(None, description="host:port accepting TCP connections, e.g. 127.0.0.1:{port:kafka}")
     http: str | None = Field(None, description="a URL answering 2xx")
     log: str | None = Field(None, description="a regular expression searched in the service's log")
+    cql: str | None = Field(None, description="host:port of a Cassandra node answering a CQL query "
+                            "(SELECT release_version FROM system.local)")
     timeout: float = Field(60.0, gt=0, description="seconds to wait for readiness before the start fails")
 
     @model_validator(mode="after")
     def _one(self) -> "ReadySpec":
-        given = [k for k in ("tcp", "http", "log") if getattr(self, k)]
+        given = [k for k in ("tcp", "http", "log", "cql") if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of tcp, http, log (got {given or 'none'})")
+            raise ValueError(f"give exactly one of tcp, http, log, cql (got {given or 'none'})")
         return self
 
 
@@ -180,11 +182,35 @@ class ProvisioningSpec(_Frozen):
 
 
 class StorageSpec(_Frozen):
-    """Where stored messages are read back after the drain (every loss and duplicate check reads them)."""
-    kind: Literal["postgres"] = Field("postgres", description="the database kind")
-    dsn: str = Field(description="the connection string, e.g. postgresql://postgres@127.0.0.1:{port:postgres}/postgres")
-    loss_query: str = Field(description="SQL returning (device, seq[, stored_ms]) for every stored message")
-    count_query: str | None = Field(None, description="SQL returning one number: stored messages so far")
+    """Where stored messages are read back after the drain (every loss and duplicate check reads them):
+    ``kind: postgres`` (``dsn``, ``loss_query``) or ``kind: cassandra`` (``contact_points``, ``keyspace``,
+    ``cql``; ``dsn`` + ``names_query`` name the entity ids a CQL query returns)."""
+    kind: Literal["postgres", "cassandra"] = Field("postgres", description="the database kind")
+    dsn: str | None = Field(None, description="postgres: the connection string, e.g. "
+                            "postgresql://postgres@127.0.0.1:{port:postgres}/postgres (cassandra: the Postgres "
+                            "holding the device names, with names_query)")
+    loss_query: str | None = Field(None, description="postgres: SQL returning (device, seq[, stored_ms]) for every "
+                                   "stored message")
+    count_query: str | None = Field(None, description="SQL on dsn returning one number: stored messages so far")
+    contact_points: tuple[str, ...] = Field((), description="cassandra: host:port of the nodes, e.g. "
+                                            "127.0.0.1:{port:cassandra}")
+    keyspace: str | None = Field(None, description="cassandra: the keyspace the cql reads")
+    cql: str | None = Field(None, description="cassandra: CQL returning (device or entity_id, seq[, stored_ms]) for "
+                            "every stored message; read in pages")
+    names_query: str | None = Field(None, description="cassandra: SQL on dsn returning (entity_id, device), to name "
+                                    "the entity ids the cql returns")
+    fetch_size: int = Field(5000, gt=0, description="cassandra: rows per page")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "StorageSpec":
+        need = {"postgres": ("dsn", "loss_query"), "cassandra": ("contact_points", "keyspace", "cql")}[self.kind]
+        missing = [k for k in need if not getattr(self, k)]
+        if missing:
+            raise ValueError(f"storage kind {self.kind} needs {', '.join(missing)}")
+        for k in ("names_query", "count_query"):
+            if getattr(self, k) and not self.dsn:
+                raise ValueError(f"{k} needs dsn (the Postgres it runs on)")
+        return self
 
 
 class KafkaObserveSpec(_Frozen):

@@ -1,10 +1,13 @@
-"""Readiness: a service is ready when its tcp port answers, its http URL answers 2xx, or its log matches."""
+"""Readiness: a service is ready when its tcp port answers, its http URL answers 2xx, its log matches, or (cql) a
+Cassandra node answers a CQL query."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 from typing import Callable
 import requests
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+from cassandra.policies import DCAwareRoundRobinPolicy
 
 from monsoon.spec.stack import ReadySpec
 from monsoon.stack.ports import port_open
@@ -20,7 +23,33 @@ def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str])
             return requests.get(render_(ready.http), timeout=1).ok
         except requests.RequestException:
             return False
+    if ready.cql:
+        host, _, port = render_(ready.cql).rpartition(":")
+        return cql_answers(host or "127.0.0.1", int(port))
     try:
         return re.search(render_(ready.log), log_path.read_text(errors="replace")) is not None
     except FileNotFoundError:
         return False
+
+
+def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
+    """A Cassandra node answers a CQL query (its native port accepts connections well before that)."""
+    if not port_open(host, port):
+        return False
+    cluster = cql_cluster([host], port, timeout=timeout)
+    try:
+        session = cluster.connect()
+        return session.execute("SELECT release_version FROM system.local").one() is not None
+    except Exception:   # noqa: BLE001 - any failure means "not yet"
+        return False
+    finally:
+        cluster.shutdown()
+
+
+def cql_cluster(hosts: list[str], port: int, *, timeout: float = 5.0, row_factory=None) -> Cluster:
+    """A cassandra-driver Cluster for monsoon's own short sessions: protocol v5 (Cassandra 4+/5; no downgrade
+    dance), DC-aware round robin, ``timeout`` per request."""
+    profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=timeout,
+                               **({"row_factory": row_factory} if row_factory else {}))
+    return Cluster(hosts, port=port, protocol_version=5, connect_timeout=min(timeout, 5),
+                   control_connection_timeout=min(timeout, 5), execution_profiles={EXEC_PROFILE_DEFAULT: profile})

@@ -324,7 +324,7 @@ class Stack:
                 return True
             time.sleep(0.1)
         if first:
-            what = ready.tcp or ready.http or f"log /{ready.log}/"
+            what = ready.tcp or ready.http or (f"CQL at {ready.cql}" if ready.cql else f"log /{ready.log}/")
             raise StackError(f"service {svc.name!r} not ready after {ready.timeout * self.scale:.0f}s "
                              f"(waiting for {self.render(what, svc.dir)}); last log lines of {svc.log_path}:\n"
                              + _last_lines(svc.log_path))

@@ -404,9 +404,9 @@ def test_postgres_source_writes_the_query_columns(tmp_path, monkeypatch):
 
 def test_an_unknown_storage_kind_names_the_known_ones():
     class Storage:
-        kind = "cassandra"
+        kind = "mongo"
 
-    with pytest.raises(ValueError, match="no stored-message source for storage kind 'cassandra'.*postgres"):
+    with pytest.raises(ValueError, match="no stored-message source for storage kind 'mongo'.*cassandra, postgres"):
         stored_source(Storage)
 
 

@@ -103,7 +103,7 @@ def test_summary_without_clean_runs_when_some_were_asked_for_is_not_a_pass():
 
 def test_select_by_letter_or_key_and_reject_unknown():
     assert [d.letter for d in dx.select("a,e-early-commit")] == ["a", "e"]
-    assert len(dx.select(None)) == 6
+    assert len(dx.select(None)) == 7
     with pytest.raises(SystemExit, match="unknown defect"):
         dx.select("z")
 

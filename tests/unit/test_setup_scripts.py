@@ -100,3 +100,19 @@ def test_installed_infinispan_is_a_no_op_without_maven(tmp_path):
     (tmp_path / "cache" / "infinispan" / "VERSION").write_text("15.2.6.Final\n")
     r = run_install("install-infinispan", tmp_path, "mvn", "java")
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_missing_maven_for_cassandra_says_what_to_install(tmp_path):
+    r = run_install("install-cassandra", tmp_path, "mvn")
+    assert r.returncode == 1 and "install Maven: apt-get install -y maven" in r.stderr, r.stderr
+    assert not (tmp_path / "cache" / "cassandra").exists()
+
+
+def test_installed_cassandra_is_a_no_op_without_maven(tmp_path):
+    lib = tmp_path / "cache" / "cassandra" / "lib"
+    lib.mkdir(parents=True)
+    for jar in ("cassandra-all-5.0.9.jar", "jamm-0.4.0.jar"):
+        (lib / jar).write_bytes(b"")
+    (tmp_path / "cache" / "cassandra" / "VERSION").write_text("5.0.9\n")
+    r = run_install("install-cassandra", tmp_path, "mvn", "java")
+    assert r.returncode == 0 and r.stderr == "", r.stderr

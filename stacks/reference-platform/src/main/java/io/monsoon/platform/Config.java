@@ -41,6 +41,20 @@ final class Config {
     final long registryTimeoutMs;
     /** Threads running blocking registry/cache lookups (one lookup per device channel at a time). */
     final int registryLookupThreads;
+    /** DATABASE_TS_TYPE: sql (time series in Postgres) or cassandra (time series in Cassandra, latest in Postgres). */
+    final String tsType;
+    final java.util.List<java.net.InetSocketAddress> cassandraContactPoints;
+    final String cassandraKeyspace;
+    final String cassandraLocalDc;
+    /** Requests in flight per connection before a caller waits for the pool (driver 4.x default: 1024). */
+    final int cassandraMaxRequestsPerConnection;
+    final int cassandraConnections;
+    /** How long a caller waits for a free connection before the write fails (driver 3.x's poolTimeoutMillis). */
+    final long cassandraPoolTimeoutMs;
+    final long cassandraRequestTimeoutMs;
+    final String cassandraWriteConsistency;
+    /** TB_ACK_AFTER_TS_WRITE: ack (PUBACK) only after the Cassandra write, no queue (NDU's shape). */
+    final boolean ackAfterTsWrite;
     /** Seeded defects ({@code DEFECT_*}, all off by default): see {@link Defects}. */
     final Defects defects;
 
@@ -104,6 +118,35 @@ final class Config {
         if (consumerThreads < 1) throw new IllegalArgumentException("TB_CONSUMER_THREADS must be >= 1");
         if (consumerBatchSize < 1) throw new IllegalArgumentException("TB_CONSUMER_BATCH_SIZE must be >= 1");
         if (kafkaPartitions < 1) throw new IllegalArgumentException("TB_KAFKA_PARTITIONS must be >= 1");
+        tsType = get(env, "DATABASE_TS_TYPE", "sql").trim().toLowerCase();
+        if (!tsType.equals("sql") && !tsType.equals("cassandra")) {
+            throw new IllegalArgumentException("DATABASE_TS_TYPE must be sql or cassandra, got '" + tsType + "'");
+        }
+        java.util.List<java.net.InetSocketAddress> cps = new java.util.ArrayList<>();
+        for (String hp : get(env, "CASSANDRA_URL", "127.0.0.1:9042").split(",")) {
+            String t = hp.trim();
+            int cut = t.lastIndexOf(':');
+            cps.add(cut < 0 ? new java.net.InetSocketAddress(t, 9042)
+                : new java.net.InetSocketAddress(t.substring(0, cut), Integer.parseInt(t.substring(cut + 1))));
+        }
+        cassandraContactPoints = java.util.List.copyOf(cps);
+        cassandraKeyspace = get(env, "CASSANDRA_KEYSPACE_NAME", "thingsboard");
+        cassandraLocalDc = get(env, "CASSANDRA_LOCAL_DATACENTER", "datacenter1");
+        // DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION (seeded defect g, connection-pool starvation) overrides it
+        cassandraMaxRequestsPerConnection = getInt(env, "DEFECT_CASSANDRA_MAX_REQUESTS_PER_CONNECTION",
+            getInt(env, "CASSANDRA_MAX_REQUESTS_PER_CONNECTION", 1024));
+        cassandraConnections = getInt(env, "CASSANDRA_CONNECTIONS", 1);
+        cassandraPoolTimeoutMs = getLong(env, "CASSANDRA_POOL_TIMEOUT_MS", 5000);
+        cassandraRequestTimeoutMs = getLong(env, "CASSANDRA_REQUEST_TIMEOUT_MS", 10000);
+        cassandraWriteConsistency = get(env, "CASSANDRA_WRITE_CONSISTENCY_LEVEL", "ONE");
+        ackAfterTsWrite = Boolean.parseBoolean(get(env, "TB_ACK_AFTER_TS_WRITE", "false").trim());
+        if (cassandraMaxRequestsPerConnection < 1 || cassandraMaxRequestsPerConnection > 32000) {
+            throw new IllegalArgumentException("CASSANDRA_MAX_REQUESTS_PER_CONNECTION must be 1..32000");
+        }
+        if (cassandraConnections < 1) throw new IllegalArgumentException("CASSANDRA_CONNECTIONS must be >= 1");
+        if (ackAfterTsWrite && !cassandra()) {
+            throw new IllegalArgumentException("TB_ACK_AFTER_TS_WRITE needs DATABASE_TS_TYPE=cassandra");
+        }
         defects = Defects.fromEnv(env);
         if ((defects.stallAfterBrokerRestart || defects.commitBeforeWrite) && !kafka()) {
             throw new IllegalArgumentException("DEFECT_STALL_AFTER_BROKER_RESTART and DEFECT_COMMIT_BEFORE_WRITE need"
@@ -113,6 +156,10 @@ final class Config {
 
     boolean kafka() {
         return queueType.equals("kafka");
+    }
+
+    boolean cassandra() {
+        return tsType.equals("cassandra");
     }
 
     boolean mongo() {

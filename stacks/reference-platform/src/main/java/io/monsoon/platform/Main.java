@@ -91,7 +91,18 @@ public final class Main {
             devices.ensureDefaultProfile();
 
             TsWriter writer = new TsWriter(ds, cfg.storageCommitDelayMs, cfg.defects);
-            if (cfg.kafka()) {
+            CassandraTs cassandra = null;
+            if (cfg.cassandra()) {
+                cassandra = new CassandraTs(cfg);
+                registry.add(cassandra); // closed after the queue has stopped
+                cassandra.start(cfg.startupTimeoutSec);
+                writer.withCassandra(cassandra);
+            }
+            if (cfg.ackAfterTsWrite) {
+                queue = new CassandraAckQueue(cassandra, cfg.defects);
+                final TbQueue q = queue;
+                Metrics.init(() -> q.size(), null);
+            } else if (cfg.kafka()) {
                 KafkaQueue kq = new KafkaQueue(cfg, writer);
                 queue = kq;
                 final TbQueue q = kq;

@@ -42,6 +42,8 @@ final class TsWriter {
     private final Defects defects;
     private final String tsSql;
     private final Map<String, Integer> keyIds = new ConcurrentHashMap<>();
+    /** DATABASE_TS_TYPE=cassandra: time series go to Cassandra, latest values stay here (TB's hybrid mode). */
+    private CassandraTs cassandra;
 
     /**
      * @param commitDelayMs extra latency before each COMMIT (TB_STORAGE_COMMIT_DELAY_MS): models the commit
@@ -61,6 +63,12 @@ final class TsWriter {
         this.tsSql = defects.duplicateOnRedelivery ? TS_SQL_NOT_IDEMPOTENT : TS_SQL;
     }
 
+    /** Sends the time series to Cassandra (asynchronously, joined per batch); ts_kv_latest stays in Postgres. */
+    TsWriter withCassandra(CassandraTs ts) {
+        this.cassandra = ts;
+        return this;
+    }
+
     private record Row(UUID entityId, int key, KvEntry e) {
     }
 
@@ -71,6 +79,16 @@ final class TsWriter {
     void write(List<TbMsg> batch) throws SQLException {
         final int received = batch.size();
         batch = defects.dropSome(batch); // DEFECT_DROP_ACKED_PCT: acked, silently never written
+        if (cassandra != null) {
+            try {
+                cassandra.write(batch); // before the latest values: a failed batch is retried whole (idempotent)
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new SQLException("interrupted while writing to Cassandra", e);
+            } catch (Exception e) {
+                throw new SQLException("Cassandra write failed: " + e.getMessage(), e);
+            }
+        }
         try (Connection c = ds.getConnection()) {
             // ts_kv rows keyed by primary key: the last value for the same (entity, key, ts) wins, as row by row.
             // ts_kv_latest gets one upsert per value, as TB's save-timeseries node does (no coalescing), sorted
@@ -93,11 +111,13 @@ final class TsWriter {
             c.setAutoCommit(false);
             try (PreparedStatement ts = c.prepareStatement(tsSql);
                  PreparedStatement lt = c.prepareStatement(LATEST_SQL)) {
-                for (Row r : rows.values()) {
-                    bind(ts, r);
-                    ts.addBatch();
+                if (cassandra == null) {
+                    for (Row r : rows.values()) {
+                        bind(ts, r);
+                        ts.addBatch();
+                    }
+                    ts.executeBatch();
                 }
-                ts.executeBatch();
                 for (Row r : latestRows) {
                     bind(lt, r);
                     lt.addBatch();
