@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 import psycopg
 import json
 import subprocess
@@ -164,7 +165,6 @@ class KafkaLagCollector(Collector):
         if not is_pattern(self.group):
             return [self.group]
         if self._samples % self.GROUPS_EVERY == 0 or not self.consumers:   # TB makes its groups as it starts
-            from confluent_kafka.admin import AdminClient
             if self._admin is None:
                 self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000,
                                            "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")})
