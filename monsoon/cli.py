@@ -149,6 +149,8 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-registry", "mongo-slowdown"), ("kafka-registry", "infinispan-slowdown"),
     ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
     ("kafka-registry", "soak"),
+    ("thingsboard-inmemory", "thingsboard-burst-x3"), ("thingsboard-inmemory", "thingsboard-burst-x10"),
+    ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
