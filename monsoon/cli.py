@@ -193,6 +193,8 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
     ("kafka-registry", "soak"),
     ("inmemory-docker", "burst-x10"), ("kafka-docker", "burst-x10"), ("kafka-docker", "pod-kill"),
+    ("thingsboard-inmemory", "thingsboard-burst-x3"), ("thingsboard-inmemory", "thingsboard-burst-x10"),
+    ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}

@@ -7,6 +7,7 @@ keeps the latest values for the runner (drain detection, progress).
 """
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import time
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 import psycopg
 import json
 import os
@@ -28,6 +30,7 @@ from monsoon.faults.cgroup import CgroupDir, CgroupFS, limit_bytes
 from monsoon.faults.kube import cluster_configured, kube_client
 from monsoon.observe.parsers import parse_docker_inspect, parse_pods
 from monsoon.stack.dockerd import docker_host
+from monsoon.spec.stack import is_pattern, metric_terms
 
 
 log = logging.getLogger(__name__)
@@ -101,14 +104,21 @@ def parse_selector(sel: str) -> tuple[str, dict[str, str]]:
 
 
 def select_metrics(text: str, selectors: dict[str, str]) -> dict[str, float]:
-    """Sum of the samples matching each selector in a Prometheus text exposition."""
-    wanted = {sig: parse_selector(sel) for sig, sel in selectors.items()}
-    out: dict[str, float] = {}
+    """Each signal from a Prometheus text exposition: the sum of the samples matching its selector, or, for a
+    derived signal (``'put_total - done_total'``, :func:`~monsoon.spec.stack.metric_terms`), the signed sum of
+    its series; a signal is left out while any of its series has no sample (missing data, never a zero)."""
+    terms = {sig: [(sign, parse_selector(sel)) for sign, sel in metric_terms(expr)] for sig, expr in selectors.items()}
+    sums: dict[tuple[str, int], float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            for sig, (name, labels) in wanted.items():
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    out[sig] = out.get(sig, 0.0) + float(s.value)
+            for sig, parts in terms.items():
+                for i, (_, (name, labels)) in enumerate(parts):
+                    if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                        sums[(sig, i)] = sums.get((sig, i), 0.0) + float(s.value)
+    out: dict[str, float] = {}
+    for sig, parts in terms.items():
+        if all((sig, i) in sums for i in range(len(parts))):
+            out[sig] = sum(sign * sums[(sig, i)] for i, (sign, _) in enumerate(parts))
     return out
 
 
@@ -135,51 +145,110 @@ class KafkaLagCollector(Collector):
 
     Reads through a confluent-kafka *Consumer* that carries the group id but never
     subscribes (so it never joins the group): ``committed()`` for the group's offsets,
-    ``get_watermark_offsets()`` for the log ends.  Not the AdminClient: its
+    ``get_watermark_offsets()`` for the log ends.  Not the AdminClient's offsets: its
     ListConsumerGroupOffsets aborts the whole process when the coordinator's
     connection drops mid-request (librdkafka issue #4605 / PR #5397, unfixed in
     2.16) -- exactly what a broker-restart fault does.
+
+    ``group`` and ``topic`` may be shell-style patterns (``re-Main-consumer-*``, ``tb_rule_engine.main.*``):
+    the groups are listed (AdminClient ListGroups, every ``GROUPS_EVERY`` samples) and each matching group
+    gets its own never-subscribing Consumer; a partition's lag is that of the slowest matching group that
+    has committed on it, or its whole log when none has.  No matching topic: ``topic_missing``, no lag.
     """
 
     name = "kafka"
+    GROUPS_EVERY = 5
 
     def __init__(self, bootstrap: str, group: str, topic: str | None, timeout: float = 0.9):
-        self.group, self.topic, self.timeout = group, topic, timeout
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                                  "socket.timeout.ms": 2000, "log_level": 0,
-                                  "logger": logging.getLogger("monsoon.kafka-lag")})
+        self.bootstrap, self.group, self.topic, self.timeout = bootstrap, group, topic, timeout
+        self.consumers: dict[str, Consumer] = {}
+        self._admin = None
+        self._meta: Consumer | None = None
+        self._samples = 0
+        if not is_pattern(group):
+            self._consumer(group)
+
+    def _consumer(self, group: str) -> Consumer:
+        if group not in self.consumers:
+            self.consumers[group] = Consumer({
+                "bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False,
+                "socket.timeout.ms": 2000, "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")})
+        return self.consumers[group]
+
+    @property
+    def consumer(self) -> Consumer:
+        """For metadata and log ends: the group's own Consumer, or (a pattern) one of a group id that matches
+        nothing it reads (it never subscribes, so no group is joined or made)."""
+        if self._meta is None:
+            self._meta = self.consumers[self.group] if not is_pattern(self.group) else Consumer({
+                "bootstrap.servers": self.bootstrap, "group.id": "monsoon-lag-metadata", "enable.auto.commit": False,
+                "socket.timeout.ms": 2000, "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")})
+        return self._meta
+
+    def _groups(self) -> list[str]:
+        if not is_pattern(self.group):
+            return [self.group]
+        if self._samples % self.GROUPS_EVERY == 0 or not self.consumers:   # TB makes its groups as it starts
+            if self._admin is None:
+                self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000,
+                                           "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")})
+            listed = self._admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 1)
+            for g in listed.valid:
+                if fnmatch.fnmatchcase(g.group_id, self.group):
+                    self._consumer(g.group_id)
+        return sorted(self.consumers)
+
+    def _topics(self, md) -> list[str]:
+        names = [t for t in md.topics if not md.topics[t].error]
+        if self.topic and is_pattern(self.topic):
+            return sorted(t for t in names if fnmatch.fnmatchcase(t, self.topic))
+        if self.topic:
+            return [self.topic] if self.topic in names else []
+        return [t for t in names if not t.startswith("__")]
 
     def sample(self) -> dict[str, Any]:
-        md = self.consumer.list_topics(topic=self.topic, timeout=self.timeout) if self.topic \
-            else self.consumer.list_topics(timeout=self.timeout)
-        topics = [self.topic] if self.topic else [t for t in md.topics if not t.startswith("__")]
-        tps = [TopicPartition(t, p) for t in topics if t in md.topics and not md.topics[t].error
-               for p in md.topics[t].partitions]
+        groups = self._groups()
+        self._samples += 1
+        md = self.consumer.list_topics(topic=self.topic, timeout=self.timeout) \
+            if self.topic and not is_pattern(self.topic) else self.consumer.list_topics(timeout=self.timeout)
+        tps = [TopicPartition(t, p) for t in self._topics(md) for p in md.topics[t].partitions]
         if not tps:
             return {"topic_missing": 1}   # no lag measured: missing data, never a zero
-        got = self.consumer.committed(tps, timeout=self.timeout)
-        bad = [tp for tp in got if tp.error is not None]
-        if bad:   # the group's offsets could not be read: no lag, never "everything is lag" nor a zero
-            raise RuntimeError(f"committed offsets of group {self.group!r} unreadable for {len(bad)} partition(s), "
-                               f"e.g. {bad[0].topic}-{bad[0].partition}: {bad[0].error}")
-        committed = {(tp.topic, tp.partition): tp.offset for tp in got}
-        if not self.topic:   # without a topic: the topics the group has committed on
-            tps = [tp for tp in tps if committed.get((tp.topic, tp.partition), -1) >= 0]
+        committed: dict[tuple[str, int], list[int]] = {}
+        for g in groups:
+            got = self.consumers[g].committed(tps, timeout=self.timeout)
+            bad = [tp for tp in got if tp.error is not None]
+            if bad:   # the group's offsets could not be read: no lag, never "everything is lag" nor a zero
+                raise RuntimeError(f"committed offsets of group {g!r} unreadable for {len(bad)} partition(s), "
+                                   f"e.g. {bad[0].topic}-{bad[0].partition}: {bad[0].error}")
+            for tp in got:
+                if tp.offset >= 0:
+                    committed.setdefault((tp.topic, tp.partition), []).append(tp.offset)
+        if not self.topic:   # without a topic: the topics the group(s) have committed on
+            tps = [tp for tp in tps if (tp.topic, tp.partition) in committed]
             if not tps:
-                return {"group_missing": 1}   # the group has committed nothing anywhere: no lag measured
+                return {"group_missing": 1}   # the group(s) committed nothing anywhere: no lag measured
         parts, total = {}, 0
         for tp in tps:
             _, end = self.consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
             if end < 0:       # the log end is unknown (librdkafka's OFFSET_INVALID): missing, not lag 0
                 raise RuntimeError(f"no log-end offset for {tp.topic}-{tp.partition}")
-            c = committed.get((tp.topic, tp.partition), -1)
-            lag = end - c if c >= 0 else end  # nothing committed yet: everything is lag
-            total += max(lag, 0)
-            parts[f"{tp.topic}-{tp.partition}"] = {"end": end, "committed": c, "lag": max(lag, 0)}
-        return {"lag": total, "partitions": parts}
+            offs = committed.get((tp.topic, tp.partition))
+            c = min(offs) if offs else -1     # the slowest group; nothing committed yet: everything is lag
+            lag = max(end - c if c >= 0 else end, 0)
+            total += lag
+            parts[f"{tp.topic}-{tp.partition}"] = {"end": end, "committed": c, "lag": lag}
+        out: dict[str, Any] = {"lag": total, "partitions": parts}
+        if is_pattern(self.group):
+            out["groups"] = len(groups)
+        return out
 
     def close(self) -> None:
-        self.consumer.close()
+        if self._meta is not None and self._meta not in self.consumers.values():
+            self._meta.close()
+        for c in self.consumers.values():
+            c.close()
+        self.consumers.clear()
 
 
 class SqlCountCollector(Collector):

@@ -106,6 +106,19 @@ class ServiceSpec(_Frozen):
     stop_signal: Literal["SIGTERM", "SIGINT", "SIGQUIT", "SIGKILL"] = Field(
         "SIGTERM", description="the signal sent to its process group to stop it")
     ephemeral: bool = Field(False, description="delete its work dir (not its log) after the stack stops")
+    oneshot: bool = Field(False, description="a one-shot step (an installer, a migration): run once per stack "
+                          "start, to completion; it is ready when it exits 0 (any other exit fails the start), "
+                          "and services that depend_on it start after it; no ready or restart with it")
+    oneshot_timeout: float = Field(600.0, gt=0, description="oneshot only: seconds it may run before the start "
+                                   "fails")
+
+    @model_validator(mode="after")
+    def _oneshot(self) -> "ServiceSpec":
+        if self.oneshot and self.ready is not None:
+            raise _invalid("a oneshot service is ready when it exits 0: give no ready")
+        if self.oneshot and self.restart != "no":
+            raise _invalid("a oneshot service runs once: give no restart")
+        return self
 
     @field_validator("mem_limit", mode="before", json_schema_input_type=str | dict[Profile, str] | None)
     @classmethod
@@ -213,11 +226,44 @@ class StorageSpec(_Frozen):
         return self
 
 
+GLOB_CHARS = set("*?[")
+
+
+def is_pattern(name: str | None) -> bool:
+    """A Kafka group or topic name given as a shell-style pattern (``*``, ``?``, ``[...]``)."""
+    return bool(name) and not GLOB_CHARS.isdisjoint(name)
+
+
 class KafkaObserveSpec(_Frozen):
-    """A Kafka consumer group whose lag is sampled every second (per partition: log end, committed offset)."""
+    """Kafka consumer groups whose lag is sampled every second (per partition: log end, committed offset).
+    ``group`` and ``topic`` may be shell-style patterns (``re-Main-consumer-*``, ``tb_rule_engine.main.*``):
+    then the lag covers every matching group on every matching topic; a partition's lag is that of the
+    slowest matching group that has committed on it (its whole log when none has)."""
     bootstrap: str = Field(description="host:port of a broker, e.g. 127.0.0.1:{port:kafka}")
-    group: str = Field(description="the consumer group of the service under test")
-    topic: str | None = Field(None, description="the topic (default: every topic the group has committed on)")
+    group: str = Field(description="the consumer group of the service under test, or a pattern matching its groups")
+    topic: str | None = Field(None, description="the topic, or a pattern matching its topics (default: every "
+                              "topic the group(s) have committed on)")
+
+
+_SELECTOR = r'[A-Za-z_:][A-Za-z0-9_:]*(?:\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?'
+_TERM_RE = re.compile(r'\s*([+-])?\s*(' + _SELECTOR + r')\s*')
+
+
+def metric_terms(expr: str) -> tuple[tuple[int, str], ...]:
+    """``'a{x="1"} - b + c'`` -> ((1, 'a{x="1"}'), (-1, 'b'), (1, 'c')): the series of a signal, each with its
+    sign. One selector is one term; label values may hold any character (``-`` included)."""
+    terms: list[tuple[int, str]] = []
+    pos = 0
+    while pos < len(expr):
+        m = _TERM_RE.match(expr, pos)
+        if not m or m.end() == pos or (terms and not m.group(1)) or (not terms and m.group(1) == "+"):
+            raise ValueError(f"cannot read {expr[pos:].strip()[:40]!r} in {expr!r}: give series joined by + and -, "
+                             "e.g. 'put_total - done_total'")
+        terms.append((-1 if m.group(1) == "-" else 1, m.group(2)))
+        pos = m.end()
+    if not terms:
+        raise ValueError("empty series")
+    return tuple(terms)
 
 
 class KubeObserveSpec(_Frozen):
@@ -238,9 +284,10 @@ class ObserveSpec(_Frozen):
                                 "cgroup's OOM kills are sampled")
     metrics_url: str | None = Field(None, description="a Prometheus text endpoint scraped every second "
                                     "(needed for metrics)")
-    metrics: dict[str, str] = Field({}, description="signal name: Prometheus series, e.g. queue_depth: tb_queue_size; "
-                                    "the checks read queue_depth, heap_max, gc_seconds, the report also "
-                                    "heap_used and stored")
+    metrics: dict[str, str] = Field({}, description="signal name: Prometheus series, e.g. queue_depth: tb_queue_size, "
+                                    "or a sum and difference of series, e.g. queue_depth: 'put_total - done_total' "
+                                    "(a derived signal: missing while any of its series is); the checks read "
+                                    "queue_depth, heap_max, gc_seconds, the report also heap_used and stored")
     kafka: KafkaObserveSpec | None = Field(None, description="the consumer group whose lag the lag checks read")
     kubernetes: KubeObserveSpec | None = Field(None, description="pods whose OOMKilled terminations and restarts "
                                                "no_oom reads (when a cluster is configured)")
@@ -251,6 +298,11 @@ class ObserveSpec(_Frozen):
     def _scraped(self) -> "ObserveSpec":
         if self.metrics and not self.metrics_url:
             raise _invalid("metrics needs metrics_url (the Prometheus endpoint they are scraped from)")
+        for sig, expr in self.metrics.items():
+            try:
+                metric_terms(expr)
+            except ValueError as e:
+                raise _invalid(f"metrics.{sig}: {e}") from None
         return self
 
     def signals(self) -> dict[str, str]:

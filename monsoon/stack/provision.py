@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +25,17 @@ from requests.adapters import HTTPAdapter
 __all__ = ["NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names"]
 
 DEVICE_TYPE = "monsoon"
+#: the device profile monsoon's devices use, created once before them (``POST /api/deviceProfile``): real
+#: ThingsBoard 4.2.1 creates a missing profile inside each device create, and concurrent creates then race on
+#: device_profile_name_unq_key (500 "Database error").
+DEVICE_PROFILE = {
+    "name": DEVICE_TYPE, "type": "DEFAULT", "transportType": "DEFAULT", "provisionType": "DISABLED",
+    "description": "devices created by monsoon",
+    "profileData": {"configuration": {"type": "DEFAULT"}, "transportConfiguration": {"type": "DEFAULT"},
+                    "provisionConfiguration": {"type": "DISABLED"}},
+}
+#: TB answers 429 when a tenant's REST rate limit is exceeded: wait and retry (seconds between attempts)
+RATE_LIMIT_WAITS = (0.5, 1, 2, 4, 8)
 
 
 class ProvisionError(RuntimeError):
@@ -157,7 +169,8 @@ class TbRestProvisioner:
         if self._token is None:
             self.login()
         url = self.base_url + path
-        for attempt in (0, 1):
+        reauthed, waits = False, list(RATE_LIMIT_WAITS)
+        while True:
             with self._auth_lock:
                 token, gen = self._token, self._gen
             try:
@@ -167,15 +180,32 @@ class TbRestProvisioner:
                 )
             except requests.RequestException as e:
                 raise ProvisionError(f"{method} {url} failed: {type(e).__name__}: {e}") from e
-            if resp.status_code == 401 and attempt == 0:
+            if resp.status_code == 401 and not reauthed:
+                reauthed = True
                 self._reauth(gen)
+                continue
+            if resp.status_code == 429 and waits:   # TB's REST rate limit: {"status": 429, "errorCode": 33}
+                time.sleep(waits.pop(0))
                 continue
             if resp.status_code in ok:
                 return resp
             raise ProvisionError(f"{method} {url} failed: {resp.status_code} {_body_text(resp)}")
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # -------------------------------------------------------------- devices
+    def _find_profile(self) -> dict[str, Any] | None:
+        resp = self._request("GET", f"/api/deviceProfiles?pageSize=100&page=0&textSearch={quote(DEVICE_TYPE)}")
+        return next((p for p in resp.json().get("data", []) if p.get("name") == DEVICE_TYPE), None)
+
+    def ensure_profile(self) -> None:
+        """The devices' profile, created once before them (a concurrent monsoon may win the create: look again)."""
+        if self._find_profile() is not None:
+            return
+        try:
+            self._request("POST", "/api/deviceProfile", json=DEVICE_PROFILE)
+        except ProvisionError:
+            if self._find_profile() is None:
+                raise
+
     def _find(self, name: str) -> dict[str, Any] | None:
         resp = self._request(
             "GET", f"/api/tenant/devices?deviceName={quote(name, safe='')}", ok=(200, 404)
@@ -210,6 +240,7 @@ class TbRestProvisioner:
             self.login()
         if not names_and_tokens:
             return []
+        self.ensure_profile()
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="monsoon-provision") as pool:
             return list(pool.map(lambda nt: self._ensure_one(*nt), names_and_tokens))
 

@@ -297,6 +297,9 @@ class Stack:
         svc = self._build(name)
         self.services[name] = svc
         self._spawn(svc)
+        if svc.spec.oneshot:
+            self._wait_done(svc)
+            return
         self._wait_ready(svc)
         svc.supervisor = threading.Thread(target=self._supervise, args=(svc,), name=f"supervise-{name}",
                                           daemon=True)
@@ -329,6 +332,26 @@ class Stack:
                              f"(waiting for {self.render(what, svc.dir)}); last log lines of {svc.log_path}:\n"
                              + _last_lines(svc.log_path))
         return False
+
+    def _wait_done(self, svc: Service) -> None:
+        """A oneshot service (an installer, a migration): wait for it to exit; 0 is done, anything else fails
+        the start. Its end is a ``done`` event, not an ``exit``: it is no crash of the stack."""
+        t0 = time.monotonic()
+        deadline = t0 + svc.spec.oneshot_timeout * self.scale
+        while svc.proc.poll() is None:
+            if self._stopping.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise StackError(f"oneshot service {svc.name!r} still running after "
+                                 f"{svc.spec.oneshot_timeout * self.scale:.0f}s (oneshot_timeout); last log lines of "
+                                 f"{svc.log_path}:\n" + _last_lines(svc.log_path))
+            time.sleep(0.1)
+        code = _norm(svc.proc.returncode)
+        after = round(time.monotonic() - t0, 3)
+        if code != 0:
+            raise StackError(f"oneshot service {svc.name!r} exited with code {code} after {after:.1f}s; "
+                             f"last log lines of {svc.log_path}:\n" + _last_lines(svc.log_path))
+        self.on_event("service", service=svc.name, event="done", code=code, after_s=after)
 
     def _died(self, svc: Service, t0: float) -> StackError:
         code = _norm(svc.proc.returncode)

@@ -41,6 +41,20 @@ def test_lag_is_exact_and_the_collector_survives_a_broker_restart(tmp_path):
         col = KafkaLagCollector(bootstrap, "g", "t", timeout=2.0)
         s = col.sample()
         assert s["lag"] == 50 + 0 and s["partitions"]["t-0"] == {"end": 150, "committed": 100, "lag": 50}
+        # ThingsBoard's shape: one group per topic (re-Main-consumer-N on tb_rule_engine.main.N), given by pattern
+        for n in range(3):
+            for i in range(10 * (n + 1)):
+                p.produce(f"tb_re.main.{n}", value=b"x")
+        assert p.flush(30) == 0
+        for n in range(2):   # group 2 never committed: its topic's whole log is lag
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"re-consumer-{n}", "enable.auto.commit": False})
+            c.commit(offsets=[TopicPartition(f"tb_re.main.{n}", 0, 4)], asynchronous=False)
+            c.close()
+        pat = KafkaLagCollector(bootstrap, "re-consumer-*", "tb_re.main.*", timeout=2.0)
+        ps = pat.sample()
+        assert ps["groups"] == 2 and ps["lag"] == (10 - 4) + (20 - 4) + 30, ps
+        assert KafkaLagCollector(bootstrap, "re-consumer-*", "tb_re.main", timeout=2.0).sample() == {"topic_missing": 1}
+        pat.close()
         # a broker restart while sampling as fast as the Sampler would
         st.kill("kafka", signal.SIGTERM)
         errors, back = 0, None

@@ -1,11 +1,14 @@
 """TbRestProvisioner against a small in-process HTTP server speaking the
-subset of ThingsBoard's REST API the provisioner uses (login, refresh,
-device lookup/create/credentials/delete)."""
+subset of ThingsBoard's REST API the provisioner uses (login, refresh, device profile,
+device lookup/create/credentials/delete), with real TB 4.2.1's behaviours: a device of a type
+without a profile creates the profile inside the request, and concurrent such creates race on
+device_profile_name_unq_key (500 "Database error"); a REST rate limit answers 429."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -24,6 +27,9 @@ class FakeTb:
         self.lock = threading.Lock()
         self.logins = 0
         self.refreshes = 0
+        self.profiles: dict[str, dict] = {}   # name -> profile
+        self.creating_profile: set[str] = set()
+        self.throttle = 0                     # the next N authenticated calls answer 429
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -41,6 +47,12 @@ class FakeTb:
             def _authed(self) -> bool:
                 h = self.headers.get("X-Authorization", "")
                 if h.startswith("Bearer ") and h[7:] in fake.valid_tokens:
+                    with fake.lock:
+                        if fake.throttle > 0:
+                            fake.throttle -= 1
+                            self._send(429, {"status": 429, "message": "Too many requests for current tenant!",
+                                             "errorCode": 33})
+                            return False
                     return True
                 self._send(401, {"status": 401, "message": "Token has expired", "errorCode": 11})
                 return False
@@ -69,11 +81,37 @@ class FakeTb:
                         tok = f"jwt-{uuid.uuid4()}"
                         fake.valid_tokens.add(tok)
                     return self._send(200, {"token": tok, "refreshToken": "refresh-" + tok})
+                if u.path == "/api/deviceProfile":
+                    if not self._authed():
+                        return
+                    b = self._json()
+                    for k, what in (("type", "type"), ("transportType", "transport type")):
+                        if not b.get(k):
+                            return self._send(400, {"status": 400, "errorCode": 31,
+                                                    "message": f"Device profile {what} should be specified!"})
+                    with fake.lock:
+                        if b["name"] in fake.profiles:
+                            return self._send(400, {"status": 400, "errorCode": 31,
+                                                    "message": "Device profile with such name already exists!"})
+                        fake.profiles[b["name"]] = dict(b, id={"entityType": "DEVICE_PROFILE", "id": str(uuid.uuid4())})
+                    return self._send(200, fake.profiles[b["name"]])
                 if u.path == "/api/device":
                     if not self._authed():
                         return
                     b = self._json()
                     token = parse_qs(u.query)["accessToken"][0]
+                    with fake.lock:   # TB's findOrCreateDeviceProfile: no guard against a concurrent creator
+                        race = b["type"] not in fake.profiles and b["type"] in fake.creating_profile
+                        new_type = b["type"] not in fake.profiles and not race
+                        if new_type:
+                            fake.creating_profile.add(b["type"])
+                    if race:
+                        return self._send(500, {"status": 500, "message": "Database error", "errorCode": 2})
+                    if new_type:
+                        time.sleep(0.05)
+                        with fake.lock:
+                            fake.profiles[b["type"]] = {"name": b["type"]}
+                            fake.creating_profile.discard(b["type"])
                     with fake.lock:
                         if b["name"] in fake.devices:
                             return self._send(400, {"status": 400, "message": "Device with such name already exists!"})
@@ -88,6 +126,10 @@ class FakeTb:
                     fake.calls.append(("GET", u.path))
                 if not self._authed():
                     return
+                if u.path == "/api/deviceProfiles":
+                    q = parse_qs(u.query).get("textSearch", [""])[0]
+                    return self._send(200, {"data": [p for n, p in fake.profiles.items() if q.lower() in n.lower()],
+                                            "totalPages": 1, "totalElements": len(fake.profiles), "hasNext": False})
                 if u.path == "/api/tenant/devices":
                     name = parse_qs(u.query)["deviceName"][0]
                     d = fake.devices.get(name)
@@ -198,3 +240,35 @@ def test_unreachable_server_is_a_provision_error() -> None:
     p = TbRestProvisioner(f"http://127.0.0.1:{port}", "u", "p", timeout=2)
     with pytest.raises(ProvisionError, match=rf"login to http://127.0.0.1:{port}/api/auth/login failed: ConnectionError"):
         p.login()
+
+
+def test_the_profile_is_created_once_before_the_devices(tb: FakeTb) -> None:
+    """Real TB 4.2.1 makes a missing profile inside each device create, and 8 concurrent creates of a new type
+    race on device_profile_name_unq_key (7 of 8 got 500 "Database error"): the profile comes first, once."""
+    wanted = device_names("race", 40)
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant", workers=8) as p:
+        got = p.ensure_devices(wanted)
+        assert [d.token for d in got] == [t for _, t in wanted]
+        p.ensure_devices(wanted)
+    assert tb.calls.count(("POST", "/api/deviceProfile")) == 1 and set(tb.profiles) == {"monsoon"}
+    assert tb.profiles["monsoon"]["type"] == "DEFAULT" and tb.profiles["monsoon"]["transportType"] == "DEFAULT"
+
+
+def test_the_fake_races_as_tb_does_without_the_profile_first(tb: FakeTb) -> None:
+    """The fake is honest: without the profile first, concurrent creates fail as they did on real TB."""
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant", workers=8) as p:
+        p.ensure_profile = lambda: None
+        with pytest.raises(ProvisionError, match="500 Database error"):
+            p.ensure_devices(device_names("race2", 16))
+
+
+def test_a_rate_limited_call_waits_and_retries(tb: FakeTb, monkeypatch) -> None:
+    import monsoon.stack.provision as prov
+    monkeypatch.setattr(prov, "RATE_LIMIT_WAITS", (0.01, 0.01, 0.01))
+    with TbRestProvisioner(tb.url, "tenant@thingsboard.org", "tenant", workers=1) as p:
+        p.login()
+        tb.throttle = 3
+        assert [d.name for d in p.ensure_devices(device_names("slow", 2))] == ["slow-00000", "slow-00001"]
+        tb.throttle = 4
+        with pytest.raises(ProvisionError, match="429 Too many requests for current tenant!"):
+            p.ensure_devices(device_names("slow", 1))
