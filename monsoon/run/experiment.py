@@ -159,8 +159,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
     if result.interrupted is not None:
         raise RunInterrupted(result, result.interrupted)
-    if fin.received is not None:      # the run was whole and its verdict stands; the session stops after it
-        raise RunInterrupted(result, interruption(fin.received, tl.now(), {"stage": "checks"}))
+    if fin.received:                  # the run was whole and its verdict stands; the session stops after it
+        raise RunInterrupted(result, interruption(fin.received[0], tl.now(), {"stage": "checks"}))
     return result
 
 

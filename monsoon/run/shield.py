@@ -4,7 +4,6 @@ from __future__ import annotations
 import queue
 import signal
 import threading
-import time
 from typing import Any
 
 from monsoon.observe.progress import Progress
@@ -45,9 +44,12 @@ class TeardownShield:
     def _tell(self) -> None:
         while (name := self._notes.get()) is not None:
             try:
-                self.say(f"monsoon: still healing/stopping, please wait ({name} received)")
+                self.say(self._note(name))
             except Exception:
                 pass
+
+    def _note(self, name: str) -> str:
+        return f"monsoon: still healing/stopping, please wait ({name} received)"
 
     def arm(self) -> None:
         if self.armed or threading.current_thread() is not threading.main_thread():
@@ -114,48 +116,28 @@ def sigterm_as_interrupt(who: str = "monsoon") -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
-class FinishFirst:
+class FinishFirst(TeardownShield):
     """Work that should finish despite one signal (the checks of a run that is otherwise done): the first
-    SIGINT/SIGTERM is recorded and answered with ``message``, the work goes on, and the caller reads
-    ``received`` afterwards; a second one (or the first, when ``already`` says the run was interrupted
-    before) raises at once. Does nothing outside the main thread."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGINT/SIGTERM is recorded in ``received`` and answered with ``message``, and the work goes on; a second
+    one (or the first, when ``already`` says the run was interrupted before) raises at once. Does nothing
+    outside the main thread."""
 
     def __init__(self, say: Progress = print, message: str = "finishing the checks", already: bool = False):
-        self.say, self.message, self.already = say, message, already
-        self.received: str | None = None
-        self.t: float | None = None
-        self._old: dict[int, Any] | None = None
+        super().__init__(say)
+        self.message, self.already = message, already
+
+    def _note(self, name: str) -> str:
+        return f"monsoon: {name} received: {self.message} (a second signal stops at once)"
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.already or self.received is not None:
+        if self.already or self.received:
+            name = signal.Signals(signum).name
             raise Interrupted(name, f"monsoon: received {name} again: stopped at once")
-        self.received = name
-        self.t = time.monotonic()
-        self._notes.put(name)
-
-    def _tell(self) -> None:
-        while (name := self._notes.get()) is not None:
-            try:
-                self.say(f"monsoon: {name} received: {self.message} (a second signal stops at once)")
-            except Exception:
-                pass
+        super()._on_signal(signum, frame)
 
     def __enter__(self) -> "FinishFirst":
-        if threading.current_thread() is threading.main_thread():
-            self._notes: queue.SimpleQueue = queue.SimpleQueue()
-            self._teller = threading.Thread(target=self._tell, name="finish-first", daemon=True)
-            self._teller.start()
-            self._old = {s: signal.signal(s, self._on_signal) for s in self.SIGNALS}
+        self.arm()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            for s, old in self._old.items():
-                if signal.getsignal(s) == self._on_signal:
-                    signal.signal(s, signal.SIG_DFL if old is None else old)
-            self._old = None
-            self._notes.put(None)
-            self._teller.join(timeout=2)
+        self.disarm()
