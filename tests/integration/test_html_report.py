@@ -184,7 +184,7 @@ def make_run(tmp_path: Path) -> tuple[Path, list[dict]]:
 
 EXPECTED = {("inmemory", "burst-x10", "no_oom"): "fail",
             ("inmemory", "burst-x10", "no_acked_loss"): "fail",
-            ("inmemory", "burst-x10", "lag_recovers_within"): "pass",
+            ("inmemory", "burst-x10", "lag_recovers_within"): "fail",   # its queue vanished with the OOM'd heap
             ("kafka", "burst-x10", "no_oom"): "pass",
             ("kafka", "burst-x10", "no_acked_loss"): "pass",
             ("kafka", "burst-x10", "lag_recovers_within"): "pass"}
