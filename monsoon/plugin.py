@@ -14,7 +14,7 @@ from monsoon.checks.registry import register_check
 from monsoon.history.compare import CompareError, parse_baseline, parse_rules
 from monsoon.history.hooks import check_regressions, record
 from monsoon.report.checklist import describe_interruption
-from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed
+from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed, StackUnavailable
 from monsoon.run.shield import sigterm_as_interrupt
 from monsoon.session import MonsoonSession
 from monsoon.spec.base import PROFILES
@@ -140,7 +140,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         outcome = yield
     except (SpecError, RunFailed) as e:
         pytest.fail(str(e), pytrace=False)
-    except DryRunSkipped as e:
+    except (DryRunSkipped, StackUnavailable) as e:
         pytest.skip(str(e))
     finally:
         if session is not None:

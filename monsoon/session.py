@@ -16,7 +16,7 @@ from monsoon.faults.resolve import describe
 from monsoon.load.shapes import check_shape
 from monsoon.observe.progress import Progress
 from monsoon.paths import REPO
-from monsoon.report.result import ExperimentResult, RunInterrupted
+from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
 from monsoon.report.write import write as write_report
 from monsoon.run.calibrate import resolve_experiment
 from monsoon.run.experiment import RunContext, run_experiment
@@ -25,6 +25,8 @@ from monsoon.rundir import RESULT_FILE, new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.spec.yamlio import SpecError
+from monsoon.stack.ports import StackError
+from monsoon.stack.supervisor import Stack
 
 
 def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *, run_id: str,
@@ -86,11 +88,18 @@ class MonsoonSession:
     def run_dir(self) -> Path:
         return self.runs_dir / self.run_id
 
-    def run(self, stack: str, experiment: str) -> ExperimentResult:
-        """Validate both specs, then run the experiment against a fresh stack."""
+    def run(self, stack: str, experiment: str, *, skip_unavailable: bool = False) -> ExperimentResult:
+        """Validate both specs, then run the experiment against a fresh stack. ``skip_unavailable``: a stack
+        whose ``requires`` are missing (a part set-up cannot fetch, like ThingsBoard's jar) raises
+        :class:`StackUnavailable` (a skip, in one line) instead of giving an ``unknown`` result."""
         stack_spec = load_stack(stack)
         exp = load_experiment(experiment)
         faults = validate(stack_spec, exp, self.profile, force=self.force)   # fail before starting anything
+        if skip_unavailable:
+            try:
+                Stack(stack_spec, self.run_dir, run_id=self.run_id).preflight()
+            except StackError as e:
+                raise StackUnavailable(" ".join(str(e).split())) from None
         if self.dry_run:
             return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
                            run_id=self.run_id, progress=self.progress, dry_run=True, faults=faults)

@@ -12,28 +12,13 @@ as consumer lag, drains it and loses nothing (PASS).
 """
 import pytest
 
-from monsoon.spec.stack import load_stack
-from monsoon.stack.ports import StackError
-from monsoon.stack.supervisor import Stack
-
 STACKS = ["thingsboard-inmemory", "thingsboard-kafka"]
 EXPERIMENTS = ["thingsboard-burst-x3", "thingsboard-burst-x10"]
-
-
-def missing(stack: str) -> str | None:
-    """What the stack's ``requires`` lack (the TB jar), in one line; None when it can start."""
-    try:
-        Stack(load_stack(stack), "unused", run_id="preflight").preflight()
-    except StackError as e:
-        return " ".join(str(e).split())
-    return None
 
 
 @pytest.mark.burst
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 @pytest.mark.parametrize("stack", STACKS)
 def test_thingsboard_burst_flood(monsoon, stack, experiment):
-    why = missing(stack)
-    if why:
-        pytest.skip(why)
-    monsoon.run(stack, experiment).assert_pass()
+    # without TB's jar (set-up cannot fetch it): a skip saying how to build it, not a failure
+    monsoon.run(stack, experiment, skip_unavailable=True).assert_pass()

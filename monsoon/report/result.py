@@ -20,6 +20,11 @@ class DryRunSkipped(Exception):
     """``assert_pass`` after a dry run: nothing was started, so there is nothing to judge."""
 
 
+class StackUnavailable(Exception):
+    """``monsoon.run(..., skip_unavailable=True)`` on a stack whose ``requires`` are missing (a part that set-up
+    cannot fetch, such as ThingsBoard's jar): the plugin reports it as a skip, in one line."""
+
+
 class RunInterrupted(KeyboardInterrupt):
     """A SIGINT/SIGTERM stopped the session during (or right after) a run, once everything was torn down.
 
