@@ -1,6 +1,6 @@
 """Pod kill under steady load, on both queues.
 
-Run:  pytest -m chaostest_pod_kill.py            (quick profile: ~2 min per stack)
+Run:  pytest -m chaos pytest/test_pod_kill.py   (quick profile: ~2 min per stack)
 
 The platform's process group gets SIGKILL mid-run; the stack's supervisor
 restarts it, the devices reconnect and the load goes on. Expected:

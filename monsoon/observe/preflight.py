@@ -1,7 +1,8 @@
 """Preflight: within seconds of the stack becoming ready, before any load, every declared endpoint answers.
 
 The stack's storage queries run (the loss query for its columns only), its metrics endpoint is scraped and
-every declared metric must be there, its Kafka bootstrap must answer. The first thing broken stops the run
+every declared metric must be there, its Kafka bootstrap must answer, every declared fact about the platform
+(``observe.facts``) must be readable; the facts read are returned. The first thing broken stops the run
 before the load, as a SpecError naming the stack file and the key; a 24-hour soak does not find out at its end.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
+from monsoon.observe.facts import read_facts
 from monsoon.observe.collectors import Collector, KafkaLagCollector, MetricsCollector, SqlCountCollector
 from monsoon.observe.storage import StoredSource
 from monsoon.spec.stack import StackSpec
@@ -17,9 +19,16 @@ from monsoon.spec.yamlio import SpecError
 WITHIN_S = 10.0   # how long a declared endpoint may take to answer once the stack is ready
 
 
-def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource | None) -> dict[str, str]:
-    """What does not answer now: {key: message}, in the stack file's terms."""
+def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource | None,
+          render: Callable[[str], str] | None = None, facts: dict[str, str] | None = None) -> dict[str, str]:
+    """What does not answer now: {key: message}, in the stack file's terms. With ``render`` (the stack's
+    template renderer) the declared facts are read too, into ``facts``."""
     problems: dict[str, str] = {}
+    if render is not None and spec.observe.facts:
+        got, missing = read_facts(spec.observe.facts, render)
+        problems.update(missing)
+        if facts is not None:
+            facts.update(got)
     for c in collectors:
         try:
             got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector, SqlCountCollector)) else None
@@ -41,12 +50,15 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
 
 
 def preflight(spec: StackSpec, collectors: list[Collector], source: StoredSource | None, *,
+              render: Callable[[str], str] | None = None,
               within: float = WITHIN_S, sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.monotonic) -> None:
-    """Probe until everything answers or ``within`` seconds pass; then raise SpecError for what still does not."""
+              clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
+    """Probe until everything answers or ``within`` seconds pass; then raise SpecError for what still does not.
+    Returns the platform's facts (``observe.facts``, read with ``render``)."""
     deadline = clock() + within
+    facts: dict[str, str] = {}
     while True:
-        problems = probe(spec, collectors, source)
+        problems = probe(spec, collectors, source, render, facts)
         if not problems or clock() >= deadline:
             break
         sleep(1.0)
@@ -54,3 +66,4 @@ def preflight(spec: StackSpec, collectors: list[Collector], source: StoredSource
         (key, msg), *more = problems.items()
         also = f" (also: {', '.join(k for k, _ in more)})" if more else ""
         raise SpecError(spec.source, None, key, f"{msg}: checked before the load, nothing was sent{also}")
+    return facts

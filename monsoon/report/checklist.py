@@ -85,6 +85,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def platform_line(platform: dict | None) -> str:
+    """``version=4.2.1, queue=kafka, ts_database=sql``: what the running platform said it is (observe.facts)."""
+    return ", ".join(f"{k}={v}" for k, v in (platform or {}).items())
+
+
 def checklist(summary_: dict) -> str:
     results = summary_["results"]
     overall = combine([r["verdict"] for r in results])
@@ -109,6 +114,10 @@ def checklist(summary_: dict) -> str:
             figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c["figures"])
             lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])}"
                          f"{part} | {figs} |")
+    said = {r["stack"]: platform_line(r.get("platform")) for r in results if r.get("platform")}
+    if said:   # a verdict is about the platform that ran: its own word on what it is
+        lines += ["", "## Platforms under test (as they said when they ran)", ""]
+        lines += [f"- {stack}: {line}" for stack, line in said.items()]
     fails = [(r, c) for r in results for c in r["checks"] if c["verdict"] != "pass"]
     if fails:
         lines += ["", "## Evidence", ""]

@@ -45,7 +45,7 @@ import json
 from monsoon.checks.base import combine
 from monsoon.checks.lag import lag_seconds_series
 from monsoon.checks.memory import timeline_gc_pauses
-from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt
+from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows
@@ -581,6 +581,9 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
                 if k in meta]
         h.append(f'<p class="meta">{_e(d.name)}/{TIMELINE_FILE}' + (f' — {_e(", ".join(bits))}' if bits else "")
                  + (' — <b>not yet checked</b>' if r is None else "") + '</p>')
+        if r and r.get("platform"):
+            h.append(f'<p class="meta platform" data-platform="{_e(json.dumps(r["platform"]))}">platform, as it said '
+                     f'when it ran: {_e(platform_line(r["platform"]))}</p>')
         h.append(KEY_HTML)
         try:
             plots = plots_for(d / TIMELINE_FILE, events.get(d.resolve()))

@@ -52,6 +52,7 @@ class ExperimentResult:
     dry_run: str | None = None      # the plan that a dry run printed instead of running
     base_rate: dict | None = None   # base_rate: auto: how x1 was resolved (monsoon.run.calibrate)
     interrupted: dict | None = None  # a signal cut the run short: {"signal", "t", "stage"[, "phase"]}
+    platform: dict | None = None    # what the running platform said it is (observe.facts): version, queue...
 
     @property
     def verdict(self) -> str:
@@ -81,6 +82,8 @@ class ExperimentResult:
                                  ("calibrated_capacity_msg_s", "capacity_msg_s"), ("base_fraction", "fraction"))
                                  if self.base_rate.get(x) is not None})
             d["base_rate"] = self.base_rate
+        if self.platform:
+            d["platform"] = dict(self.platform)
         return d
 
     def check(self, name: str) -> Verdict:

@@ -86,14 +86,18 @@ class LoadHarness:
         self.collectors: list = []
         self.t0: float | None = None
         self.dumper: ThreadDumper | None = None   # watch_stalls(): thread dumps while ingestion stalls
+        self.facts: dict[str, str] = {}          # what the running platform says it is (observe.facts)
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
               payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
         tl, dev = self.tl, stack.spec.devices
         self.collectors = collectors = collectors_for(stack)
-        # every declared endpoint answers before anything is sent
-        preflight(stack.spec, collectors, stored_source(stack.spec.storage, stack.endpoint))
+        # every declared endpoint answers before anything is sent; the platform's facts are read with them
+        self.facts = preflight(stack.spec, collectors, stored_source(stack.spec.storage, stack.endpoint),
+                               render=stack.endpoint)
         tl.add("op", op="preflight", ok=True)
+        if self.facts:
+            tl.add("platform", **self.facts)
         t = time.monotonic()
         devs = provision(stack, device_prefix, devices)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))

@@ -277,6 +277,15 @@ class KubeObserveSpec(_Frozen):
         return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
 
 
+class FactSpec(_Frozen):
+    """One fact about the platform under test, read from it once it is ready (before the load): a JSON field
+    of an HTTP GET, e.g. ThingsBoard's version from ``/actuator/info`` (``json: build.version``)."""
+    url: str = Field(description="the endpoint (templates allowed), e.g. http://127.0.0.1:{port:http}/actuator/info")
+    json_path: str = Field(alias="json", description="the field, as dotted keys (list items by index), e.g. "
+                           "build.version or property.value")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
 class ObserveSpec(_Frozen):
     """What monsoon samples every second while the stack runs (with storage.count_query): the signals the
     checks and the report read."""
@@ -293,6 +302,10 @@ class ObserveSpec(_Frozen):
                                                "no_oom reads (when a cluster is configured)")
     docker: tuple[str, ...] = Field((), description="containers whose State.OOMKilled and RestartCount no_oom "
                                     "reads (docker inspect)")
+    facts: dict[str, FactSpec] = Field({}, description="name: {url, json}: facts read from the running platform "
+                                       "before the load (its version, queue type, time-series database); in the "
+                                       "report's header, summary.json and the checklist. One that does not answer "
+                                       "stops the run before the load, like any declared endpoint")
 
     @model_validator(mode="after")
     def _scraped(self) -> "ObserveSpec":

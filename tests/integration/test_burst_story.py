@@ -43,6 +43,11 @@ def test_x10_story_is_detected_and_reported(pytester, tmp_path):
     assert fig["kafka"]["no_acked_loss"]["acked_lost"] == 0 and fig["kafka"]["no_acked_loss"]["acked"] > 0
     assert fig["kafka"]["no_oom"]["oom_events"] == 0
 
+    # what each running platform said it is (observe.facts: its actuator), in summary.json and the checklist
+    assert by["inmemory"]["platform"] == {"version": "0.1.0", "queue": "in-memory", "ts_database": "sql"}
+    assert by["kafka"]["platform"] == {"version": "0.1.0", "queue": "kafka", "ts_database": "sql"}
+    assert "- kafka: version=0.1.0, queue=kafka, ts_database=sql" in (runs / "story" / "checklist.md").read_text()
+
     # the failure message carries the numbers; the checklist is printed and written
     assert "OutOfMemoryError" in out and "acked messages lost" in out
     assert "monsoon resilience sign-off" in out and "Decision: NO-GO" in out
@@ -59,5 +64,6 @@ def test_x10_story_is_detected_and_reported(pytester, tmp_path):
     again = {r["stack"]: r for r in json.loads((runs / "story" / "summary.json").read_text())["results"]}
     for stack, r in saved.items():
         assert again[stack]["verdict"] == r["verdict"]
+        assert again[stack]["platform"] == r["platform"]
         assert [(c["name"], c["verdict"], c["figures"]) for c in again[stack]["checks"]] == \
                [(c["name"], c["verdict"], c["figures"]) for c in r["checks"]], stack

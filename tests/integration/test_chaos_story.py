@@ -22,7 +22,10 @@ pytestmark = pytest.mark.integration
 def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     runs, run_id = tmp_path / "runs", "chaos-story"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos", "pytest/", "--monsoon-profile=quick",
+    # the real-ThingsBoard chaos scenario (pytest/test_thingsboard.py) runs only where its jar was built, and
+    # takes ~6 min more: it is left to `pytest -m chaos pytest/ -k thingsboard`
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos", "pytest/", "-k", "not thingsboard",
+                           "--monsoon-profile=quick",
                            f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}", "-p", "no:cacheprovider",
                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     took = time.monotonic() - t0

@@ -81,3 +81,82 @@ def test_an_endpoint_that_comes_up_within_the_window_passes():
         if t[0] >= 3:
             m.answer = {"queue_depth": 0, "heap": 1}
     preflight(SPEC, [m], Source(), within=10, sleep=sleep, clock=lambda: t[0])
+
+
+# --- observe.facts: what the running platform says it is, read with the preflight
+
+
+class _Actuator:
+    """A real HTTP server on loopback answering like ThingsBoard's actuator (info, env/<property>)."""
+
+    def __init__(self, routes: dict[str, tuple[int, bytes]]):
+        import http.server
+        import threading
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):   # noqa: N802
+                status, body = routes.get(self.path, (404, b'{"status":404}'))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _facts_spec(facts: dict) -> StackSpec:
+    return StackSpec.model_validate({**SPEC.model_dump(by_alias=True, exclude_unset=True),
+                                     "observe": {"facts": facts}})
+
+
+def test_facts_are_read_from_the_running_platform_and_returned():
+    api = _Actuator({"/actuator/info": (200, b'{"build":{"version":"4.2.1","name":"ThingsBoard"}}'),
+                     "/actuator/env/queue.type": (200, b'{"property":{"source":"env","value":"kafka"}}'),
+                     "/list": (200, b'{"items":[{"v":3}]}')})
+    try:
+        spec = _facts_spec({"version": {"url": "{base}/actuator/info", "json": "build.version"},
+                            "queue": {"url": "{base}/actuator/env/queue.type", "json": "property.value"},
+                            "third": {"url": "{base}/list", "json": "items.0.v"}})
+        got = preflight(spec, [], None, render=lambda s: s.replace("{base}", api.url), sleep=lambda s: None)
+    finally:
+        api.close()
+    assert got == {"version": "4.2.1", "queue": "kafka", "third": "3"}
+
+
+def test_a_fact_that_does_not_answer_stops_the_run_naming_its_key():
+    api = _Actuator({"/actuator/info": (200, b'{"git":{}}')})
+    try:
+        spec = _facts_spec({"version": {"url": "{base}/actuator/info", "json": "build.version"},
+                            "queue": {"url": "{base}/actuator/env/queue.type", "json": "property.value"}})
+        got = probe(spec, [], None, lambda s: s.replace("{base}", api.url), {})
+    finally:
+        api.close()
+    assert got["observe.facts.version"] == "no field 'build' of 'build.version' in the answer (it has: git)"
+    assert got["observe.facts.queue"].endswith("/actuator/env/queue.type: HTTP 404 Not Found")
+
+
+def test_facts_are_not_read_without_a_renderer():
+    spec = _facts_spec({"version": {"url": "http://127.0.0.1:1/x", "json": "v"}})
+    assert probe(spec, [], None) == {}
+
+
+def test_the_checklist_and_result_say_what_each_platform_said_it_is(tmp_path):
+    from monsoon.report.checklist import checklist, summary
+    from monsoon.report.result import ExperimentResult
+    res = ExperimentResult("thingsboard-kafka", "x10", "quick", tmp_path,
+                           platform={"version": "4.2.1", "queue": "kafka", "ts_database": "sql"})
+    d = res.to_dict()
+    assert d["platform"] == {"version": "4.2.1", "queue": "kafka", "ts_database": "sql"}
+    md = checklist(summary("r", "quick", [d]))
+    assert "- thingsboard-kafka: version=4.2.1, queue=kafka, ts_database=sql" in md
+    assert "Platforms under test" not in checklist(summary("r", "quick", [ExperimentResult("a", "b", "quick",
+                                                                                           tmp_path).to_dict()]))

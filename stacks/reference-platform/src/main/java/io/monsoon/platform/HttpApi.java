@@ -31,6 +31,8 @@ final class HttpApi {
     private static final Logger log = LoggerFactory.getLogger(HttpApi.class);
     private static final int MAX_BODY = 1 << 20;
 
+    /** The reference platform's version (its pom's), as /actuator/info says it. */
+    static final String VERSION = "0.1.0";
     private final Config cfg;
     private final BooleanSupplier healthy;
     private volatile DeviceService devices;
@@ -102,6 +104,31 @@ final class HttpApi {
             ByteArrayOutputStream out = new ByteArrayOutputStream(16384);
             Metrics.write(out);
             send(ex, 200, Metrics.contentType(), out.toByteArray());
+            return;
+        }
+        // what the platform is, in Spring Boot actuator's shapes as ThingsBoard answers them (with
+        // METRICS_ENDPOINTS_EXPOSE=prometheus,info,env): /actuator/info and /actuator/env/{property}
+        if (path.equals("/actuator/info")) {
+            ObjectNode info = TelemetryParser.MAPPER.createObjectNode();
+            ObjectNode build = info.putObject("build");
+            build.put("name", "monsoon reference platform");
+            build.put("version", VERSION);
+            sendJson(ex, 200, info);
+            return;
+        }
+        if (path.startsWith("/actuator/env/")) {
+            String name = path.substring("/actuator/env/".length());
+            String value = switch (name) {
+                case "queue.type" -> cfg.queueType;
+                case "database.ts.type" -> cfg.tsType;
+                default -> null;
+            };
+            if (value == null) throw ApiException.notFound();
+            ObjectNode env = TelemetryParser.MAPPER.createObjectNode();
+            ObjectNode property = env.putObject("property");
+            property.put("source", "systemEnvironment");
+            property.put("value", value);
+            sendJson(ex, 200, env);
             return;
         }
         if (!path.startsWith("/api/")) throw ApiException.notFound();
