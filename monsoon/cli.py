@@ -197,6 +197,8 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("inmemory-docker", "burst-x10"), ("kafka-docker", "burst-x10"), ("kafka-docker", "pod-kill"),
     ("thingsboard-inmemory", "thingsboard-burst-x3"), ("thingsboard-inmemory", "thingsboard-burst-x10"),
     ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),
+    ("thingsboard-cassandra", "thingsboard-burst-x3"), ("thingsboard-cassandra", "thingsboard-burst-x10"),
+    ("thingsboard-kafka", "thingsboard-faults"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
