@@ -65,7 +65,7 @@ def analyze(run_dir: Path) -> dict:
                               events=events)
         res.base_rate = meta.get("base_rate_auto")
         said = events.first("platform")
-        res.platform = {k: v for k, v in said.items() if k not in ("type", "t")} if said else None
+        res.platform = {k: v for k, v in said.items() if k not in ("type", "t", "wall")} if said else None
         cut = events.first("op", op="interrupted")    # a signal cut the run short: still partial, still unknown
         if cut is not None:
             res.interrupted = {k: cut[k] for k in ("signal", "t", "stage", "phase") if k in cut}
