@@ -39,8 +39,12 @@ log = logging.getLogger(__name__)
 class Collector:
     name = "collector"
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> dict[str, Any] | None:
+        """The values of this second (None: nothing sampled this second)."""
         raise NotImplementedError
+
+    def drain_begins(self) -> None:
+        """The load is over: from now on report exact values (the drain judges the stack settled on them)."""
 
     def close(self) -> None:
         pass
@@ -252,30 +256,96 @@ class KafkaLagCollector(Collector):
 
 
 class SqlCountCollector(Collector):
-    """Stored messages so far, from the stack's count query."""
+    """Stored messages so far, cheaply while the load runs and exactly once the drain begins.
+
+    During the load a sample runs ``running_query`` when the stack has one: a statistics estimate or the
+    platform's own counter (one number, ``counted: estimate``), or an incremental count (``counted:
+    incremental``) when it holds ``%(since)s``: it returns ``(rows, watermark)`` for the rows past the last
+    watermark (NULL at first) and the collector adds them up.  Without one, the exact ``count_query`` runs,
+    but rests between runs so that it takes at most :attr:`MAX_SHARE` of the wall time (a full count that
+    takes 0.5 s runs every 5 s; a sample skipped is not written).  From :meth:`drain_begins` on, every
+    sample is the exact ``count_query`` (``counted: exact``): the drain judges "stored count steady" on it."""
 
     name = "storage"
+    MAX_SHARE = 0.1
 
-    def __init__(self, dsn: str, query: str):
-        self.dsn, self.query = dsn, query
+    def __init__(self, dsn: str, query: str, running_query: str | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.dsn, self.query, self.running_query = dsn, query, running_query
+        self.incremental = bool(running_query) and "%(since)s" in running_query
+        self.exact = False
+        self.total, self.since = 0, None      # incremental: rows counted so far, the last watermark
+        self.rest_until = 0.0                 # no exact count before this (clock), while the load runs
+        self.clock = clock
         self.conn = None
 
-    def sample(self) -> dict[str, Any]:
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2,
-                                            options="-c statement_timeout=2000")
-            (n,) = self.conn.execute(self.query).fetchone()
-            return {"stored": int(n or 0)}
-        except Exception:
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
-            raise
+    def drain_begins(self) -> None:
+        self.exact = True
 
-    def close(self) -> None:
+    def plan(self) -> str | None:
+        """How the next sample counts: ``exact``, ``estimate``, ``incremental``, or None (skip: resting)."""
+        if self.exact:
+            return "exact"
+        if self.running_query:
+            return "incremental" if self.incremental else "estimate"
+        return "exact" if self.clock() >= self.rest_until else None
+
+    def took(self, how: str, started: float) -> None:
+        """A count that began at ``started`` (clock) is done: an exact one during the load then rests long
+        enough that counting takes at most MAX_SHARE of the time."""
+        if how == "exact" and not self.exact:
+            self.rest_until = started + (self.clock() - started) / self.MAX_SHARE
+
+    def add(self, row) -> int:
+        """An incremental sample's ``(rows, watermark)``: the running total (a NULL watermark keeps the last)."""
+        n, mark = row[0], row[1]
+        self.total += int(n or 0)
+        if mark is not None:
+            self.since = mark
+        return self.total
+
+    def _conn(self):
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2,
+                                        options="-c statement_timeout=2000")
+        return self.conn
+
+    def _drop(self) -> None:
         if self.conn is not None:
             self.conn.close()
+        self.conn = None
+
+    def sample(self) -> dict[str, Any] | None:
+        how = self.plan()
+        if how is None:
+            return None
+        try:
+            t = self.clock()
+            conn = self._conn()
+            if how == "incremental":
+                n = self.add(conn.execute(self.running_query, {"since": self.since}).fetchone())
+            else:
+                n = conn.execute(self.query if how == "exact" else self.running_query).fetchone()[0]
+            self.took(how, t)
+            return {"stored": int(n or 0), "counted": how}
+        except Exception:
+            self._drop()
+            raise
+
+    def probe(self) -> None:
+        """Preflight: both queries answer; a failure says its key in ``e.key``."""
+        for key, q in (("storage.count_query", self.query), ("storage.running_count_query", self.running_query)):
+            if not q:
+                continue
+            try:
+                self._conn().execute(q, {"since": None} if "%(since)s" in q else None).fetchone()
+            except Exception as e:
+                self._drop()
+                e.key = key
+                raise
+
+    def close(self) -> None:
+        self._drop()
 
 
 class _Counter:
@@ -514,5 +584,6 @@ def collectors_for(stack) -> list[Collector]:
         out.append(DockerCollector(list(names.values()), services={c: s for s, c in names.items()},
                                    history=stack.container_history))
     if spec.storage.count_query:
-        out.append(SqlCountCollector(stack.endpoint(spec.storage.dsn), spec.storage.count_query))
+        out.append(SqlCountCollector(stack.endpoint(spec.storage.dsn), spec.storage.count_query,
+                                     spec.storage.running_count_query))
     return out

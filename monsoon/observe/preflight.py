@@ -31,10 +31,13 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
             facts.update(got)
     for c in collectors:
         try:
-            got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector, SqlCountCollector)) else None
+            if isinstance(c, SqlCountCollector):
+                c.probe()        # both its queries: the exact one and the running one
+                continue
+            got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector)) else None
         except Exception as e:   # noqa: BLE001 - any failure to answer is the finding
-            key = {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
-                   "storage": "storage.count_query"}[c.name]
+            key = getattr(e, "key", None) or {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
+                                               "storage": "storage.count_query"}[c.name]
             problems[key] = f"{type(e).__name__}: {' '.join(str(e).split())}"
             continue
         if isinstance(c, MetricsCollector):

@@ -29,8 +29,9 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 values = c.sample()
-                self.latest[c.name] = values
-                self.timeline.add("sample", collector=c.name, **values)
+                if values is not None:            # None: the collector had nothing to sample this second
+                    self.latest[c.name] = values
+                    self.timeline.add("sample", collector=c.name, **values)
             except Exception as e:  # a down service is data, not a crash
                 self.latest[c.name] = {"error": str(e)[:200]}
                 self.timeline.add("sample", collector=c.name, error=f"{type(e).__name__}: {str(e)[:200]}")
@@ -40,6 +41,11 @@ class Sampler:
                 next_t = time.monotonic()
                 delay = 0
             self._stop.wait(delay)
+
+    def drain_begins(self) -> None:
+        """The load is over: every collector reports exact values from now on (the storage count)."""
+        for c in self.collectors:
+            c.drain_begins()
 
     def stop(self) -> None:
         """Stop sampling and close the collectors; idempotent (the runner stops it before the export

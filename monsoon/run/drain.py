@@ -4,6 +4,10 @@ The signs, best first: the backlog (Kafka consumer lag, or the platform's queue-
 stored count steady; or, for a stack with neither, the stored count (its ``count_query``) no longer growing.
 The ``drain`` event says which sign ended the wait (``signal``), or that the stack gives none, so a loss check
 can tell "lost" from "not yet stored" and say why when it cannot.
+
+The stored count is the exact ``count_query`` from the drain's start on: during the load the storage collector
+may count cheaply (``storage.running_count_query``, or the exact count resting between runs), and until the
+first exact sample arrives the count is not judged.
 """
 from __future__ import annotations
 
@@ -35,10 +39,18 @@ class Drain:
         last_stored, stable = None, 0
         seen: set[str] = set()
         backlog = None
+        self.sampler.drain_begins()      # the storage count turns exact (cheap or resting during the load)
         while time.monotonic() - t0 < timeout and not stop.is_set():
             time.sleep(1.0)
             backlog = self.backlog()
             stored = self.sampler.value("storage", "stored")
+            if self.sampler.value("storage", "counted") not in (None, "exact"):
+                stored = None        # the load's cheap count, not yet the exact one: it cannot say "steady"
+                last_stored, stable = None, 0
+                if backlog is not None:
+                    seen.add(self.backlog_signal)
+                seen.add("stored count")
+                continue
             stable = stable + 1 if (stored is not None and stored == last_stored) else 0
             last_stored = stored
             if backlog is not None:

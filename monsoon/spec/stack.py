@@ -204,7 +204,14 @@ class StorageSpec(_Frozen):
                             "holding the device names, with names_query)")
     loss_query: str | None = Field(None, description="postgres: SQL returning (device, seq[, stored_ms]) for every "
                                    "stored message")
-    count_query: str | None = Field(None, description="SQL on dsn returning one number: stored messages so far")
+    count_query: str | None = Field(None, description="SQL on dsn returning one number: stored messages so far "
+                                   "(exact; sampled during the drain, and during the load only when there is no "
+                                   "running_count_query, then resting so it takes at most 10 % of the time)")
+    running_count_query: str | None = Field(
+        None, description="SQL on dsn, cheap, sampled every second during the load instead of count_query: one "
+        "number (a statistics estimate such as SELECT reltuples::bigint FROM pg_class WHERE oid = 'ts_kv'::regclass, "
+        "or the platform's own counter), or, with %(since)s in it, (rows, watermark) of the rows past the last "
+        "watermark (NULL at first), added up")
     contact_points: tuple[str, ...] = Field((), description="cassandra: host:port of the nodes, e.g. "
                                             "127.0.0.1:{port:cassandra}")
     keyspace: str | None = Field(None, description="cassandra: the keyspace the cql reads")
@@ -220,9 +227,11 @@ class StorageSpec(_Frozen):
         missing = [k for k in need if not getattr(self, k)]
         if missing:
             raise ValueError(f"storage kind {self.kind} needs {', '.join(missing)}")
-        for k in ("names_query", "count_query"):
+        for k in ("names_query", "count_query", "running_count_query"):
             if getattr(self, k) and not self.dsn:
                 raise ValueError(f"{k} needs dsn (the Postgres it runs on)")
+        if self.running_count_query and not self.count_query:
+            raise ValueError("running_count_query needs count_query (the exact count the drain judges)")
         return self
 
 

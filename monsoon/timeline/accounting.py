@@ -22,6 +22,9 @@ _CHUNK = 2 << 20                      # bytes per parsed chunk (~40k rows): boun
 
 
 _INT32_MIN = np.iinfo(np.int32).min
+_EMPTY32, _EMPTY64 = np.iinfo(np.int32).max, np.iinfo(np.int64).max    # "no stored copy" in first_ms
+_SLICE = 1 << 22                      # acked rows scattered into the key space per step
+_BLOCK = 1 << 22                      # keys per step of the first-copy pass
 
 
 class _Names:
@@ -246,14 +249,15 @@ class _Grow:
 
     __slots__ = ("a", "n")
 
-    def __init__(self, dtype, fill=0, cap: int = 0):
-        self.a = np.full(max(cap, 16), fill, dtype=dtype)
+    def __init__(self, dtype, cap: int = 0):
+        self.a = np.zeros(max(cap, 16), dtype=dtype)
         self.n = 0
 
-    def ensure(self, size: int, fill=0) -> None:
+    def ensure(self, size: int) -> None:
         if size > len(self.a):
-            new = np.full(max(size, 2 * len(self.a)), fill, dtype=self.a.dtype)
-            new[:len(self.a)] = self.a
+            # np.zeros: the doubled tail costs no memory until it is written
+            new = np.zeros(max(size, 2 * len(self.a)), dtype=self.a.dtype)
+            new[:self.n] = self.a[:self.n]
             self.a = new
 
     def extend(self, v: np.ndarray) -> None:
@@ -271,7 +275,7 @@ class _Times(_Grow):
     __slots__ = ("base",)
 
     def __init__(self, cap: int = 0):
-        super().__init__(np.int32, 0, cap)
+        super().__init__(np.int32, cap)
         self.base: int | None = None
 
     def extend(self, v: np.ndarray) -> None:
@@ -286,6 +290,9 @@ class _Times(_Grow):
 
     def view(self) -> np.ndarray:
         return self.a[:self.n].astype(np.int64) + (self.base or 0)
+
+    def view_offsets(self) -> np.ndarray:
+        return self.a[:self.n]
 
 
 def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -341,6 +348,60 @@ class Accounting:
         return f
 
 
+def _first_copies(first_ms: np.ndarray, s_base: int, intended_of: np.ndarray | None, base: int,
+                  acked: np.ndarray, dev_of, ndev: int) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """``(reordered, e2e latency values, their counts)`` from every key's first stored time (``first_ms``,
+    offsets from ``s_base``; the dtype's max where the key has no timed copy), a block of keys at a time.
+
+    Reordered: a first copy stored after a later seq of its device (ties in seq order), i.e. one whose
+    stored time is above the minimum over the device's later keys.  That is a suffix minimum, taken from
+    the end of the key space over ``device << shift | time``: keys are device-major, so every earlier
+    device's values lie below the later ones' and the minimum restarts at each device by itself, without
+    a sort or a loop per device.  The same count as sorting each device's first copies by stored time
+    and counting the keys below the running maximum."""
+    empty = np.iinfo(first_ms.dtype).max
+    if first_ms.dtype == np.int32:
+        lo, shift = _INT32_MIN, 32
+    else:
+        present = first_ms[first_ms != empty]
+        lo, hi = int(present.min()), int(present.max())
+        shift = max(1, (hi - lo).bit_length())
+        del present
+        if shift + max(1, ndev.bit_length()) > 62:
+            raise ValueError("stored times span too long to account for (more than 2**62 ms with the devices)")
+    carry = np.iinfo(np.int64).max
+    reordered = 0
+    lats: list[tuple[np.ndarray, np.ndarray]] = []
+    n = len(first_ms)
+    for b in range(n, 0, -_BLOCK):
+        a = max(0, b - _BLOCK)
+        fm = first_ms[a:b]
+        has = fm != empty
+        if not has.any():
+            continue
+        keys = np.flatnonzero(has) + a
+        ms = fm[has].astype(np.int64)
+        if intended_of is not None:
+            ok = acked[keys]
+            if ok.any():
+                lat = (ms[ok] + s_base) - (intended_of[keys[ok]].astype(np.int64) + base)
+                lats.append(np.unique(lat, return_counts=True))
+        v = (dev_of(keys) << np.int64(shift)) | (ms - lo)
+        suf = np.minimum.accumulate(v[::-1])[::-1]
+        after = np.empty_like(suf)                  # the minimum over the keys after each one
+        after[:-1] = suf[1:]
+        after[-1] = carry
+        np.minimum(after, carry, out=after)
+        reordered += int(np.count_nonzero(v > after))
+        carry = min(carry, int(suf[0]))
+    if not lats:
+        return reordered, None, None
+    vals = np.concatenate([x for x, _ in lats])
+    cnts = np.concatenate([c for _, c in lats])
+    lat_v, inv = np.unique(vals, return_inverse=True)
+    return reordered, lat_v, np.bincount(inv.reshape(-1), weights=cnts, minlength=len(lat_v)).astype(np.int64)
+
+
 def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     """Nearest-rank percentile of a (sorted values, counts) distribution."""
     cum = np.cumsum(counts)
@@ -380,9 +441,10 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
 
     One vectorised pass, whatever the number of devices: every device's dense seq range ``0 ..
     max(last sent, last acked)`` is laid end to end in one key space (``key = offset[device] + seq``), so
-    the acked intended times, the stored copy counts and the first stored copies are flat numpy arrays
-    (~4 B per key for the intended time, 2 for the copy count, 8 per stored row while it is read); stored
-    rows outside their device's range are kept sparse, as ``(device << 40 | seq)``."""
+    the acked intended times, the stored copy counts and the first stored times are flat numpy arrays
+    (4 B per key for the intended time, 2 for the copy count, 4 for the first stored time, 1 for "acked";
+    12 B per acked row while acked is read, then chunk- and block-sized temporaries only); stored rows
+    outside their device's range are kept sparse, as ``(device << 40 | seq)``."""
     dir = Path(dir)
     names = _Names()
     sent = _read_sent(dir / sent_file)
@@ -421,28 +483,31 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     offset = np.zeros(ndev + 1, dtype=np.int64)
     np.cumsum(dense, out=offset[1:])
     nkeys = int(offset[-1])
-    kdt = np.int32 if nkeys < (1 << 31) else np.int64
-    akey = (offset[:-1][dev] + seqs).astype(kdt)
+    # acked keys scattered into the key space a slice at a time (no temporaries the size of acked.csv);
+    # a key acked twice keeps its last intended time, as one scatter would
     base = 0
     if timed:
-        ms = a_ms.view()
-        base = int(ms[0]) if len(ms) else 0
-        off = ms - base
-        wide = len(off) and (off.min() <= _INT32_MIN or off.max() > np.iinfo(np.int32).max)
+        wide = a_ms.a.dtype == np.int64 or bool((a_ms.view_offsets() == _INT32_MIN).any())
         none = MISSING if wide else _INT32_MIN
         intended_of = np.full(nkeys, none, dtype=np.int64 if wide else np.int32)
-        intended_of[akey] = off
-        acked = intended_of != none
-        del ms, off
+        base = a_ms.base or 0
     else:
         acked = np.zeros(nkeys, dtype=bool)
-        acked[akey] = True
-    del a_dev, a_seq, a_ms, dev, seqs, akey
+    for i in range(0, a_dev.n, _SLICE):
+        j = min(a_dev.n, i + _SLICE)
+        key = offset[a_dev.a[i:j]] + a_seq.a[i:j]
+        if timed:
+            intended_of[key] = a_ms.a[i:j]
+        else:
+            acked[key] = True
+    if timed:
+        acked = intended_of != none
+    del a_dev, a_seq, a_ms, dev, seqs
 
-    # --- stored: a copy count per key; timed rows' (key, stored ms) kept for the first copies
+    # --- stored: a copy count per key and, for timed rows, each key's first (earliest) stored time
     count = np.zeros(nkeys, dtype=np.uint16)
-    s_key = _Grow(kdt)
-    s_ms = _Times()
+    first_ms: np.ndarray | None = None      # ms offsets from s_base; the dtype's max where none was stored
+    s_base = 0
     sparse: list[np.ndarray] = []       # (code << 40 | seq) of rows outside the dense range
     sparse_bad = 0                      # ... whose seq cannot be keyed (negative or huge)
     n_stored = n_timed = 0
@@ -472,19 +537,36 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
             has = ms != MISSING
             if not has.all():
                 key, ms = key[has], ms[has]
+            if len(key) == 0:
+                continue
             n_timed += len(key)
-            s_key.extend(key)
-            s_ms.extend(ms)
+            if first_ms is None:
+                s_base = int(ms[0])
+                first_ms = np.full(nkeys, _EMPTY32, dtype=np.int32)
+            off = ms - s_base
+            if first_ms.dtype == np.int32 and (off.min() <= _INT32_MIN or off.max() >= _EMPTY32):
+                wider = first_ms.astype(np.int64)
+                wider[first_ms == _EMPTY32] = _EMPTY64
+                first_ms = wider
+            o = np.lexsort((off, key))                 # this chunk's earliest copy of each key ...
+            key, off = key[o], off[o]
+            f = np.ones(len(key), dtype=bool)
+            f[1:] = key[1:] != key[:-1]
+            key, off = key[f], off[f]
+            first_ms[key] = np.minimum(first_ms[key], off)     # ... against the earliest so far
 
     acc = Accounting(stored=n_stored)
     dev_names = names.names
     rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order, for the samples
     rank[sorted(range(len(dev_names)), key=dev_names.__getitem__)] = np.arange(len(dev_names))
-    key_dev = np.repeat(np.arange(ndev, dtype=np.int64), dense)   # only where needed: sliced below
+
+    def dev_of(keys: np.ndarray) -> np.ndarray:
+        """The device code of each dense key (a device with an empty range holds none)."""
+        return np.searchsorted(offset, keys, side="right") - 1
 
     def by_name(keys: np.ndarray, limit: int | None) -> list[tuple[str, int]]:
         """(device, seq) of dense ``keys``, in device-name then seq order (the first ``limit``)."""
-        d = key_dev[keys]
+        d = dev_of(keys)
         order = np.lexsort((keys, rank[d]))
         if limit is not None:
             order = order[:limit]
@@ -501,43 +583,25 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     dup_s = [(d, s_, int(count[offset[names.code[d]] + s_])) for d, s_ in by_name(dup, 5)]
     unacked = np.flatnonzero(st & ~acked)
     acc.stored_unacked = len(unacked)
+    del st, lost, dup
     unexpected = recovered = 0
     unexp_devs: set[int] = set()
     unexp_s: list[tuple[str, int]] = []
     if sent is not None and len(unacked):
-        d = key_dev[unacked]
+        d = dev_of(unacked)
         beyond = (unacked - offset[d]) > bound[d]
         ue = unacked[beyond]
         unexpected = len(ue)
         recovered = len(unacked) - unexpected
         unexp_devs.update(np.unique(d[beyond]).tolist())
         unexp_s = by_name(ue, 5)
-    del key_dev
+    del unacked, count
     lat_v = lat_c = None
     reordered = 0
-    if timed and s_key.n:
-        k, ms = s_key.view().astype(np.int64), s_ms.view()
-        del s_key, s_ms
-        o = np.lexsort((ms, k))                 # by key, then stored time: first copies first
-        k, ms = k[o], ms[o]
-        del o
-        first = np.ones(len(k), dtype=bool)
-        first[1:] = k[1:] != k[:-1]
-        k, ms = k[first], ms[first]
-        del first
-        ok = acked[k]
-        if ok.any():
-            lat = ms[ok] - (intended_of[k[ok]].astype(np.int64) + base)
-            lat_v, lat_c = np.unique(lat, return_counts=True)
-            del lat
-        # stored order within each device (ties in seq order): keys are device-major, so one running
-        # maximum over the devices end to end restarts at every device by itself
-        d = np.searchsorted(offset, k, side="right") - 1
-        o = np.lexsort((k, ms, d))
-        k2 = k[o]
-        del o, d, ms
-        if len(k2) > 1:
-            reordered = int((k2[1:] < np.maximum.accumulate(k2)[:-1]).sum())
+    if first_ms is not None:
+        reordered, lat_v, lat_c = _first_copies(first_ms, s_base, intended_of if timed else None, base, acked,
+                                                dev_of, ndev)
+        del first_ms
     # rows outside the dense range: never acked; unexpected when sent.csv says they were never sent
     if sparse:
         keys = np.concatenate(sparse)

@@ -72,6 +72,29 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
         assert n == 200_000 == len(lines) - 1 and lines[0] == "device,seq,stored_ms" and "dev-7,0," in lines
         assert not (tmp_path / "s.csv.tmp").exists()
         print(f"\n[stored read-back, COPY] {n:,} rows in {dt:.2f} s: {n / dt:,.0f} rows/s")
+        # the storage collector on the same table: incremental while the load runs, exact from the drain
+        from monsoon.observe.collectors import SqlCountCollector
+        inc = SqlCountCollector(dsn, "SELECT count(*) FROM m",
+                                "SELECT count(*), max(seq) FROM m WHERE seq > coalesce(%(since)s, -1)")
+        inc.probe()
+        assert inc.sample() == {"stored": 200_000, "counted": "incremental"} and inc.since == 3999
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("INSERT INTO m SELECT 'dev-' || i, 4000, 1 FROM generate_series(0, 99) AS i")
+            c.execute("ANALYZE m")
+        assert inc.sample() == {"stored": 200_100, "counted": "incremental"}
+        inc.drain_begins()
+        assert inc.sample() == {"stored": 200_100, "counted": "exact"}
+        inc.close()
+        est = SqlCountCollector(dsn, "SELECT count(*) FROM m",
+                                "SELECT reltuples::bigint FROM pg_class WHERE oid = 'm'::regclass")
+        got = est.sample()
+        assert got["counted"] == "estimate" and abs(got["stored"] - 200_100) < 2_000
+        est.close()
+        bad = SqlCountCollector(dsn, "SELECT count(*) FROM m", "SELECT count(*) FROM nope")
+        with pytest.raises(psycopg.Error, match='relation "nope" does not exist') as e:
+            bad.probe()
+        assert e.value.key == "storage.running_count_query"
+        bad.close()
         for query, words in [("SELEC name FROM t", 'syntax error at or near "SELEC"'),
                              ("SELECT name AS device, n AS seq FROM nope", 'relation "nope" does not exist'),
                              ("SELECT name AS device FROM t", "returns the columns device: it needs seq")]:

@@ -482,3 +482,27 @@ def test_memory_and_time_on_a_large_synthetic_run(tmp_path, capsys):
             print(f"\n[accounting {rows:,} acked / ~{rows:,} stored rows] {r['mode']:5}: "
                   f"{r['seconds']:.1f} s, peak RSS {r['peak_mb']:.0f} MB "
                   f"(+{r['peak_mb'] - r['base_mb']:.0f} MB over the interpreter), figures {r['figures']}")
+
+
+def test_the_key_space_is_worked_a_block_at_a_time_with_the_same_figures(tmp_path, monkeypatch):
+    """The acked scatter and the first-copy pass (e2e latencies, reordering as a suffix minimum) go a
+    block of keys at a time so nothing acked.csv-sized is held twice: tiny blocks give the figures of one
+    block, with reordering across block and device edges, duplicates, NULL stored times and two-day gaps."""
+    r = random.Random(7)
+    t0 = 1_790_000_000_000
+    acked, stored = [], []
+    for d in range(6):
+        for s in range(300):
+            t = t0 + s * 10 + (2 * 86_400_000 if (d == 3 and s > 150) else 0)
+            if r.random() < 0.95:
+                acked.append((f"d{d}", s, t, t + 5))
+            for _ in range(r.choice([1] * 12 + [0, 2])):
+                stored.append((f"d{d}", s, "" if r.random() < 0.05 else t + r.randint(0, 300)))
+    r.shuffle(stored)
+    write_acked(tmp_path, acked)
+    write_stored(tmp_path, stored, header=("device", "seq", "stored_ms"))
+    whole = account(tmp_path)
+    assert whole.reordered > 100 and whole.e2e_samples > 1000 and whole.duplicates > 0
+    monkeypatch.setattr(A, "_BLOCK", 7)
+    monkeypatch.setattr(A, "_SLICE", 5)
+    assert account(tmp_path) == whole

@@ -221,3 +221,31 @@ def test_a_day_long_plot_keeps_a_ten_second_dip_and_spike_per_pixel():
     x, v = downsample(t, y, 2 * PLOT_PIXELS, "minmax")
     assert len(x) <= 2 * PLOT_PIXELS and v.min() == 0.0 and v.max() == 4000.0
     assert abs(x[np.argmin(v)] - 50_000) < DAY / PLOT_PIXELS        # where it happened, to the pixel
+
+
+def test_a_timeline_is_parsed_a_block_at_a_time_and_the_same_events_and_tears_come_out(tmp_path, monkeypatch):
+    """One ``json.loads`` per block of lines (the keys shared: a day's 500k events in ~40 % less memory); a
+    block with a damaged line is read line by line, so events, tears and damage point are what a line-by-line
+    read gives, wherever the block boundaries fall."""
+    import json
+
+    from monsoon.timeline import store
+    lines = [json.dumps({"type": "sample", "t": i / 10, "wall": WALL0 + i, "collector": "process", "rss_mb": i})
+             for i in range(400)]
+    lines[150] = lines[150][:20]                       # a line cut short in the middle
+    lines[260] = "[1, 2]"                              # JSON, not an event
+    lines[300] = ""                                    # a blank line
+    path = tmp_path / "timeline.jsonl"
+    path.write_text("\n".join(lines) + "\n" + lines[5][:30])     # and a torn tail
+    got = {}
+    for size in (1, 700, 5000, 1 << 22):
+        monkeypatch.setattr(store, "_BLOCK_BYTES", size)
+        evs, tears, damage = store.read_timeline(path)
+        got[size] = (evs, [t.note for t in tears], damage)
+    assert len(got[1][0]) == 397 and len(got[1][1]) == 3 and got[1][2] == 150
+    assert all(g == got[1] for g in got.values())
+    # the fast path ran: two events of one block share their key strings
+    monkeypatch.setattr(store, "_BLOCK_BYTES", 1 << 22)
+    whole = store._whole_block([(ln + "\n").encode() for ln in lines[:100]])
+    assert whole is not None and list(whole[0])[4] is list(whole[99])[4]
+    assert store._whole_block([(ln + "\n").encode() for ln in lines[140:160]]) is None

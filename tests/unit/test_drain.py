@@ -27,6 +27,9 @@ class Sampler:
     def __init__(self, clock, script):
         self.clock, self.script = clock, script
 
+    def drain_begins(self):
+        self.began = self.clock.t
+
     def value(self, collector, key):
         seq = self.script.get((collector, key))
         if not seq:
@@ -62,3 +65,38 @@ def test_a_backlog_that_stays_up_is_not_drained_whatever_the_stored_count_does(c
 def test_no_sign_at_all_waits_the_timeout_and_says_none(clock):
     d = Drain(Sampler(clock, {}), has_kafka=False).wait(20, threading.Event())
     assert d == {"drained": False, "waited_s": 20.0, "backlog": None, "signal": None}
+
+
+def test_the_drain_waits_for_the_exact_count_after_the_loads_cheap_one(clock):
+    """During the load the stored count may be an estimate; the drain turns it exact and judges only that."""
+    script = {("kafka", "lag"): [0], ("storage", "stored"): [90, 90, 90, 100, 100, 100],
+              ("storage", "counted"): ["estimate", "estimate", "estimate", "exact"]}
+    s = Sampler(clock, script)
+    d = Drain(s, has_kafka=True).wait(120, threading.Event())
+    assert s.began == 0.0                       # told before the first look
+    assert d["drained"] and d["waited_s"] == 6.0    # not at 3 s on the steady estimate: 4, 5, 6 exact
+
+
+def test_the_storage_count_is_cheap_during_the_load_and_exact_from_the_drain():
+    from monsoon.observe.collectors import SqlCountCollector
+    t = [0.0]
+    c = SqlCountCollector("postgresql://x", "SELECT count(*) FROM m", clock=lambda: t[0])
+    assert c.plan() == "exact"
+    t[0] = 0.5
+    c.took("exact", 0.0)                        # a full count of 0.5 s rests 5 s: at most 10 % of the time
+    plans = []
+    for t[0] in (1.0, 4.9, 5.0):
+        plans.append(c.plan())
+    assert plans == [None, None, "exact"]
+    c.drain_begins()
+    t[0] = 5.5
+    c.took("exact", 5.0)
+    assert c.plan() == "exact"                  # the drain counts every second, whatever it costs
+    est = SqlCountCollector("postgresql://x", "SELECT count(*) FROM m", "SELECT reltuples::bigint FROM pg_class")
+    inc = SqlCountCollector("postgresql://x", "SELECT count(*) FROM m",
+                            "SELECT count(*), max(id) FROM m WHERE id > coalesce(%(since)s, 0)")
+    assert (est.plan(), inc.plan()) == ("estimate", "incremental")
+    assert [inc.add(r) for r in [(3, 100), (0, None), (None, None), (2, 105)]] == [3, 3, 3, 5] and inc.since == 105
+    est.drain_begins()
+    inc.drain_begins()
+    assert (est.plan(), inc.plan()) == ("exact", "exact")

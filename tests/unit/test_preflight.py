@@ -29,10 +29,9 @@ class Count(SqlCountCollector):
         super().__init__("postgresql://x", "SELECT count(*) FROM t")
         self.error = error
 
-    def sample(self):
+    def probe(self):
         if self.error:
             raise self.error
-        return {"stored": 0}
 
 
 class Source:
