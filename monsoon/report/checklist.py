@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from monsoon.checks.base import check_base, combine
+from monsoon.report import sidebyside
 
 
 class _KeyFigures(dict):
@@ -109,6 +110,9 @@ def checklist(summary_: dict) -> str:
             figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c["figures"])
             lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])}"
                          f"{part} | {figs} |")
+    side = sidebyside.markdown(results)   # one experiment on several stacks: their figures next to each other
+    if side:
+        lines += side.rstrip("\n").split("\n")
     fails = [(r, c) for r in results for c in r["checks"] if c["verdict"] != "pass"]
     if fails:
         lines += ["", "## Evidence", ""]

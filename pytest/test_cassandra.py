@@ -1,0 +1,36 @@
+"""The Cassandra stacks (ThingsBoard's ts_kv_cf): Kafka + Cassandra, and NDU's ack-after-the-Cassandra-write.
+
+Run:  pytest -m cassandra pytest/                   (quick profile: ~2-4 min per case, Cassandra start included)
+
+* x10 on ``kafka-cassandra``: the Kafka queue holds the flood as consumer lag, the consumers write it to
+  Cassandra, and every acked message is read back from Cassandra (paged CQL): nothing lost, lag drained;
+* pod kill on ``cassandra-ack``: each publish is acked only after its Cassandra write, so a SIGKILL of the
+  platform may cost unacked messages (the devices retry them) but nothing acked;
+* ``cassandra-slowdown`` on ``kafka-cassandra``: 200 ms on every reply on the platform -> Cassandra hop; the
+  queue absorbs it, nothing acked is lost, and ``throughput_drop_pct`` says how far storage fell.
+"""
+import pytest
+
+
+@pytest.mark.burst
+@pytest.mark.cassandra
+def test_kafka_cassandra_absorbs_x10_and_loses_nothing(monsoon):
+    monsoon.run("kafka-cassandra", "burst-x10").assert_pass()
+
+
+@pytest.mark.chaos
+@pytest.mark.cassandra
+def test_ack_after_cassandra_write_survives_pod_kill(monsoon):
+    monsoon.run("cassandra-ack", "pod-kill").assert_pass()
+
+
+@pytest.mark.chaos
+@pytest.mark.cassandra
+def test_cassandra_slowdown_is_absorbed_by_the_kafka_queue(monsoon, record_property):
+    result = monsoon.run("kafka-cassandra", "cassandra-slowdown")
+    if result.dry_run is None and any(c.name == "throughput_drop" for c in result.checks):
+        drop = result.check("throughput_drop").figures.get("throughput_drop_pct")
+        record_property("throughput_drop_pct", drop)
+        monsoon.progress(f"[kafka-cassandra/cassandra-slowdown] ingestion throughput drop during the slowdown: "
+                         f"{drop}%")
+    result.assert_pass()
