@@ -7,7 +7,8 @@ Run:  pytest -m cassandra pytest/                   (quick profile: ~2-4 min per
 * pod kill on ``cassandra-ack``: each publish is acked only after its Cassandra write, so a SIGKILL of the
   platform may cost unacked messages (the devices retry them) but nothing acked;
 * ``cassandra-slowdown`` on ``kafka-cassandra``: 200 ms on every reply on the platform -> Cassandra hop; the
-  queue absorbs it, nothing acked is lost, and ``throughput_drop_pct`` says how far storage fell.
+  queue absorbs it, nothing acked is lost, and ``throughput_drop_pct`` says how far storage fell;
+* ``storage-compare`` on ``kafka`` and ``kafka-cassandra``: Postgres vs Cassandra time series side by side.
 """
 import pytest
 
@@ -34,3 +35,12 @@ def test_cassandra_slowdown_is_absorbed_by_the_kafka_queue(monsoon, record_prope
         monsoon.progress(f"[kafka-cassandra/cassandra-slowdown] ingestion throughput drop during the slowdown: "
                          f"{drop}%")
     result.assert_pass()
+
+
+@pytest.mark.cassandra
+@pytest.mark.parametrize("stack", ["kafka", "kafka-cassandra"])
+def test_postgres_vs_cassandra_side_by_side(monsoon, stack):
+    """Time series in Postgres (kafka) vs Cassandra (kafka-cassandra), the same fixed x1 and x3: the session's
+    checklist and report put capacity (run `monsoon calibrate STACK` first), ack latency p50/p99 per phase, drain
+    time and loss next to each other."""
+    monsoon.run(stack, "storage-compare").assert_pass()
