@@ -196,6 +196,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("thingsboard-inmemory", "thingsboard-burst-x3"), ("thingsboard-inmemory", "thingsboard-burst-x10"),
     ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),
     ("kafka-cassandra", "burst-x10"), ("cassandra-ack", "pod-kill"), ("kafka-cassandra", "cassandra-slowdown"),
+    ("kafka-cassandra", "cassandra-down"), ("cassandra-ack", "cassandra-node-kill"),
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
 )
 

@@ -8,6 +8,9 @@ Run:  pytest -m cassandra pytest/                   (quick profile: ~2-4 min per
   platform may cost unacked messages (the devices retry them) but nothing acked;
 * ``cassandra-slowdown`` on ``kafka-cassandra``: 200 ms on every reply on the platform -> Cassandra hop; the
   queue absorbs it, nothing acked is lost, and ``throughput_drop_pct`` says how far storage fell;
+* ``cassandra-down`` on ``kafka-cassandra`` (the platform -> Cassandra hop cut for 20 s: the consumers retry the
+  batch, the queue keeps acking) and ``cassandra-node-kill`` on ``cassandra-ack`` (SIGKILL of the Cassandra node,
+  restarted with its commit log: writes fail and are not acked meanwhile): each lands, heals, loses nothing acked;
 * ``storage-compare`` on ``kafka`` and ``kafka-cassandra``: Postgres vs Cassandra time series side by side.
 """
 import pytest
@@ -34,6 +37,19 @@ def test_cassandra_slowdown_is_absorbed_by_the_kafka_queue(monsoon, record_prope
         record_property("throughput_drop_pct", drop)
         monsoon.progress(f"[kafka-cassandra/cassandra-slowdown] ingestion throughput drop during the slowdown: "
                          f"{drop}%")
+    result.assert_pass()
+
+
+@pytest.mark.chaos
+@pytest.mark.cassandra
+@pytest.mark.parametrize("stack, experiment", [("kafka-cassandra", "cassandra-down"),
+                                               ("cassandra-ack", "cassandra-node-kill")])
+def test_cassandra_down_and_node_kill_land_heal_and_lose_nothing_acked(monsoon, stack, experiment):
+    result = monsoon.run(stack, experiment)
+    if result.dry_run is None:
+        landed = result.check("faults_landed").figures
+        assert landed.get("faults_injected") == landed.get("faults_landed") == landed.get("faults_healed") == 1, \
+            result.failure_message()
     result.assert_pass()
 
 
