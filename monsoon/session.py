@@ -18,7 +18,7 @@ from monsoon.observe.progress import Progress
 from monsoon.paths import REPO
 from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
 from monsoon.report.write import write as write_report
-from monsoon.run.calibrate import resolve_experiment
+from monsoon.run.calibrate import calibration_dir as default_calibration_dir, resolve_experiment, saved_capacity
 from monsoon.run.experiment import RunContext, run_experiment
 from monsoon.run.validate import validate
 from monsoon.rundir import RESULT_FILE, new_run_id, point_latest
@@ -56,6 +56,10 @@ def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: P
             except ValueError as e:
                 raise SpecError(exp.source, None, "load.shape",
                                 f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
+    elif not dry_run:   # a fixed x1: its stack's saved capacity rides along when there is a usable calibration
+        base_rate = saved_capacity(stack_spec, exp.load.base_rate, profile=profile,
+                                   cal_dir=Path(calibration_dir) if calibration_dir is not None
+                                   else default_calibration_dir(out_dir.parent.parent))
     if dry_run:
         result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=base_rate)
         result.dry_run = describe(stack_spec, exp, profile, faults, run_id)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from monsoon.checks.base import check_base, combine
+from monsoon.report import sidebyside
 
 
 class _KeyFigures(dict):
@@ -118,6 +119,9 @@ def checklist(summary_: dict) -> str:
     if said:   # a verdict is about the platform that ran: its own word on what it is
         lines += ["", "## Platforms under test (as they said when they ran)", ""]
         lines += [f"- {stack}: {line}" for stack, line in said.items()]
+    side = sidebyside.markdown(results)   # one experiment on several stacks: their figures next to each other
+    if side:
+        lines += side.rstrip("\n").split("\n")
     fails = [(r, c) for r in results for c in r["checks"] if c["verdict"] != "pass"]
     if fails:
         lines += ["", "## Evidence", ""]

@@ -46,6 +46,7 @@ from monsoon.checks.base import combine
 from monsoon.checks.lag import lag_seconds_series
 from monsoon.checks.memory import timeline_gc_pauses
 from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
+from monsoon.report import sidebyside
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows
@@ -565,6 +566,14 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
                      f'(<span class="{_e(c["verdict"])}">{_e(c["verdict"])}</span>): {_e(c.get("message", ""))}</li>')
         h.append('</ul>')
     h.append('</section>')
+    for exp, (ph, rows) in sidebyside.tables(results).items():   # one experiment on several stacks
+        h.append(f'<section class="side-by-side" data-experiment="{_e(exp)}"><h2>Side by side: {_e(exp)}</h2>'
+                 '<table><thead><tr>' + "".join(f'<th>{_e(x)}</th>' for x in sidebyside.headers(ph))
+                 + '</tr></thead><tbody>')
+        for r in rows:
+            h.append(f'<tr data-stack="{_e(r["stack"])}">' + "".join(f'<td>{_e(x)}</td>'
+                     for x in sidebyside.cells(r, ph)) + '</tr>')
+        h.append('</tbody></table></section>')
 
     for d, r, label in exps:
         anchor = _anchor(d, label)

@@ -496,6 +496,23 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     return out
 
 
+def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str) -> dict | None:
+    """A fixed-base_rate run's stack capacity: its saved calibration when usable (same host, recent, same
+    profile and jars), in the shape :func:`resolve_auto` returns (``source: calibration-file, fixed base_rate``),
+    so the result carries ``calibrated_capacity_msg_s`` and ``base_fraction`` next to its other figures (the
+    side-by-side table, the drain prediction); None when there is no usable calibration (nothing is calibrated)."""
+    path = calibration_file(cal_dir, stack_spec.name)
+    cal = read_calibration(path)
+    ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
+                   jars=jar_sha256(stack_spec))
+    if not ok:
+        return None
+    cap = float(cal["capacity_msg_s"])
+    return {"base_rate": float(base_rate), "capacity_msg_s": cap, "fraction": round(float(base_rate) / cap, 4),
+            "source": "calibration-file, fixed base_rate", "calibration_file": str(path),
+            "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"), "criterion": cal.get("criterion")}
+
+
 # ------------------------------------------------------------------------ CLI
 
 def add_arguments(p) -> None:

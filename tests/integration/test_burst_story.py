@@ -51,7 +51,7 @@ def test_x10_story_is_detected_and_reported(pytester, tmp_path):
     # the failure message carries the numbers; the checklist is printed and written
     assert "OutOfMemoryError" in out and "acked messages lost" in out
     assert "monsoon resilience sign-off" in out and "Decision: NO-GO" in out
-    assert (runs / "story" / "checklist.md").read_text().count("| inmemory |") == len(by["inmemory"]["checks"])
+    assert (runs / "story" / "checklist.md").read_text().count("| inmemory | burst-x10 |") == len(by["inmemory"]["checks"])
     assert (runs / "latest").resolve() == (runs / "story").resolve()
 
     # checks never talk to live systems: `monsoon analyze` on the saved run reproduces every verdict and figure

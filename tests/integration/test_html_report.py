@@ -277,7 +277,9 @@ def test_report_html_renders_in_chromium(tmp_path):
     got = {(r["data-stack"], r["data-experiment"], r["data-check"]): r["data-verdict"] for r in dom.rows}
     assert got == EXPECTED
     md = (run_dir / "checklist.md").read_text()
-    assert md.count("\n| inmemory ") + md.count("\n| kafka ") == len(dom.rows)  # same rows as checklist.md
+    assert md.count("\n| inmemory | burst-x10 ") + md.count("\n| kafka | burst-x10 ") == len(dom.rows)  # as checklist.md
+    # one experiment on two stacks: their figures side by side, in the report and the checklist
+    assert "## Side by side: burst-x10" in md and 'class="side-by-side" data-experiment="burst-x10"' in text
     assert "OutOfMemoryError" in text and "acked messages lost" in text     # the evidence messages
 
     # every plot of every experiment is there, decoded by Chromium and a non-trivial PNG
