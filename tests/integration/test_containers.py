@@ -6,7 +6,11 @@
   verified and heal through the same backends as for processes; ``monsoon heal --run-id`` and the census find
   a paused container and a lowered limit left behind, and remove the run's containers by label;
 * a SIGTERM mid-fault (a paused container and a lowered limit) heals both before the stack stops, and leaves no
-  container. (The in-memory x10 story on containers is pytest/test_containers.py, run by hand: -m docker.)
+  container;
+* the in-memory x10 story on containers, cut short: the kernel OOM-kills the platform container (exit 137,
+  State.OOMKilled), and the acked messages it held are counted lost, device by device, against what Postgres
+  stored (every stored row matched to its ack: none "unexpected"). The full-length scenarios are
+  pytest/test_containers.py (``pytest -m docker pytest/``).
 """
 from __future__ import annotations
 
@@ -132,6 +136,38 @@ def test_container_oom_faults_heal_and_reap(docker_daemon, tmp_path):
         assert any("unpaused" in d for d in rep.done) and any("removed 2 leftover container" in d for d in rep.done)
         assert run_containers(run_id) == []
     assert any(e.get("event") == "stop" for e in events)
+
+
+# burst-x10 cut short: the kernel's kill comes ~30 s into the x10 flood (200m limit, -Xmx512m, AlwaysPreTouch)
+X10 = """
+name: x10-short
+description: burst-x10 with a shorter quick profile
+load: {devices: 50, qos: 1, base_rate: 400, shape: {kind: burst, multiplier: 10}}
+profiles:
+  quick: {warmup: 5, burst: 45, recovery: 10, drain_timeout: 30}
+checks:
+  - no_oom
+  - no_acked_loss
+"""
+
+
+def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, tmp_path):
+    from monsoon.session import MonsoonSession
+    from monsoon.timeline.store import read_events
+    exp = tmp_path / "x10-short.yaml"
+    exp.write_text(X10)
+    session = MonsoonSession(runs_dir=tmp_path / "runs", run_id="ctr-x10", progress=lambda s: None)
+    result = session.run("inmemory-docker", str(exp))
+    oom, loss = result.check("no_oom"), result.check("no_acked_loss")
+    assert oom.verdict == "fail" and oom.figures["docker_oom_killed"] >= 1, result.failure_message()
+    assert "OOMKilled: the kernel killed the container" in oom.message, oom.message
+    exits = [e for e in read_events(result.dir / "timeline.jsonl") if e.get("event") == "exit"]
+    assert any(e["service"] == "platform" and e["code"] == 137 and e.get("oom") for e in exits), exits
+    f = loss.figures
+    # counted loss, device by device: what was acked and stored is matched (the rest is the OOM'd queue)
+    assert loss.verdict == "fail" and 0 < f["acked_lost"] < f["acked"], result.failure_message()
+    assert f["stored"] > 0 and f["unexpected"] == 0 and f["acked"] - f["acked_lost"] <= f["stored"], f
+    assert run_containers("ctr-x10") == []
 
 
 EXPERIMENT = """
