@@ -1,6 +1,10 @@
 """The burst and pod-kill stories on container stacks (provider: docker).
 
-Run:  monsoon dockerd start && pytest -m docker pytest/      (make images builds the images first)
+Run:  monsoon dockerd start                      (or DOCKER_HOST=...; `make images` builds the images once)
+      pytest -m docker pytest/                   all three
+      pytest -m burst pytest/ -k docker          the two x10 floods on containers
+      pytest -m chaos pytest/ -k docker          the pod kill on the Kafka containers
+      monsoon dockerd stop
 
 * in-memory x10 on containers: the platform container's heap may grow past its mem_limit, so the flood ends
   with the kernel's OOM kill (exit 137, State.OOMKilled, docker_oom_killed >= 1) and acked messages lost;
@@ -11,6 +15,7 @@ import pytest
 
 
 @pytest.mark.docker
+@pytest.mark.burst
 def test_inmemory_x10_on_containers_is_oom_killed(monsoon):
     result = monsoon.run("inmemory-docker", "burst-x10")
     if result.dry_run is not None:
@@ -21,10 +26,12 @@ def test_inmemory_x10_on_containers_is_oom_killed(monsoon):
 
 
 @pytest.mark.docker
+@pytest.mark.burst
 def test_kafka_x10_on_containers_loses_nothing(monsoon):
     monsoon.run("kafka-docker", "burst-x10").assert_pass()
 
 
 @pytest.mark.docker
+@pytest.mark.chaos
 def test_kafka_containers_survive_pod_kill(monsoon):
     monsoon.run("kafka-docker", "pod-kill").assert_pass()

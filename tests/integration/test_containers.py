@@ -6,11 +6,19 @@
   verified and heal through the same backends as for processes; ``monsoon heal --run-id`` and the census find
   a paused container and a lowered limit left behind, and remove the run's containers by label;
 * a SIGTERM mid-fault (a paused container and a lowered limit) heals both before the stack stops, and leaves no
-  container. (The in-memory x10 story on containers is pytest/test_containers.py, run by hand: -m docker.)
+  container;
+* a network fault on a container hop goes through Toxiproxy (itself a container), lands, is measured and heals;
+* a docker-compose file runs as a stack: its mem_limit and deploy limits, environment, depends_on order and
+  restart policy hold on the real daemon;
+* the in-memory x10 story on containers, cut short: the kernel OOM-kills the platform container (exit 137,
+  State.OOMKilled), and the acked messages it held are counted lost, device by device, against what Postgres
+  stored (every stored row matched to its ack: none "unexpected"). The full-length scenarios are
+  pytest/test_containers.py (``pytest -m docker pytest/``).
 """
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 
@@ -30,7 +38,7 @@ from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-IMAGES = ("monsoon/base", "monsoon/platform", "monsoon/postgres")
+IMAGES = ("monsoon/base", "monsoon/platform", "monsoon/postgres", "monsoon/toxiproxy")
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +140,139 @@ def test_container_oom_faults_heal_and_reap(docker_daemon, tmp_path):
         assert any("unpaused" in d for d in rep.done) and any("removed 2 leftover container" in d for d in rep.done)
         assert run_containers(run_id) == []
     assert any(e.get("event") == "stop" for e in events)
+
+
+COMPOSE = """\
+services:
+  db:
+    image: monsoon/base
+    command: ["python3", "-c", "import socket,sys,time; s=socket.create_server(('127.0.0.1', int(sys.argv[1]))); print('db up', flush=True); time.sleep(100000)", "{port:db}"]
+    mem_limit: 96m
+    restart: unless-stopped
+    stop_grace_period: 2s
+    network_mode: host
+  app:
+    image: monsoon/base
+    command: ["python3", "-c", "import os,time; print('app sees', os.environ['DB_PORT'], flush=True); time.sleep(100000)"]
+    environment: ["DB_PORT={port:db}"]
+    depends_on: {db: {condition: service_healthy}}
+    deploy: {resources: {limits: {memory: 80m}}}
+    network_mode: host
+"""
+
+COMPOSE_STACK = """\
+name: composed
+compose: docker-compose.yml
+ports: {db: auto}
+services:
+  db: {ready: {tcp: "127.0.0.1:{port:db}", timeout: 30}}
+  app: {ready: {log: '(?m)^app sees \\d+$', timeout: 30}}
+devices: {port: 1883}
+provisioning: none
+storage: {dsn: "postgresql://127.0.0.1:1/x", loss_query: "select 1"}
+"""
+
+
+def test_a_compose_file_runs_as_a_container_stack(docker_daemon, tmp_path):
+    """The user's compose file, as it is, on the real daemon: its limits, environment, order and restart policy."""
+    (tmp_path / "docker-compose.yml").write_text(COMPOSE)
+    (tmp_path / "stack.yaml").write_text(COMPOSE_STACK)
+    events: list[dict] = []
+    stack = Stack(load_stack(tmp_path / "stack.yaml"), tmp_path / "run", run_id="ctr-compose",
+                  on_event=lambda kind, **k: events.append(dict(k, type=kind)))
+    with stack:
+        got = {c.labels["monsoon.service"]: c for c in run_containers("ctr-compose")}
+        assert set(got) == {"db", "app"}
+        assert got["db"].attrs["HostConfig"]["Memory"] == 96 << 20
+        assert got["app"].attrs["HostConfig"]["Memory"] == 80 << 20          # deploy.resources.limits.memory
+        port = stack.ports["db"]
+        assert f"DB_PORT={port}" in got["app"].attrs["Config"]["Env"]
+        assert f"app sees {port}" in (tmp_path / "run" / "logs" / "app.log").read_text()
+        ready = [e["service"] for e in events if e.get("event") == "ready"]
+        assert ready == ["db", "app"], events                                 # depends_on: db ready first
+        stack.kill("db")                                                      # unless-stopped: restarted
+        wait_for(lambda: any(e.get("event") == "restart" and e["service"] == "db" for e in events), 30, "db restart")
+    assert run_containers("ctr-compose") == []
+
+
+PROXIED = """\
+name: proxied
+provider: docker
+ports: {echo: auto, toxiproxy: auto}
+services:
+  echo:
+    image: monsoon/base
+    command: ["python3", "-c", "import socket,sys,threading\\ndef h(c):\\n  with c:\\n    while (d := c.recv(4096)): c.sendall(d)\\ns=socket.create_server(('127.0.0.1', int(sys.argv[1])))\\nwhile True: threading.Thread(target=h, args=(s.accept()[0],), daemon=True).start()", "{port:echo}"]
+    ready: {tcp: "127.0.0.1:{port:echo}", timeout: 30}
+  toxiproxy:
+    image: monsoon/toxiproxy
+    command: ["toxiproxy-server", "-host", "127.0.0.1", "-port", "{port:toxiproxy}"]
+    ready: {tcp: "127.0.0.1:{port:toxiproxy}", timeout: 30}
+chaos: {toxiproxy: "http://127.0.0.1:{port:toxiproxy}"}
+devices: {port: 1883}
+provisioning: none
+storage: {dsn: "postgresql://127.0.0.1:1/x", loss_query: "select 1"}
+"""
+
+
+def test_network_latency_on_a_container_hop_goes_through_toxiproxy(docker_daemon, tmp_path):
+    """Network faults on a container stack are Toxiproxy's, as on processes: the proxy runs as a container too."""
+    from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, median_rtt
+    (tmp_path / "s.yaml").write_text(PROXIED)
+    run_id = "ctr-proxy"
+    stack = Stack(load_stack(tmp_path / "s.yaml"), tmp_path / "run", run_id=run_id)
+    with stack:
+        be = ToxiproxyBackend(stack.endpoint(stack.spec.chaos.toxiproxy))
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            listen = f"127.0.0.1:{free.getsockname()[1]}"
+        proxy = be.route(run_id, ("app", "echo"), listen, f"127.0.0.1:{stack.ports['echo']}")
+        host, port = proxy.listen.rsplit(":", 1)
+        addr, echo = (host, int(port)), PROBE_PAYLOADS["echo"]
+        before = median_rtt(addr, echo)
+        h = be.inject(FaultSpec.model_validate({
+            "name": "c-latency", "kind": "network-latency", "target": "app->echo", "backend": "toxiproxy",
+            "params": {"latency_ms": 200, "probe": "echo"}, "schedule": {"at": 0, "duration": 30}}),
+            FaultContext(run_id=run_id, stack=stack))
+        landing = be.verify(h)
+        assert landing.landed is True and 190 <= landing.evidence["added_ms"] <= 300, landing.evidence
+        assert 190 <= median_rtt(addr, echo) - before <= 300
+        be.heal(h)
+        assert be.verify(h).landed is True and be.census(run_id) == []
+        assert median_rtt(addr, echo) < before + 50
+    assert run_containers(run_id) == []
+
+
+# burst-x10 cut short: the kernel's kill comes ~30 s into the x10 flood (200m limit, -Xmx512m, AlwaysPreTouch)
+X10 = """
+name: x10-short
+description: burst-x10 with a shorter quick profile
+load: {devices: 50, qos: 1, base_rate: 400, shape: {kind: burst, multiplier: 10}}
+profiles:
+  quick: {warmup: 5, burst: 45, recovery: 5, drain_timeout: 20}
+checks:
+  - no_oom
+  - no_acked_loss
+"""
+
+
+def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, tmp_path):
+    from monsoon.session import MonsoonSession
+    from monsoon.timeline.store import read_events
+    exp = tmp_path / "x10-short.yaml"
+    exp.write_text(X10)
+    session = MonsoonSession(runs_dir=tmp_path / "runs", run_id="ctr-x10", progress=lambda s: None)
+    result = session.run("inmemory-docker", str(exp))
+    oom, loss = result.check("no_oom"), result.check("no_acked_loss")
+    assert oom.verdict == "fail" and oom.figures["docker_oom_killed"] >= 1, result.failure_message()
+    assert "OOMKilled: the kernel killed the container" in oom.message, oom.message
+    exits = [e for e in read_events(result.dir / "timeline.jsonl") if e.get("event") == "exit"]
+    assert any(e["service"] == "platform" and e["code"] == 137 and e.get("oom") for e in exits), exits
+    f = loss.figures
+    # counted loss, device by device: what was acked and stored is matched (the rest is the OOM'd queue)
+    assert loss.verdict == "fail" and 0 < f["acked_lost"] < f["acked"], result.failure_message()
+    assert f["stored"] > 0 and f["unexpected"] == 0 and f["acked"] - f["acked_lost"] <= f["stored"], f
+    assert run_containers("ctr-x10") == []
 
 
 EXPERIMENT = """

@@ -39,6 +39,16 @@ def test_shipped_container_stacks_mirror_the_process_ones():
     assert mem_bytes(load_stack("inmemory-docker").services["platform"].mem_limit_for("quick")) < mem_bytes("512m")
 
 
+def test_the_inmemory_container_heap_outgrows_its_limit_pre_touched():
+    """The x10 story on containers: the heap may grow past the container's limit (the kernel's OOM kill comes
+    before Java's OutOfMemoryError), and each heap expansion is touched at once (without it the container
+    thrashes at its limit instead of being killed)."""
+    platform = load_stack("inmemory-docker").services["platform"]
+    for profile in ("quick", "nightly", "full"):
+        assert mem_bytes(platform.env["TB_HEAP"][profile]) > mem_bytes(platform.mem_limit_for(profile)), profile
+    assert "-XX:+AlwaysPreTouch" in platform.env["JAVA_OPTS"]
+
+
 @pytest.mark.parametrize("extra, err", [
     ("services: {a: {provider: docker, command: x}}", "a docker service needs image"),
     ("services: {a: {image: busybox}}", "a process service needs command"),
