@@ -5,6 +5,7 @@ Only hooks, options and fixtures live here; the logic is in plain modules.
 from __future__ import annotations
 
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed, St
 from monsoon.run.shield import sigterm_as_interrupt
 from monsoon.session import MonsoonSession
 from monsoon.spec.base import PROFILES
+from monsoon.stack import dockerd
 from monsoon.spec.yamlio import SpecError
 
 
@@ -185,6 +187,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [i for i in items if i.get_closest_marker("soak") is None]
     config.hook.pytest_deselected(items=soak)
     config.stash[SOAK_DESELECTED] = len(soak)
+
+
+@pytest.fixture(scope="session")
+def docker_daemon():
+    """A Docker daemon for container stacks (provider: docker): DOCKER_HOST's, or monsoon's private one started
+    for the session and stopped after it; the test skips in one line when there is none to start."""
+    with ExitStack() as stack:
+        try:
+            host = stack.enter_context(dockerd.ensure())
+        except dockerd.DockerdError as e:
+            pytest.skip(f"no Docker daemon: {str(e).splitlines()[0]} (`make setup` installs Docker)")
+        yield host
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
 """The burst and pod-kill stories on container stacks (provider: docker).
 
-Run:  monsoon dockerd start                      (or DOCKER_HOST=...; `make images` builds the images once)
-      pytest -m docker pytest/                   all three
+Run:  pytest -m docker pytest/                   all three
       pytest -m burst pytest/ -k docker          the two x10 floods on containers
       pytest -m chaos pytest/ -k docker          the pod kill on the Kafka containers
-      monsoon dockerd stop
+The daemon is DOCKER_HOST's, or monsoon's private one (`monsoon dockerd start`); when none runs, the session
+starts the private one and stops it at the end (`make images` builds the images once).
 
 * in-memory x10 on containers: the platform container's heap may grow past its mem_limit, so the flood ends
   with the kernel's OOM kill (exit 137, State.OOMKilled, docker_oom_killed >= 1) and acked messages lost;
@@ -12,6 +12,8 @@ Run:  monsoon dockerd start                      (or DOCKER_HOST=...; `make imag
 * pod-kill on kafka-docker (docker kill, then the supervisor's restart): nothing lost.
 """
 import pytest
+
+pytestmark = pytest.mark.usefixtures("docker_daemon")
 
 
 @pytest.mark.docker

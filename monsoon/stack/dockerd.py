@@ -16,6 +16,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from monsoon.paths import CACHE
@@ -107,6 +109,20 @@ def start(d: Path | None = None, timeout: float = 30.0) -> tuple[str, bool]:
     stop(d)
     raise DockerdError(f"dockerd did not answer on {sock} within {timeout:.0f}s; last lines of "
                        f"{d / 'dockerd.log'}:\n  " + "\n  ".join(tail))
+
+
+@contextmanager
+def ensure() -> Iterator[str | None]:
+    """The Docker daemon to use: DOCKER_HOST's or monsoon's private one, started here (and stopped on the way
+    out) when none answers; raises DockerdError (one line on what to do) when none can be started."""
+    started = False
+    if docker_host() is None:
+        _, started = start()
+    try:
+        yield docker_host()
+    finally:
+        if started:
+            stop()
 
 
 def _mounts_under(d: Path) -> list[str]:

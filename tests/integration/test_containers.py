@@ -42,24 +42,12 @@ IMAGES = ("monsoon/base", "monsoon/platform", "monsoon/postgres", "monsoon/toxip
 
 
 @pytest.fixture(scope="module")
-def docker_daemon():
-    """A Docker daemon: DOCKER_HOST's or monsoon's private one, started here (and stopped) when none runs."""
-    started = False
-    if dockerd.docker_host() is None:
-        try:
-            dockerd.start()
-            started = True
-        except dockerd.DockerdError as e:
-            pytest.skip(f"no Docker daemon: {str(e).splitlines()[0]} (make setup installs Docker)")
-    try:
-        missing = [i for i in IMAGES if not client().images.list(name=i)]
-        if missing:
-            pytest.skip(f"images {', '.join(missing)} missing: build them with `make images`")
-        yield dockerd.docker_host()
-    finally:
-        if started:
-            dockerd.stop()
-            assert dockerd.running() is None
+def docker_daemon(docker_daemon):
+    """The plugin's daemon (started here when none runs), with the images these tests need."""
+    missing = [i for i in IMAGES if not client().images.list(name=i)]
+    if missing:
+        pytest.skip(f"images {', '.join(missing)} missing: build them with `make images`")
+    return docker_daemon
 
 
 STACK = """\
