@@ -13,6 +13,19 @@ from monsoon.spec.stack import ReadySpec
 from monsoon.stack.ports import port_open
 
 
+START_HEADER = "--- monsoon: start #"     # the line the supervisor writes into a service's log at each start
+
+
+def this_start(log: str) -> str:
+    """The part of a service log written since its last start (after the supervisor's header line): a restarted
+    service's readiness and death are judged on what it said this time, never on an earlier start's lines."""
+    i = log.rfind(START_HEADER)
+    if i < 0:
+        return log
+    j = log.find("\n", i)
+    return "" if j < 0 else log[j + 1:]
+
+
 def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str]) -> bool:
     if ready.tcp:
         target = render_(ready.tcp)
@@ -27,7 +40,7 @@ def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str])
         host, _, port = render_(ready.cql).rpartition(":")
         return cql_answers(host or "127.0.0.1", int(port))
     try:
-        return re.search(render_(ready.log), log_path.read_text(errors="replace")) is not None
+        return re.search(render_(ready.log), this_start(log_path.read_text(errors="replace"))) is not None
     except FileNotFoundError:
         return False
 

@@ -31,7 +31,7 @@ from monsoon.paths import CACHE, REPO
 from monsoon.spec.stack import ServiceSpec, StackSpec, TEMPLATE_RE
 from monsoon.stack.kernel import oom_kill_line
 from monsoon.stack.ports import StackError, allocate_ports
-from monsoon.stack.ready import _ready_once
+from monsoon.stack.ready import START_HEADER, _ready_once, this_start
 from monsoon.stack.reaper import OWNER_ENV
 from monsoon.stack import containers as ctr
 
@@ -269,7 +269,7 @@ class Stack:
 
     def _spawn(self, svc: Service) -> None:
         with open(svc.log_path, "ab") as log:
-            log.write(f"--- monsoon: start #{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
+            log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
             log.flush()
             if svc.container:
                 if svc.proc is None:        # kept before it starts: stop() removes a half-started container
@@ -355,8 +355,7 @@ class Stack:
 
     def _died(self, svc: Service, t0: float) -> StackError:
         code = _norm(svc.proc.returncode)
-        this_start = _tail(svc.log_path).rpartition("--- monsoon: start #")[2]
-        taken = PORT_TAKEN.search(this_start) is not None
+        taken = PORT_TAKEN.search(this_start(_tail(svc.log_path))) is not None
         err = StackError(f"service {svc.name!r} exited with code {code} during start-up "
                          f"after {time.monotonic() - t0:.1f}s" + (" (its address was in use)" if taken else "")
                          + f"; last log lines of {svc.log_path}:\n" + _last_lines(svc.log_path))

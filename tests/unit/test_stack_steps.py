@@ -1,6 +1,7 @@
 """Stack-format pieces real platforms need (ThingsBoard first): a one-shot install step, a signal derived
 from several Prometheus series, Kafka lag over groups and topics given by pattern."""
 import sys
+import time
 
 import pytest
 
@@ -104,3 +105,34 @@ def test_a_derived_signal_that_cannot_be_read_names_the_signal(tmp_path):
 def test_kafka_groups_and_topics_may_be_patterns(tmp_path):
     assert is_pattern("re-Main-consumer-*") and is_pattern("tb_rule_engine.main.[0-9]")
     assert not is_pattern("tb_rule_engine.main") and not is_pattern(None)
+
+
+SLOW_RESTART = """\
+name: s
+services:
+  app:
+    command: ["{py}", "-c", "import os,sys,time; n=os.path.join(sys.argv[1], 'n'); again=os.path.exists(n); open(n, 'w').close(); time.sleep(1.5 if again else 0.1); print('listening', flush=True); time.sleep(60)", "{{dir}}"]
+    ready: {{log: "listening", timeout: 10}}
+    restart: always
+    restart_delay: 0.1
+devices: {{port: "1"}}
+provisioning: {{kind: none}}
+storage: {{dsn: "postgresql://x", loss_query: "select 1"}}
+"""
+
+
+def test_a_restarted_service_is_ready_on_what_it_says_this_time_not_on_its_earlier_log(tmp_path):
+    # TB's restart after a pod kill took ~40 s to say "Started ...", but its log already held the first start's
+    # line, and the log readiness fired at once: the kill's downtime read 1.2 s
+    p = tmp_path / "s.yaml"
+    p.write_text(SLOW_RESTART.format(py=PY))
+    events = []
+    with Stack(load_stack(p), tmp_path / "run", run_id="restart-1",
+               on_event=lambda t, **f: events.append(dict(f, t=time.monotonic()))) as st:
+        st.kill("app")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len([e for e in events if e.get("event") == "ready"]) < 2:
+            time.sleep(0.05)
+    ready = [e for e in events if e.get("event") == "ready"]
+    assert len(ready) == 2, events
+    assert ready[1]["after_s"] >= 1.4, ready       # it waited for the restarted process's own "listening"
