@@ -14,7 +14,9 @@ in-memory queue above capacity fills the heap and dies of OOM).  A step fails wh
 * ``stored-rate``    the stored rate (slope of the stack's storage count) fell below the sent rate
                      by more than the tolerance;
 * ``backlog-growth`` the queue depth / Kafka lag grew during the step (slope > ``slope_fraction``
-                     x target and > ``slope_min`` msg/s);
+                     x target and > ``slope_min`` msg/s) to more than ``backlog_floor_s`` seconds of the
+                     target (less is the queue's own batching: ThingsBoard commits a Kafka pack at a
+                     time, so its lag saw-tooths by a few hundred at any rate);
 * ``latency-knee``   the step's p99 ack latency exceeded ``latency_k`` x the first step's p99 and
                      the absolute floor ``latency_floor_ms``.
 
@@ -71,7 +73,8 @@ class Criteria:
     latency_k: float = 5.0            # knee: p99 > k x the first step's p99 ...
     latency_floor_ms: float = 250.0   # ... and above this absolute floor
     slope_fraction: float = 0.05      # backlog growth: slope > this x target ...
-    slope_min: float = 20.0           # ... and > this many msg/s
+    slope_min: float = 20.0           # ... and > this many msg/s ...
+    backlog_floor_s: float = 0.5      # ... to a backlog of more than this many seconds of the target
 
 
 @dataclass
@@ -135,7 +138,8 @@ def judge_step(step: Step, baseline_p99_ms: float | None, crit: Criteria = Crite
         return "acked-rate", f"acked {step.ack_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
     if step.stored_rate is not None and step.stored_rate < (1 - tol) * ref:
         return "stored-rate", f"stored {step.stored_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
-    if step.backlog_slope is not None and step.backlog_slope > max(crit.slope_fraction * step.target, crit.slope_min):
+    if (step.backlog_slope is not None and step.backlog_slope > max(crit.slope_fraction * step.target, crit.slope_min)
+            and (step.backlog_end is None or step.backlog_end > crit.backlog_floor_s * step.target)):
         return "backlog-growth", (f"backlog grew {step.backlog_slope:,.0f} msg/s during the step "
                                   f"(to {step.backlog_end or 0:,.0f})")
     if (step.p99_ms is not None and baseline_p99_ms is not None and step.p99_ms > crit.latency_k * baseline_p99_ms

@@ -59,6 +59,13 @@ def test_backlog_growth_stops_even_when_storage_keeps_pace():
     d = decide(ladder(1000, 1250, slope=150.0))
     assert (d.capacity_msg_s, d.criterion) == (1000, "backlog-growth")
     assert decide(ladder(1000, 1250, slope=30.0)).criterion == "max-rate"     # 30 < 5 % of 1250: noise
+    # real TB 4.2.1 on Cassandra: its Kafka lag saw-tooths a pack at a time (318, 132, ... at 200-488 msg/s); a
+    # step whose lag "grew 26 msg/s" to 212 (0.43 s of 488 msg/s) is that saw-tooth, not growth
+    saw = ladder(391, 488, slope=26.0)
+    saw[-1].backlog_end = 212.0
+    assert decide(saw).criterion == "max-rate"
+    saw[-1].backlog_end = 400.0                                                # 0.82 s of the target: growth
+    assert decide(saw).criterion == "backlog-growth"
 
 
 def test_latency_knee_needs_k_times_the_first_step_and_the_floor():
