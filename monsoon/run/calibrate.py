@@ -312,6 +312,9 @@ class Params:
     max_rate: float = 20000.0
     step_seconds: float = 10.0        # per step, settle included
     settle_seconds: float = 2.0
+    warmup_seconds: float = 20.0      # at start_rate before the first step, not judged: a platform just
+    #                                   started is slower than it will be (real TB on Cassandra backed up
+    #                                   to 902 at 200 msg/s in its first 10 s, then kept up with 391)
     devices: int = 50
     qos: int = 1
     device_prefix: str = "monsoon"
@@ -321,8 +324,9 @@ class Params:
         if not (self.step_seconds > self.settle_seconds >= 0) or self.step_seconds - self.settle_seconds < 3:
             raise ValueError(f"step_seconds ({self.step_seconds:g}) must exceed settle_seconds "
                              f"({self.settle_seconds:g}) by at least 3 s (the measured window)")
-        if self.step_seconds != int(self.step_seconds) or self.settle_seconds != int(self.settle_seconds):
-            raise ValueError("step_seconds and settle_seconds must be whole seconds")
+        if (self.step_seconds != int(self.step_seconds) or self.settle_seconds != int(self.settle_seconds)
+                or self.warmup_seconds != int(self.warmup_seconds) or self.warmup_seconds < 0):
+            raise ValueError("step_seconds, settle_seconds and warmup_seconds must be whole seconds (>= 0)")
         if self.devices < 1:
             raise ValueError("devices must be >= 1")
         ladder_rates(self.start_rate, self.factor, self.max_rate)
@@ -360,8 +364,9 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     stop = stop or threading.Event()     # the caller's: interrupts the ramp
     halt = threading.Event()             # ours: set at the first failing step
     rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
-    step_s, settle = int(params.step_seconds), int(params.settle_seconds)
-    shape = Stages(tuple(Stage(f"step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
+    step_s, settle, warm = int(params.step_seconds), int(params.settle_seconds), int(params.warmup_seconds)
+    shape = Stages(((Stage("warmup", float(warm), rates[0]),) if warm else ())
+                   + tuple(Stage(f"step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
     label = f"{stack_spec.name}/calibrate"
     steps: list[Step] = []
     error: str | None = None
@@ -385,17 +390,18 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
                 fleet, sampler, t0 = load.fleet, load.sampler, load.t0
                 backlog_key = ("kafka", "lag") if stack_spec.observe.kafka else ("metrics", "queue_depth")
                 progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
-                         f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step")
+                         f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step"
+                         + (f", after a {warm}s warm-up at {rates[0]:,.0f} msg/s (not judged)" if warm else ""))
                 per_sec: dict[int, dict] = {}
 
                 def evaluate(i: int) -> bool:
                     """Judge step i (its window is over); True to go on."""
-                    a, b = i * step_s + settle, (i + 1) * step_s
+                    a, b = warm + i * step_s + settle, warm + (i + 1) * step_s
                     secs = [per_sec[s] for s in range(a, b) if s in per_sec]
                     ta, tb = t0 + a, t0 + b + 0.5
                     st = measure_step(i, rates[i], secs, tl.series("storage", "stored", ta, tb),
                                       tl.series(*backlog_key, ta, tb),
-                                      exits=sum(1 for x in exits if t0 + i * step_s <= x <= tb))
+                                      exits=sum(1 for x in exits if t0 + warm + i * step_s <= x <= tb))
                     crit, reason = judge_step(st, steps[0].p99_ms if steps else st.p99_ms, params.criteria)
                     st.ok, st.criterion, st.reason = crit is None, crit, reason
                     steps.append(st)
@@ -408,9 +414,10 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
 
                 def on_second(s) -> None:
                     per_sec[s.t] = load.record_second(s)
-                    # step i's window is [i*step, (i+1)*step); judge it one second into the next step
-                    if s.t % step_s == 0 and s.t >= step_s:
-                        i = s.t // step_s - 1
+                    # step i's window is [warm + i*step, warm + (i+1)*step); judge it one second into the next step
+                    u = s.t - warm
+                    if u % step_s == 0 and u >= step_s:
+                        i = u // step_s - 1
                         if len(steps) == i and not halt.is_set() and not evaluate(i):
                             halt.set()     # stop at the first step not kept up: never stay above capacity
                     if stop.is_set():
@@ -527,6 +534,9 @@ def add_arguments(p) -> None:
     p.add_argument("--factor", type=float, default=d.factor, help=f"rate multiplier per step (default {d.factor:g})")
     p.add_argument("--step-seconds", type=int, default=int(d.step_seconds),
                    help=f"seconds per step, settle included (default {d.step_seconds:g})")
+    p.add_argument("--warmup-seconds", type=int, default=int(d.warmup_seconds),
+                   help=f"seconds at --start-rate before the first step, not judged (default {d.warmup_seconds:g}): "
+                   "a platform just started is slower than it will be")
     p.add_argument("--settle-seconds", type=int, default=int(d.settle_seconds),
                    help=f"seconds at the start of each step not measured (default {d.settle_seconds:g})")
     p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
@@ -551,7 +561,8 @@ def cli(args) -> int:
         return 2
     try:
         params = Params(start_rate=args.start_rate, factor=args.factor, max_rate=args.max_rate,
-                        step_seconds=args.step_seconds, settle_seconds=args.settle_seconds, devices=args.devices,
+                        step_seconds=args.step_seconds, settle_seconds=args.settle_seconds,
+                        warmup_seconds=args.warmup_seconds, devices=args.devices,
                         criteria=Criteria(tolerance=args.tolerance, latency_k=args.latency_k,
                                           latency_floor_ms=args.latency_floor_ms))
     except ValueError as e:

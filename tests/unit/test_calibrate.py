@@ -135,6 +135,10 @@ def test_ladder_rates_geometric_up_to_the_max():
         ladder_rates(200, 1.0, 500)
     with pytest.raises(ValueError):
         cal.Params(step_seconds=4, settle_seconds=2)
+    for bad in (-5, 2.5):
+        with pytest.raises(ValueError, match="warmup_seconds"):
+            cal.Params(warmup_seconds=bad)
+    assert cal.Params().warmup_seconds == 20 and cal.Params(warmup_seconds=0).warmup_seconds == 0
 
 
 # ------------------------------------------------------------ base_rate: auto
