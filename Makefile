@@ -86,7 +86,7 @@ demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
 
 test: setup lint
-	$(PYTEST) tests $(PYTEST_ARGS)
+	$(PYTEST) tests --durations=12 $(PYTEST_ARGS)
 
 # the import contracts in pyproject.toml: the layers, checks/report only on the timeline and specs, no cycles
 lint: venv
