@@ -475,20 +475,41 @@ def _drain_figures(run: RunData, what: str, tol: float) -> dict:
 VANISH_GAP_S = 5.0      # the backlog sample before a death must be this recent to say what the death took
 
 
+def _fastest_drain(run: RunData, series: list[tuple[float, float]]) -> float:
+    """The fastest the backlog could have drained, msg/s: the calibrated capacity when the run has one, and
+    never less than the steepest fall seen between two samples of this run."""
+    auto = run.meta.get("base_rate_auto") or {}
+    cap = auto.get("capacity_msg_s") if isinstance(auto, dict) else None
+    deaths = [e["t"] for e in run.events.of("service", event="exit")]
+    seen = max(((a - b) / (tb - ta) for (ta, a), (tb, b) in zip(series, series[1:])
+                if tb > ta and not any(ta < d <= tb for d in deaths)), default=0.0)   # a fall across a death is no drain
+    return max(float(cap or 0.0), seen, 0.0)
+
+
 def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: float) -> tuple[dict, float, float] | None:
     """``(exit, before, after)`` for the first service death across which the backlog vanished: above twice
-    the tolerance in the last sample before the death (at most ``VANISH_GAP_S`` before it), and at or below
-    the tolerance, or a tenth of what it was, in the first sample after. A dead service processes nothing, so
-    such a drop is the backlog lost, not drained; wherever in the run the death happens (during the burst, in
-    a fault window, or in the recovery), and whatever caused it (an OOM, a crash, an injected kill)."""
+    the tolerance in the last sample before the death, and at or below the tolerance, or a tenth of what it
+    was, in the first sample after. A dead service processes nothing, so such a drop is the backlog lost, not
+    drained; wherever in the run the death happens (during the burst, in a fault window, or in the recovery),
+    and whatever caused it (an OOM, a crash, an injected kill). The last sample must be recent (at most
+    ``VANISH_GAP_S`` before the death), or so large that even the fastest drain (:func:`_fastest_drain`) could
+    not have emptied it in the gap: a JVM thrashing towards its OutOfMemoryError stops answering its metrics
+    (real TB: 11 s without a sample before the death, at 132,639 queued)."""
     ts = [t for t, _ in series]
+    fastest = None
     for e in run.events.of("service", event="exit"):
         i = bisect_left(ts, e["t"])
         if i == 0 or i >= len(series):
             continue
         (t0, before), (_, after) = series[i - 1], series[i]
-        if e["t"] - t0 <= VANISH_GAP_S and before > 2 * tol and after <= max(tol, before / 10):
-            return e, before, after
+        if not (before > 2 * tol and after <= max(tol, before / 10)):
+            continue
+        gap = e["t"] - t0
+        if gap > VANISH_GAP_S:
+            fastest = _fastest_drain(run, series) if fastest is None else fastest
+            if before - fastest * gap <= 2 * tol:
+                continue
+        return e, before, after
     return None
 
 

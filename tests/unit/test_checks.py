@@ -172,6 +172,26 @@ def test_a_backlog_wiped_by_a_crash_during_the_burst_is_never_a_recovery(tmp_pat
     assert lag_recovers_within(run(b2), seconds=60).verdict == PASS
 
 
+def test_a_backlog_the_platform_stopped_reporting_before_it_died_still_vanished(tmp_path):
+    # real TB 4.2.1, in-memory x10: GC-thrashing towards its OutOfMemoryError it stopped answering its metrics;
+    # the last sample (132,639 queued) was 11 s before the death, the restarted server counted from zero
+    b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).service_start()
+    pts = [(33.0, 173451.0), (38.0, 163845.0), (44.0, 163486.0), (49.0, 152516.0), (77.0, 132639.0),
+           (110.0, -301.0), (115.0, 0.0), (120.0, 0.0)]
+    b.lag(pts, collector="metrics", field="queue_depth")
+    b.ev("service", 88.0, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
+    b.ev("service", 89.0, service="platform", event="restart", n=2)
+    v = lag_recovers_within(run(b), seconds=300)
+    assert v.verdict == FAIL and v.figures["emptied_by_crash"] == 1 and v.figures["backlog_vanished"] == 132639
+    # the same gap with a backlog the platform could have drained in it (it drained 1,000 msg/s before): no
+    # claim that the crash took it
+    b2 = RunBuilder(tmp_path / "2", base_rate=100).phases(10, 60, 60).service_start()
+    b2.lag([(60.0, 9000.0), (65.0, 4000.0), (77.0, 3000.0), (95.0, 0.0), (100.0, 0.0)],
+           collector="metrics", field="queue_depth")
+    b2.ev("service", 88.0, service="platform", event="exit", code=137, oom=False, cause="SIGKILL")
+    assert "emptied_by_crash" not in lag_recovers_within(run(b2), seconds=300).figures
+
+
 def test_an_exit_after_the_drain_does_not_taint_the_recovery(tmp_path):
     b = RunBuilder(tmp_path, base_rate=100).phases(10, 60, 60).service_start()
     b.lag([(65, 52000), (75, 30000), (90, 0), (100, 0)], collector="metrics", field="queue_depth")
