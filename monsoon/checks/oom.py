@@ -27,6 +27,9 @@ live system), so ``monsoon analyze`` reaches the same verdict offline:
   containers: ``State.OOMKilled``, ``State.ExitCode``, ``State.FinishedAt``,
   ``RestartCount``.  Docker clears ``OOMKilled`` when a restart policy restarts the
   container, so a fast restart may show only as a restart.
+* **memory-limit stall** — a service whose cgroup sits at its limit (usage >= 97 %, anonymous memory >= 80 %)
+  for 10 s or more while the load is starved of acks (``limit_stalls``): the kernel reclaims the JVM's file
+  pages instead of killing it, so the container lives, at its limit, serving nothing. A fail.
 * **headroom** — the peak heap-after-GC (every ``Pause`` of ``services/*/gc.log`` and of the
   ``gc.log.N`` files the JVM rotated away at each restart: a JVM that died of OOM is there)
   divided by the max heap (the ``heap_max`` metric, else the log's ``Heap Max
@@ -37,6 +40,7 @@ Verdict: fail beats unknown beats pass; with no angle holding data, unknown.
 """
 from __future__ import annotations
 
+import bisect
 import re
 import signal
 from dataclasses import dataclass, field
@@ -126,6 +130,106 @@ def _evidence(service: str | None, samples: list[dict]) -> CgroupEvidence:
                 break
         ev.increases.append(OomKillIncrease(a["t"], b["t"], d, before, after, where, shared))
     return ev
+
+
+# =============================================================== stalled at the memory limit
+
+LIMIT_FULL = 0.97           # cgroup usage at or above this share of its limit is "at the limit"
+LIMIT_ANON = 0.80           # ... and anonymous memory at least this share (else it is page cache, reclaimable)
+LIMIT_STARVED = 0.10        # a load second with fewer acks than this share of its target is starved
+LIMIT_STALL_MIN_S = 10.0    # shorter spans at the limit are a GC or a flush, not a stall
+LIMIT_GAP_S = 2.5           # samples further apart than this break a span
+
+
+@dataclass(frozen=True)
+class LimitStall:
+    """A service sitting at its memory cgroup's limit while the load got (almost) no acks: no kill, no
+    progress. The kernel keeps reclaiming file pages (the JVM's own code, the page cache) instead of
+    OOM-killing, so the container is alive, at its limit, and serves nothing."""
+    service: str
+    start: float
+    end: float
+    usage_mb: float
+    limit_mb: float
+    anon_mb: float | None         # memory the kernel cannot reclaim without swap (None: an older run)
+    refaults: int | None          # file pages read back after eviction during the span (thrashing)
+    acked: int
+    scheduled: int
+
+    @property
+    def seconds(self) -> float:
+        return round(self.end - self.start + 1.0, 1)
+
+
+def _limited(sample: dict) -> dict | None:
+    """The cgroup of a sample that has a limit (the service's current one first)."""
+    groups = sample.get("cgroups") or {}
+    cur = groups.get(sample.get("cgroup") or "")
+    for g in ([cur] if cur else []) + list(groups.values()):
+        if isinstance(g.get("usage_mb"), (int, float)) and isinstance(g.get("limit_mb"), (int, float)) \
+                and g["limit_mb"] > 0:
+            return g
+    return None
+
+
+def _at_limit(g: dict | None) -> bool:
+    if g is None or g["usage_mb"] < LIMIT_FULL * g["limit_mb"]:
+        return False
+    anon = g.get("anon_mb")                  # runs before memory.stat was read: usage alone
+    return not isinstance(anon, (int, float)) or anon >= LIMIT_ANON * g["limit_mb"]
+
+
+def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitStall]:
+    """Spans of at least ``min_s`` seconds in which a service's cgroup sat at its limit (usage >= 97 %,
+    anonymous memory >= 80 % when the run recorded it: a limit full of page cache is reclaimable and normal)
+    and every load second in them was starved (fewer acks than 10 % of its target). Seconds an injected fault
+    explains are not judged (a kill's window reaches ``KILL_EXPLAINS_S`` past its start: the restart)."""
+    loads = sorted((float(e["t"]), int(e.get("acked") or 0), int(e.get("scheduled") or 0),
+                    float(e.get("target_rate") or 0)) for e in run.events.of("load"))
+    if not loads:
+        return []
+    wins = [(w.start - 1.0, max(w.end if w.end is not None else float("inf"),
+                                w.start + KILL_EXPLAINS_S if w.kind in KILL_KINDS else 0.0) + 2.0)
+            for w in fault_windows(run.events)]
+    load_t = [x[0] for x in loads]
+    out: list[LimitStall] = []
+    by: dict[str, list[dict]] = {}
+    for s in run.events.of("sample", collector="cgroup"):
+        if s.get("available"):
+            by.setdefault(str(s.get("service") or "the service"), []).append(s)
+    for svc, samples in by.items():
+        span: list[tuple[dict, dict, tuple]] = []
+
+        def close() -> None:
+            if span and span[-1][0]["t"] - span[0][0]["t"] + 1.0 >= min_s:
+                seconds = {x[2] for x in span}
+                rf = [g.get("refaults") for _, g, _ in span]
+                out.append(LimitStall(
+                    svc, float(span[0][0]["t"]), float(span[-1][0]["t"]),
+                    max(g["usage_mb"] for _, g, _ in span), max(g["limit_mb"] for _, g, _ in span),
+                    max((g["anon_mb"] for _, g, _ in span if isinstance(g.get("anon_mb"), (int, float))),
+                        default=None),
+                    (rf[-1] - rf[0]) if all(isinstance(x, int) for x in rf) and len(rf) > 1 and rf[-1] > rf[0]
+                    else None,
+                    sum(x[1] for x in seconds), sum(x[2] for x in seconds)))
+            span.clear()
+
+        for s in samples:
+            g = _limited(s)
+            i = bisect.bisect_left(load_t, float(s["t"]) - 1.5)
+            near = [x for x in loads[i:i + 3] if abs(x[0] - float(s["t"])) <= 1.5]
+            sec = min(near, key=lambda x: abs(x[0] - float(s["t"]))) if near else None
+            starved = (sec is not None and sec[3] > 0 and sec[1] < LIMIT_STARVED * sec[3]
+                       and not any(a <= float(s["t"]) <= b for a, b in wins))
+            full = _at_limit(g)
+            if span and float(s["t"]) - span[-1][0]["t"] > LIMIT_GAP_S:
+                close()
+            if full and starved:
+                span.append((s, g, sec))
+            else:
+                close()
+        close()
+    return sorted(out, key=lambda x: x.start)
 
 
 # =============================================================== platform (kubernetes / docker) evidence
@@ -411,10 +515,28 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
                                                 "may not be the service's"))
             else:
                 results.append((FAIL, what + f": the kernel OOM killer killed a process of {svc}"))
+        stalls = limit_stalls(run)
+        if stalls:
+            figures["memory_limit_stalls"] = len(stalls)
+            figures["memory_limit_stall_s"] = max(x.seconds for x in stalls)
+            for x in stalls[:3]:
+                killed = any(e["service"] == x.service and x.start <= e["t"] <= x.end + LIMIT_GAP_S + 2.0
+                             for e, _ in d.ooms)
+                results.append((FAIL, f"{x.service} stalled at its memory limit for {x.seconds:.0f} s from "
+                                      f"{_when(run, x.start)}: cgroup usage {x.usage_mb:,.1f} of {x.limit_mb:,.0f} MB"
+                                      + (f" ({x.anon_mb:,.0f} MB anonymous)" if x.anon_mb is not None else "")
+                                      + f", {x.acked:,} of {x.scheduled:,} messages acked meanwhile"
+                                      + (f", {x.refaults:,} evicted file pages re-read (thrashing)" if x.refaults
+                                         else "")
+                                      + ("; then the kernel OOM-killed it" if killed else
+                                         "; the kernel did not OOM-kill it: alive, at its limit, serving nothing")))
         good = {svc: cg for svc, cg in d.cgroups.items() if cg.available}
         if good:
             figures["cgroup_oom_kills"] = sum(cg.oom_kills for cg in good.values())
             figures["cgroup_limit_hits"] = sum(cg.limit_hits for cg in good.values())
+            if run.events.first("load") is not None and any(     # judged against a load, on memory.stat
+                    "anon_mb" in g for cg in good.values() for x in cg.good for g in (x.get("cgroups") or {}).values()):
+                figures["memory_limit_stalls"] = len(stalls)  # (an older run's figures stay as they were)
             if not any(cg.increases for cg in good.values()):
                 notes.append(f"cgroup oom_kill +0 ({len(good)} service(s), "
                              f"{sum(len(cg.good) for cg in good.values())} samples)")

@@ -397,6 +397,32 @@ def _cgroup_counts(cg) -> tuple[int | None, int | None]:
     return None, None
 
 
+# memory.stat keys, first found wins: v1 (hierarchical totals first), then v2
+_ANON_KEYS = ("total_rss", "rss", "anon")
+_REFAULT_KEYS = ("total_workingset_refault_file", "workingset_refault_file", "total_workingset_refault",
+                 "workingset_refault")
+
+
+def _memory_stat(cg) -> dict[str, Any]:
+    """From ``memory.stat``: ``anon_mb`` (what the kernel cannot reclaim without swap) and ``refaults`` (file
+    pages read back after eviction, cumulative: a fast rise at the limit is thrashing). Empty when unreadable."""
+    try:
+        kv = dict(line.split(" ", 1) for line in (cg.path / "memory.stat").read_text().splitlines() if " " in line)
+    except OSError:
+        return {}
+    out: dict[str, Any] = {}
+    anon = next((kv[k] for k in _ANON_KEYS if k in kv), None)
+    refault = next((kv[k] for k in _REFAULT_KEYS if k in kv), None)
+    try:
+        if anon is not None:
+            out["anon_mb"] = round(int(anon) / 1048576, 1)
+        if refault is not None:
+            out["refaults"] = int(refault)
+    except ValueError:
+        pass
+    return out
+
+
 def _pgrp(pid: int, proc: Path = Path("/proc")) -> int | None:
     try:
         stat = (Path(proc) / str(pid) / "stat").read_text()
@@ -481,6 +507,7 @@ class CgroupOomCollector(Collector):
                 g["limit_mb"] = None if lim is None else round(lim / 1048576, 1)
             except (OSError, ValueError):
                 pass
+            g.update(_memory_stat(cg))
             groups[key] = g
         return {"service": self.service, "available": 1, "pid": pid,
                 "cgroup": str(current.path) if current is not None else None,

@@ -10,9 +10,11 @@
 * a network fault on a container hop goes through Toxiproxy (itself a container), lands, is measured and heals;
 * a docker-compose file runs as a stack: its mem_limit and deploy limits, environment, depends_on order and
   restart policy hold on the real daemon;
-* the in-memory x10 story on containers, cut short: the kernel OOM-kills the platform container (exit 137,
-  State.OOMKilled), and the acked messages it held are counted lost, device by device, against what Postgres
-  stored (every stored row matched to its ack: none "unexpected"). The full-length scenarios are
+* the in-memory x10 story on containers, cut short: the platform container dies of memory — the kernel
+  OOM-kills it (exit 137, State.OOMKilled), or, as in one CI run of four, the kernel keeps reclaiming the JVM's
+  file pages instead and the container sits alive at 199.9 of its 200 MB acking nothing (a memory-limit stall)
+  — no_oom fails either way, naming which, and the acked messages it held are counted lost, device by device,
+  against what Postgres stored (every stored row matched to its ack: none "unexpected"). The full-length scenarios are
   pytest/test_containers.py (``pytest -m docker pytest/``).
 """
 from __future__ import annotations
@@ -244,7 +246,7 @@ checks:
 """
 
 
-def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, tmp_path):
+def test_inmemory_x10_on_containers_dies_of_memory_killed_or_stalled_at_its_limit(docker_daemon, tmp_path):
     from monsoon.session import MonsoonSession
     from monsoon.timeline.store import read_events
     exp = tmp_path / "x10-short.yaml"
@@ -252,10 +254,15 @@ def test_inmemory_x10_on_containers_is_oom_killed_by_the_kernel(docker_daemon, t
     session = MonsoonSession(runs_dir=tmp_path / "runs", run_id="ctr-x10", progress=lambda s: None)
     result = session.run("inmemory-docker", str(exp))
     oom, loss = result.check("no_oom"), result.check("no_acked_loss")
-    assert oom.verdict == "fail" and oom.figures["docker_oom_killed"] >= 1, result.failure_message()
-    assert "OOMKilled: the kernel killed the container" in oom.message, oom.message
+    assert oom.verdict == "fail", result.failure_message()
     exits = [e for e in read_events(result.dir / "timeline.jsonl") if e.get("event") == "exit"]
-    assert any(e["service"] == "platform" and e["code"] == 137 and e.get("oom") for e in exits), exits
+    if oom.figures["docker_oom_killed"] >= 1:           # the kernel's kill
+        assert "OOMKilled: the kernel killed the container" in oom.message, oom.message
+        assert any(e["service"] == "platform" and e["code"] == 137 and e.get("oom") for e in exits), exits
+    else:                                               # alive at its limit, acking nothing
+        assert oom.figures.get("memory_limit_stalls", 0) >= 1, result.failure_message()
+        assert "platform stalled at its memory limit" in oom.message, oom.message
+        assert not [e for e in exits if e["service"] == "platform"], exits
     f = loss.figures
     # counted loss, device by device: what was acked and stored is matched (the rest is the OOM'd queue)
     assert loss.verdict == "fail" and 0 < f["acked_lost"] < f["acked"], result.failure_message()

@@ -721,3 +721,88 @@ def test_the_kernel_log_is_read_for_the_pid_and_only_since_the_process_started(t
     assert oom_kill_line(42, since=100.0, path=str(kmsg)) == (None, None)  # logged before the process started
     line, why = oom_kill_line(42, path=str(tmp_path / "nope"))
     assert line is None and why.startswith("kernel log unreadable")
+
+
+# ================================================================ stalled at the memory limit (no kill)
+
+def _limit_run(tmp_path, usage: float, acked: int, secs=range(0, 50), stall=range(22, 44), kill_at=None):
+    """CI's inmemory-docker x10 (cgroup v1, 200 MB limit): acks at 4,000/s, then none from sec 22 while the
+    container sits at 199.9 of 200 MB, 97 % anonymous, re-reading evicted file pages."""
+    b = RunBuilder(tmp_path).service_start().phases(5, 45, 5)
+    refaults = 1000
+    for s in secs:
+        inside = s in stall
+        b.load(s, 4000, acked if inside else 4000)
+        refaults += 900 if inside else 0
+        g = {"version": 1, "oom_kill": 0, "limit_hits": 0, "shared": 0, "limit_mb": 200.0,
+             "usage_mb": usage if inside else 150.0, "anon_mb": 194.0 if inside else 120.0, "refaults": refaults}
+        b.ev("sample", s + 1.3, collector="cgroup", service="platform", available=1, pid=1, cgroup=CG,
+             oom_kills=0, limit_hits=0, cgroups={CG: g})
+    if kill_at is not None:
+        exit_(b, kill_at, code=137, oom=True)
+    return run(b)
+
+
+def test_a_service_alive_at_its_memory_limit_and_acking_nothing_fails_no_oom(tmp_path):
+    v = no_oom(_limit_run(tmp_path, usage=199.9, acked=0))
+    assert v.verdict == FAIL, v.message
+    assert v.figures["memory_limit_stalls"] == 1 and v.figures["memory_limit_stall_s"] == 22.0, v.figures
+    assert ("platform stalled at its memory limit for 22 s from t=23s (18s into the burst): cgroup usage 199.9 "
+            "of 200 MB (194 MB anonymous), 0 of 88,000 messages acked meanwhile, 18,900 evicted file pages "
+            "re-read (thrashing); the kernel did not OOM-kill it") in v.message, v.message
+
+
+def test_a_stall_the_kernel_ends_with_a_kill_says_so(tmp_path):
+    v = no_oom(_limit_run(tmp_path, usage=199.9, acked=0, kill_at=45.0))
+    assert v.verdict == FAIL and "then the kernel OOM-killed it" in v.message, v.message
+
+
+def test_at_the_limit_but_serving_is_page_cache_not_a_stall(tmp_path):
+    """Postgres' page cache fills a cgroup v1 limit all the time: at the limit while the acks flow is fine."""
+    v = no_oom(_limit_run(tmp_path, usage=199.9, acked=3990))
+    assert v.verdict == PASS and v.figures["memory_limit_stalls"] == 0, v.message
+
+
+def test_starved_below_the_limit_is_not_a_memory_stall(tmp_path):
+    v = no_oom(_limit_run(tmp_path, usage=150.0, acked=0))
+    assert v.verdict == PASS and v.figures["memory_limit_stalls"] == 0, v.message
+
+
+def test_a_stall_shorter_than_ten_seconds_is_a_pause_not_a_stall(tmp_path):
+    v = no_oom(_limit_run(tmp_path, usage=199.9, acked=0, stall=range(22, 30)))
+    assert v.verdict == PASS and v.figures["memory_limit_stalls"] == 0, v.message
+
+
+@pytest.mark.parametrize("version,stat", [
+    (1, "cache 1000\nrss 4194304\ntotal_rss 8388608\ntotal_workingset_refault_file 77\n"),
+    (2, "anon 8388608\nfile 1000\nworkingset_refault_anon 3\nworkingset_refault_file 77\n")])
+def test_cgroup_collector_reads_anonymous_memory_and_refaults_from_memory_stat(tmp_path, version, stat):
+    tree = FakeTree(tmp_path, version)
+    tree.put(100, "svc")
+    (tree.mnt / "svc" / "memory.stat").write_text(stat)
+    s = CgroupOomCollector("platform", lambda: 100, fs=tree.fs).sample()
+    g = s["cgroups"][str(tree.mnt / "svc")]
+    assert g["anon_mb"] == 8.0 and g["refaults"] == 77, g
+
+
+def test_at_the_limit_with_mostly_page_cache_is_not_a_memory_stall(tmp_path):
+    """A broker's page cache fills its limit; when something else starves the load, it is not its memory."""
+    b = RunBuilder(tmp_path).service_start().phases(5, 45, 5)
+    for s in range(0, 50):
+        b.load(s, 4000, 0 if 22 <= s < 44 else 4000)
+        b.ev("sample", s + 1.3, collector="cgroup", service="kafka", available=1, pid=1, cgroup=CG, oom_kills=0,
+             limit_hits=0, cgroups={CG: {"version": 1, "oom_kill": 0, "usage_mb": 199.9, "limit_mb": 200.0,
+                                         "anon_mb": 60.0, "refaults": 5}})
+    v = no_oom(run(b))
+    assert v.verdict == PASS and v.figures["memory_limit_stalls"] == 0, v.message
+
+
+def test_a_starved_load_an_injected_kill_explains_is_not_a_memory_stall(tmp_path):
+    """The killed platform restarting (TB took 49 s) starves the load; the fault explains it, not memory."""
+    b = kill_window(RunBuilder(tmp_path).service_start(), start=20.0, end=21.0)
+    for s in range(0, 50):
+        b.load(s, 4000, 0 if 20 <= s < 44 else 4000)
+        b.ev("sample", s + 1.3, collector="cgroup", service="kafka", available=1, pid=1, cgroup=CG, oom_kills=0,
+             limit_hits=0, cgroups={CG: {"version": 1, "oom_kill": 0, "usage_mb": 199.9, "limit_mb": 200.0}})
+    v = no_oom(run(b))
+    assert v.figures.get("memory_limit_stalls", 0) == 0, v.message
