@@ -27,7 +27,7 @@ live system), so ``monsoon analyze`` reaches the same verdict offline:
   containers: ``State.OOMKilled``, ``State.ExitCode``, ``State.FinishedAt``,
   ``RestartCount``.  Docker clears ``OOMKilled`` when a restart policy restarts the
   container, so a fast restart may show only as a restart.
-* **memory-limit stall** — a service whose cgroup sits at its limit (usage >= 97 %, anonymous memory >= 80 %)
+* **memory-limit stall** — a service whose cgroup sits at its limit (usage >= 97 %, anonymous memory >= 50 %)
   for 10 s or more while the load is starved of acks (``limit_stalls``): the kernel reclaims the JVM's file
   pages instead of killing it, so the container lives, at its limit, serving nothing. A fail.
 * **headroom** — the peak heap-after-GC (every ``Pause`` of ``services/*/gc.log`` and of the
@@ -135,7 +135,7 @@ def _evidence(service: str | None, samples: list[dict]) -> CgroupEvidence:
 # =============================================================== stalled at the memory limit
 
 LIMIT_FULL = 0.97           # cgroup usage at or above this share of its limit is "at the limit"
-LIMIT_ANON = 0.80           # ... and anonymous memory at least this share (else it is page cache, reclaimable)
+LIMIT_ANON = 0.50           # ... and anonymous memory at least this share (else it is page cache, reclaimable)
 LIMIT_STARVED = 0.10        # a load second with fewer acks than this share of its target is starved
 LIMIT_STALL_MIN_S = 10.0    # shorter spans at the limit are a GC or a flush, not a stall
 LIMIT_GAP_S = 2.5           # samples further apart than this break a span
@@ -181,7 +181,7 @@ def _at_limit(g: dict | None) -> bool:
 
 def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitStall]:
     """Spans of at least ``min_s`` seconds in which a service's cgroup sat at its limit (usage >= 97 %,
-    anonymous memory >= 80 % when the run recorded it: a limit full of page cache is reclaimable and normal)
+    anonymous memory >= 50 % when the run recorded it: a limit full of page cache is reclaimable and normal)
     and every load second in them was starved (fewer acks than 10 % of its target). Seconds an injected fault
     explains are not judged (a kill's window reaches ``KILL_EXPLAINS_S`` past its start: the restart)."""
     loads = sorted((float(e["t"]), int(e.get("acked") or 0), int(e.get("scheduled") or 0),
