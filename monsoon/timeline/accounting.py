@@ -23,7 +23,6 @@ _CHUNK = 2 << 20                      # bytes per parsed chunk (~40k rows): boun
 
 _INT32_MIN = np.iinfo(np.int32).min
 _EMPTY32, _EMPTY64 = np.iinfo(np.int32).max, np.iinfo(np.int64).max    # "no stored copy" in first_ms
-_SLICE = 1 << 22                      # acked rows scattered into the key space per step
 _BLOCK = 1 << 22                      # keys per step of the first-copy pass
 
 
@@ -244,57 +243,6 @@ def _read_parts_columns(dir: Path, columns: list[str], optional: tuple[str, ...]
     return present, chunks()
 
 
-class _Grow:
-    """A growable 1-D numpy array (amortised doubling)."""
-
-    __slots__ = ("a", "n")
-
-    def __init__(self, dtype, cap: int = 0):
-        self.a = np.zeros(max(cap, 16), dtype=dtype)
-        self.n = 0
-
-    def ensure(self, size: int) -> None:
-        if size > len(self.a):
-            # np.zeros: the doubled tail costs no memory until it is written
-            new = np.zeros(max(size, 2 * len(self.a)), dtype=self.a.dtype)
-            new[:self.n] = self.a[:self.n]
-            self.a = new
-
-    def extend(self, v: np.ndarray) -> None:
-        self.ensure(self.n + len(v))
-        self.a[self.n:self.n + len(v)] = v
-        self.n += len(v)
-
-    def view(self) -> np.ndarray:
-        return self.a[:self.n]
-
-
-class _Times(_Grow):
-    """Growable epoch-ms values kept as int32 offsets from the first one (int64 once they span > 24 days)."""
-
-    __slots__ = ("base",)
-
-    def __init__(self, cap: int = 0):
-        super().__init__(np.int32, cap)
-        self.base: int | None = None
-
-    def extend(self, v: np.ndarray) -> None:
-        if len(v) == 0:
-            return
-        if self.base is None:
-            self.base = int(v[0])
-        off = v - self.base
-        if self.a.dtype == np.int32 and (off.min() < _INT32_MIN or off.max() > np.iinfo(np.int32).max):
-            self.a = self.a.astype(np.int64)
-        super().extend(off)
-
-    def view(self) -> np.ndarray:
-        return self.a[:self.n].astype(np.int64) + (self.base or 0)
-
-    def view_offsets(self) -> np.ndarray:
-        return self.a[:self.n]
-
-
 def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(code, row indices) for each device present in a chunk."""
     if len(codes) == 0:
@@ -443,7 +391,7 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     max(last sent, last acked)`` is laid end to end in one key space (``key = offset[device] + seq``), so
     the acked intended times, the stored copy counts and the first stored times are flat numpy arrays
     (4 B per key for the intended time, 2 for the copy count, 4 for the first stored time, 1 for "acked";
-    12 B per acked row while acked is read, then chunk- and block-sized temporaries only); stored rows
+    acked is read twice, so nothing per acked row is held, only chunk- and block-sized temporaries); stored rows
     outside their device's range are kept sparse, as ``(device << 40 | seq)``."""
     dir = Path(dir)
     names = _Names()
@@ -455,54 +403,66 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     stored_cols, _ = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",))
     timed = "stored_ms" in stored_cols
 
-    # --- acked: columns of (device, seq[, intended ms as int32 offsets]), then one scatter into the key space
-    a_dev = _Grow(np.int32)
-    a_seq = _Grow(np.int32)
-    a_ms = _Times()
-    _, it = read_columns(dir / ACKED_FILE, ["seq", "intended_ms"], (), names)
-    for codes, (seq, intended) in it:
-        keep = (seq >= 0) & (seq < (1 << 31))      # the fleet's seqs; a garbled row must not size an array
-        if not keep.all():
-            codes, seq, intended = codes[keep], seq[keep], intended[keep]
-        a_dev.extend(codes)
-        a_seq.extend(seq)
-        if timed:
-            a_ms.extend(intended)
+    # --- acked, read twice: first each device's highest seq (and the span of intended times), then each
+    # row scattered straight into the key space (no per-row columns: 12 B per acked row saved)
+    def acked_chunks():
+        _, it = read_columns(dir / ACKED_FILE, ["seq", "intended_ms"], (), names)
+        for codes, (seq, intended) in it:
+            keep = (seq >= 0) & (seq < (1 << 31))  # the fleet's seqs; a garbled row must not size an array
+            if not keep.all():
+                codes, seq, intended = codes[keep], seq[keep], intended[keep]
+            yield codes, seq, intended
+
+    top = np.full(0, -1, dtype=np.int64)               # the highest acked seq per device
+    n_acked_rows = 0
+    base: int | None = None                            # intended times are kept as offsets from the first
+    wide = False                                       # ... int64 when they span more than int32 can
+    for codes, seq, intended in acked_chunks():
+        if len(codes) == 0:
+            continue
+        if len(names.names) > len(top):
+            top = np.concatenate([top, np.full(len(names.names) - len(top), -1, dtype=np.int64)])
+        np.maximum.at(top, codes, seq)
+        n_acked_rows += len(codes)
+        if timed and not wide:
+            if base is None:
+                base = int(intended[0])
+            off = intended - base
+            wide = bool(off.min() <= _INT32_MIN or off.max() > np.iinfo(np.int32).max)
     ndev = len(names.names)
+    if len(top) < ndev:
+        top = np.concatenate([top, np.full(ndev - len(top), -1, dtype=np.int64)])
     bound = np.full(ndev, -1, dtype=np.int64)
     for c, last in bound_of.items():
         bound[c] = last
     has_bound = np.zeros(ndev, dtype=bool)
     has_bound[list(bound_of)] = True
-    dev, seqs = a_dev.view(), a_seq.view()
-    top = np.full(ndev, -1, dtype=np.int64)            # the highest acked seq per device
-    if len(dev):
-        np.maximum.at(top, dev, seqs)
     in_count = has_bound | (top >= 0)                   # devices with a dense range (sent or acked)
     dense = np.where(in_count, np.maximum(bound + 1, top + 1), 0)
     offset = np.zeros(ndev + 1, dtype=np.int64)
     np.cumsum(dense, out=offset[1:])
     nkeys = int(offset[-1])
-    # acked keys scattered into the key space a slice at a time (no temporaries the size of acked.csv);
     # a key acked twice keeps its last intended time, as one scatter would
-    base = 0
+    base = base or 0
     if timed:
-        wide = a_ms.a.dtype == np.int64 or bool((a_ms.view_offsets() == _INT32_MIN).any())
         none = MISSING if wide else _INT32_MIN
         intended_of = np.full(nkeys, none, dtype=np.int64 if wide else np.int32)
-        base = a_ms.base or 0
     else:
         acked = np.zeros(nkeys, dtype=bool)
-    for i in range(0, a_dev.n, _SLICE):
-        j = min(a_dev.n, i + _SLICE)
-        key = offset[a_dev.a[i:j]] + a_seq.a[i:j]
+    left = n_acked_rows                 # rows a file still being written added since the first pass: not read
+    for codes, seq, intended in acked_chunks():
+        if left <= 0:
+            break
+        if len(codes) > left:
+            codes, seq, intended = codes[:left], seq[:left], intended[:left]
+        left -= len(codes)
+        key = offset[codes] + seq
         if timed:
-            intended_of[key] = a_ms.a[i:j]
+            intended_of[key] = intended - base
         else:
             acked[key] = True
     if timed:
         acked = intended_of != none
-    del a_dev, a_seq, a_ms, dev, seqs
 
     # --- stored: a copy count per key and, for timed rows, each key's first (earliest) stored time
     count = np.zeros(nkeys, dtype=np.uint16)

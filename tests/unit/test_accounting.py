@@ -485,7 +485,7 @@ def test_memory_and_time_on_a_large_synthetic_run(tmp_path, capsys):
 
 
 def test_the_key_space_is_worked_a_block_at_a_time_with_the_same_figures(tmp_path, monkeypatch):
-    """The acked scatter and the first-copy pass (e2e latencies, reordering as a suffix minimum) go a
+    """The acked scatter (a chunk at a time, acked read twice) and the first-copy pass (e2e latencies, reordering as a suffix minimum) go a
     block of keys at a time so nothing acked.csv-sized is held twice: tiny blocks give the figures of one
     block, with reordering across block and device edges, duplicates, NULL stored times and two-day gaps."""
     r = random.Random(7)
@@ -504,5 +504,26 @@ def test_the_key_space_is_worked_a_block_at_a_time_with_the_same_figures(tmp_pat
     whole = account(tmp_path)
     assert whole.reordered > 100 and whole.e2e_samples > 1000 and whole.duplicates > 0
     monkeypatch.setattr(A, "_BLOCK", 7)
-    monkeypatch.setattr(A, "_SLICE", 5)
+    monkeypatch.setattr(A, "_CHUNK", 64)       # acked read (twice) and scattered a few rows at a time
     assert account(tmp_path) == whole
+
+
+def test_acked_read_twice_takes_only_the_rows_the_first_pass_saw(tmp_path, monkeypatch):
+    """acked is read twice (each device's top seq, then the scatter): rows a live fleet appends in between,
+    with seqs past the first pass's top, are left for the next analysis instead of overflowing the key space."""
+    write_acked(tmp_path, [("d0", s, 1000 + s, 1005 + s) for s in range(10)])
+    write_stored(tmp_path, [("d0", s) for s in range(10)])
+    before = account(tmp_path)
+    real, reads = A.read_columns, []
+
+    def growing(path, *a, **k):
+        if path.name == "acked.csv":
+            reads.append(path)
+            if len(reads) == 2:                       # the fleet writes on between the two passes
+                with open(path, "a") as fh:
+                    fh.write("".join(f"d0,{s},{1000 + s},{1005 + s}\n" for s in range(10, 5000)))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(A, "read_columns", growing)
+    assert account(tmp_path) == before and len(reads) == 2
+    assert before.acked == 10 and before.acked_lost == 0
