@@ -24,6 +24,10 @@ Images are inline base64 PNGs drawn with matplotlib's Agg canvas (no pyplot, no
 global state, so it is safe from any thread).  Long runs are downsampled per
 time bucket to ~2,000 points per series, keeping peaks (max or min/max
 envelope) where a peak is the point (latency, lag, heap).
+
+A run longer than 30 minutes also gets, under its six plots, each fault window (up to six) zoomed: a folded
+``<details class="zoom">`` with the six plots over the window and half its length either side, drawn from
+the samples in that stretch (a 60 s pod kill in a 24 h soak is one pixel wide on the full plot).
 """
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ from monsoon.timeline.views import fault_windows
 
 
 MAX_POINTS = 2000
+ZOOM_MIN_SPAN_S = 1800.0     # runs shorter than this show every fault window well enough at full width
+MAX_ZOOMS = 6                # zoomed fault windows per experiment (6 plots each)
 PLOTS = ("rate", "latency", "backlog", "memory", "gc", "stored")
 TITLES = {
     "rate": "Load: target vs achieved rate (msg/s)",
@@ -154,6 +160,34 @@ def windows_of(ev: Events) -> list[Window]:
     return out
 
 
+def span_of(ev: Events, windows: list[Window] | None = None) -> tuple[float, float]:
+    """(first, last) timeline t of the load, samples, services and windows of a timeline."""
+    windows = windows_of(ev) if windows is None else windows
+    ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
+    ts += [w.start for w in windows] + [w.end for w in windows if w.end is not None]
+    return (min(ts), max(ts)) if ts else (0.0, 1.0)
+
+
+def zoom_views(ev: Events, windows: list[Window] | None = None, limit: int = MAX_ZOOMS
+               ) -> tuple[list[tuple[Window, tuple[float, float]]], int]:
+    """The fault windows of a long run worth a zoom (each shorter than a tenth of the run, the run longer than
+    ``ZOOM_MIN_SPAN_S``), with their views: the window plus half its length (at least 30 s) either side.
+    Returns (the first ``limit``, how many more there were)."""
+    windows = windows_of(ev) if windows is None else windows
+    t0, t1 = span_of(ev, windows)
+    span = t1 - t0
+    if span < ZOOM_MIN_SPAN_S:
+        return [], 0
+    out = []
+    for w in windows:
+        end = t1 if w.end is None else w.end
+        if w.kind != "fault" or end - w.start > span / 10:
+            continue
+        pad = max(30.0, (end - w.start) / 2)
+        out.append((w, (max(t0, w.start - pad), min(t1, end + pad))))
+    return out[:limit], max(0, len(out) - limit)
+
+
 def markers_of(ev: Events) -> list[Marker]:
     out = []
     for s in ev.of("service"):
@@ -191,15 +225,16 @@ def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]
 # ------------------------------------------------------------------ plotting
 
 class Plotter:
-    def __init__(self, ev: Events, run_dir: Path | None = None):
+    """The six plots of one timeline; with ``view`` (t0, t1), only that stretch, drawn from the samples in it
+    (a zoom into a fault window of a long run: not the whole run's downsampled points)."""
+
+    def __init__(self, ev: Events, run_dir: Path | None = None, view: tuple[float, float] | None = None):
         self.ev = ev  # Events indexes by type and collector, so per-series look-ups don't rescan
         self.gc_pauses = self._gc_pauses(run_dir)
         self.windows = windows_of(ev)
         self.markers = markers_of(ev)
-        ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
-        ts += [w.start for w in self.windows] + [w.end for w in self.windows if w.end is not None]
-        self.t0 = min(ts) if ts else 0.0
-        self.t1 = max(ts) if ts else 1.0
+        self.t0, self.t1 = view if view is not None else span_of(ev, self.windows)
+        self.view = view
         if self.t1 <= self.t0:
             self.t1 = self.t0 + 1.0
         span = self.t1 - self.t0
@@ -227,8 +262,9 @@ class Plotter:
                            linewidth=0, zorder=0)
             else:
                 ax.axvline(x0, color="#999999", linewidth=0.6, linestyle=":", zorder=1)
-        if len(self.windows) <= 12:  # phase / fault names along the top
-            for w in self.windows:
+        shown = [w for w in self.windows if self.t0 <= w.start <= self.t1]
+        if len(shown) <= 12:  # phase / fault names along the top
+            for w in shown:
                 ax.text(w.start / self.div, 1.0, " " + w.name, transform=ax.get_xaxis_transform(), fontsize=7,
                         va="bottom", ha="left", color=FAULT_COLOR if w.kind == "fault" else "#555555", clip_on=False)
         for m in self.markers:
@@ -248,7 +284,7 @@ class Plotter:
     def _label_markers(self, ax) -> None:
         """Name the exit/restart lines; markers closer than ~1.5% of the axis share one label."""
         groups: list[list[Marker]] = []
-        for m in sorted(self.markers, key=lambda m: m.t):
+        for m in sorted((m for m in self.markers if self.t0 <= m.t <= self.t1), key=lambda m: m.t):
             if groups and m.t - groups[-1][0].t <= 0.015 * (self.t1 - self.t0):
                 groups[-1].append(m)
             else:
@@ -269,8 +305,22 @@ class Plotter:
         fig.savefig(buf, format="png", dpi=DPI)
         return buf.getvalue()
 
+    def _ds(self, t, y, n: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+        """``downsample`` of the points in view (a zoom keeps one sample before and after it, so the lines
+        reach the edges)."""
+        t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+        if self.view is not None and len(t):
+            i = max(0, int(np.searchsorted(t, self.t0, side="left")) - 1)
+            j = int(np.searchsorted(t, self.t1, side="right")) + 1
+            if bool(np.all(t[1:] >= t[:-1])):
+                t, y = t[i:j], y[i:j]
+            else:
+                keep = (t >= self.t0 - 1.0) & (t <= self.t1 + 1.0)
+                t, y = t[keep], y[keep]
+        return downsample(t, y, n, how)
+
     def _line(self, ax, t, y, how: str, **kw) -> None:
-        x, y = downsample(t, y, 2 * PLOT_PIXELS if how == "minmax" else MAX_POINTS, how)
+        x, y = self._ds(t, y, 2 * PLOT_PIXELS if how == "minmax" else MAX_POINTS, how)
         ax.plot(self._x(x), y, linewidth=kw.pop("linewidth", 1.1), **kw)
 
     def _gc_pauses(self, run_dir: Path | None) -> list[tuple[float, float, float]]:
@@ -350,7 +400,7 @@ class Plotter:
             if secs:
                 ax2 = ax.twinx() if series else ax
                 t, y = _cols(secs)
-                x, y = downsample(t, y, MAX_POINTS, "max")
+                x, y = self._ds(t, y, MAX_POINTS, "max")
                 (ln,) = ax2.plot(self._x(x), y, color="#9467bd", linewidth=1.0, linestyle="-.", label="lag (s)")
                 ax2.set_ylim(bottom=0)
                 ax2.set_ylabel("seconds", fontsize=8)
@@ -381,7 +431,7 @@ class Plotter:
                 self._line(ax, t, y, "max", color="#9467bd", label="RSS")
             if after:   # the live set: what survives each collection (GC log), what no_memory_leak judges
                 t, y = np.array([a for a, _, _ in after]), np.array([b for _, b, _ in after])
-                x, y = downsample(t, y, MAX_POINTS, "max")
+                x, y = self._ds(t, y, MAX_POINTS, "max")
                 ax.plot(self._x(x), y, linestyle="none", marker=".", markersize=2.5, color="#d62728",
                         label="heap after GC")
             ax.set_ylim(bottom=0)
@@ -428,14 +478,15 @@ class Plotter:
 _CACHE: dict[tuple, list[tuple[str, str, bool]]] = {}
 
 
-def plots_for(timeline: Path, events: Events | None = None) -> list[tuple[str, str, bool]]:
+def plots_for(timeline: Path, events: Events | None = None, view: tuple[float, float] | None = None
+              ) -> list[tuple[str, str, bool]]:
     """[(plot name, base64 PNG, has data)] for the six plots of one timeline (``events``: the timeline, when
-    the caller has it loaded already; ``monsoon analyze`` loads each timeline once)."""
+    the caller has it loaded already; ``monsoon analyze`` loads each timeline once); ``view``: a zoom."""
     st = timeline.stat()
-    key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size)
+    key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size, view)
     if key in _CACHE:
         return _CACHE[key]
-    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent)
+    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent, view)
     out = []
     for name in PLOTS:
         png, has = getattr(p, name)()
@@ -469,6 +520,7 @@ section.experiment{border-top:2px solid #ddd;margin-top:26px;padding-top:4px}
 figure{margin:0 0 6px}figure img{width:100%;max-width:1200px;display:block}
 a{color:#0b5ea8}
 footer{margin-top:30px;font-size:11px;color:#888}
+details.zoom{margin:4px 0 8px}details.zoom summary{cursor:pointer;font-size:13px;color:#8e44ad}
 """
 
 KEY_HTML = (
@@ -595,7 +647,9 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
                      f'when it ran: {_e(platform_line(r["platform"]))}</p>')
         h.append(KEY_HTML)
         try:
-            plots = plots_for(d / TIMELINE_FILE, events.get(d.resolve()))
+            ev = events.get(d.resolve())
+            ev = ev if ev is not None else Events.load(d / TIMELINE_FILE)    # once, for the plots and zooms
+            plots = plots_for(d / TIMELINE_FILE, ev)
         except Exception as e:  # one unreadable timeline must not cost the others their plots
             h.append(f'<p class="meta">plots failed: {_e(type(e).__name__)}: {_e(e)}</p></section>')
             continue
@@ -603,11 +657,34 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
             h.append(f'<figure><img id="plot-{anchor[4:]}-{name}" data-plot="{name}" '
                      f'data-has-data="{"true" if has else "false"}" alt="{_e(label)}: {_e(TITLES[name])}" '
                      f'src="data:image/png;base64,{b64}"></figure>')
+        h.extend(_zooms(d, ev, label))
         h.append('</section>')
     h.append(f'<footer>generated by monsoon at {_e(time.strftime("%Y-%m-%d %H:%M:%S"))} from {_e(run_dir.name)}; '
              f'regenerate with <code>monsoon analyze {_e(run_dir.name)}</code>; '
              '<a id="history-link" href="../history.html">run history</a></footer></body></html>')
     return "\n".join(h) + "\n"
+
+
+def _zooms(d: Path, ev: Events, label: str) -> list[str]:
+    """A long run's fault windows, each zoomed (its six plots over the window and a margin), folded away."""
+    try:
+        views, more = zoom_views(ev)
+        out = []
+        for i, (w, (a, b)) in enumerate(views):
+            end = "not healed" if w.end is None else f"{w.end:,.0f} s"
+            out.append(f'<details class="zoom" data-window="{_e(w.name)}" data-start="{a:.1f}" data-end="{b:.1f}">'
+                       f'<summary>Zoom into fault window {_e(w.name)}: t={w.start:,.0f} s to {_e(end)} '
+                       f'(plots from {a:,.0f} s to {b:,.0f} s)</summary>')
+            for name, b64, has in plots_for(d / TIMELINE_FILE, ev, (a, b)):
+                out.append(f'<figure><img data-plot="{name}" data-zoom="{i}" data-has-data="{"true" if has else "false"}"'
+                           f' alt="{_e(label)}: {_e(TITLES[name])}, {_e(w.name)}" src="data:image/png;base64,{b64}">'
+                           '</figure>')
+            out.append('</details>')
+        if more:
+            out.append(f'<p class="meta">{more} more fault window(s) not zoomed (the first {len(views)} are)</p>')
+        return out
+    except Exception as e:        # a zoom must not cost the page
+        return [f'<p class="meta">zooms failed: {_e(type(e).__name__)}: {_e(e)}</p>']
 
 
 def _meta_quick(path: Path) -> dict:

@@ -249,3 +249,36 @@ def test_a_timeline_is_parsed_a_block_at_a_time_and_the_same_events_and_tears_co
     whole = store._whole_block([(ln + "\n").encode() for ln in lines[:100]])
     assert whole is not None and list(whole[0])[4] is list(whole[99])[4]
     assert store._whole_block([(ln + "\n").encode() for ln in lines[140:160]]) is None
+
+
+def test_a_long_runs_fault_window_is_zoomed_from_the_samples_in_it(tmp_path):
+    """A 60 s pod kill in a 2 h run is a few pixels on the full plot; the report adds its six plots over the
+    window and a margin, drawn from the seconds in that stretch (not the whole run's downsampled points)."""
+    import json
+
+    from monsoon.report.html import Plotter, _zooms, zoom_views
+    from monsoon.timeline.store import Events
+    from tests.unit.helpers import RunBuilder
+    hours = 7200
+    b = RunBuilder(tmp_path)
+    b.ev("phase", 0, name="steady", start=0, end=hours)
+    b.ev("fault-plan", 0.0, run_id="r", horizon=hours, faults=[])
+    for phase, eff in (("inject", 3600.0), ("heal", 3660.0)):
+        b.ev("fault", eff, name="kill", kind="pod-kill", backend="process", target="platform", window=0,
+             phase=phase, intended=eff, effective=eff, landed=True, evidence={})
+    for s in range(hours):
+        b.load(s, 400, 0 if 3600 <= s < 3610 else 400)
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    ev = Events.load(tmp_path / "timeline.jsonl")
+    views, more = zoom_views(ev)
+    assert [(w.name, v) for w, v in views] == [("kill", (3570.0, 3690.0))] and more == 0
+    p = Plotter(ev, tmp_path, views[0][1])
+    x, y = p._ds([e["t"] for e in ev.of("load")], [e["acked"] for e in ev.of("load")], 2000, "minmax")
+    assert 3569 <= x.min() and x.max() <= 3692 and len(x) >= 120 and y.min() == 0   # every second in view
+    assert (p.unit, p.t0, p.t1) == ("s", 3570.0, 3690.0)
+    html = "\n".join(_zooms(tmp_path, ev, "s / e"))
+    assert html.count('<details class="zoom" data-window="kill"') == 1 and html.count("data-zoom=\"0\"") == 6
+    short = [e for e in b.events if e["type"] != "load" or e["t"] < 1700]     # 28 min: the full plot will do
+    short[1]["end"] = 1700
+    (tmp_path / "short.jsonl").write_text("".join(json.dumps(e) + "\n" for e in short if e["t"] < 1700))
+    assert zoom_views(Events.load(tmp_path / "short.jsonl")) == ([], 0)
