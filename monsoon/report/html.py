@@ -228,11 +228,13 @@ class Plotter:
     """The six plots of one timeline; with ``view`` (t0, t1), only that stretch, drawn from the samples in it
     (a zoom into a fault window of a long run: not the whole run's downsampled points)."""
 
-    def __init__(self, ev: Events, run_dir: Path | None = None, view: tuple[float, float] | None = None):
+    def __init__(self, ev: Events, run_dir: Path | None = None, view: tuple[float, float] | None = None,
+                 memo: dict | None = None):
         self.ev = ev  # Events indexes by type and collector, so per-series look-ups don't rescan
-        self.gc_pauses = self._gc_pauses(run_dir)
-        self.windows = windows_of(ev)
-        self.markers = markers_of(ev)
+        self.memo = memo if memo is not None else {}    # series already pulled out of ev (shared by the zooms)
+        self.gc_pauses = self._memo("gc", lambda: self._gc_pauses(run_dir))
+        self.windows = self._memo("windows", lambda: windows_of(ev))
+        self.markers = self._memo("markers", lambda: markers_of(ev))
         self.t0, self.t1 = view if view is not None else span_of(ev, self.windows)
         self.view = view
         if self.t1 <= self.t0:
@@ -272,6 +274,14 @@ class Plotter:
             ax.axvline(m.t / self.div, color=color, linewidth=1.4 if m.kind != "restart" else 1.1,
                        linestyle="--" if m.kind == "restart" else "-", zorder=3)
         return fig, ax
+
+    def _memo(self, key, make):
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+    def _series(self, collector: str, field: str) -> list[tuple[float, float]]:
+        return self._memo(("series", collector, field), lambda: self.ev.series(collector, field))
 
     def _x(self, t):
         return np.asarray(t, dtype=float) / self.div
@@ -331,6 +341,9 @@ class Plotter:
         return [(t, p.after_mb, p.pause_ms / 1000.0) for t, p in timeline_gc_pauses(run_dir, self.ev)]
 
     def _load_series(self, field: str, positive: bool = False) -> tuple[list[float], list[float]]:
+        return self._memo(("load", field, positive), lambda: self._pull_load(field, positive))
+
+    def _pull_load(self, field: str, positive: bool) -> tuple[list[float], list[float]]:
         t, y = [], []
         for e in self.ev.of("load"):
             v = e.get(field)
@@ -382,10 +395,10 @@ class Plotter:
 
     def backlog(self):
         fig, ax = self._axes("backlog")
-        series, what = self.ev.series("kafka", "lag"), "Kafka consumer lag (messages)"
+        series, what = self._series("kafka", "lag"), "Kafka consumer lag (messages)"
         if not series:
-            series, what = self.ev.series("metrics", "queue_depth"), "queue depth (messages)"
-        secs = _lag_seconds(self.ev)
+            series, what = self._series("metrics", "queue_depth"), "queue depth (messages)"
+        secs = self._memo("lag_seconds", lambda: _lag_seconds(self.ev))
         ax.set_title(f"{TITLES['backlog']}: {what.split(' (')[0]}", loc="left", fontsize=10, fontweight="bold")
         if not series and not secs:
             self._no_data(ax, "no Kafka lag or queue depth samples")
@@ -412,9 +425,9 @@ class Plotter:
 
     def memory(self):
         fig, ax = self._axes("memory")
-        used = self.ev.series("metrics", "heap_used")
-        mx = self.ev.series("metrics", "heap_max")
-        rss = self.ev.series("process", "rss_mb")
+        used = self._series("metrics", "heap_used")
+        mx = self._series("metrics", "heap_max")
+        rss = self._series("process", "rss_mb")
         after = self.gc_pauses
         if not used and not mx and not rss and not after:
             self._no_data(ax, "no heap or RSS samples")
@@ -441,7 +454,7 @@ class Plotter:
 
     def gc(self):
         fig, ax = self._axes("gc")
-        t, r = per_second(self.ev.series("metrics", "gc_seconds"))
+        t, r = per_second(self._series("metrics", "gc_seconds"))
         if not len(t) and self.gc_pauses:   # no gc_seconds metric: the GC log's pauses, summed per second
             secs: dict[int, float] = {}
             for at, _, d in self.gc_pauses:
@@ -459,7 +472,7 @@ class Plotter:
 
     def stored(self):
         fig, ax = self._axes("stored")
-        pts = self.ev.series("storage", "stored") or self.ev.series("metrics", "stored")
+        pts = self._series("storage", "stored") or self._series("metrics", "stored")
         t, r = per_second(pts)
         if not len(t):
             self._no_data(ax, "no stored-count samples")
@@ -478,15 +491,15 @@ class Plotter:
 _CACHE: dict[tuple, list[tuple[str, str, bool]]] = {}
 
 
-def plots_for(timeline: Path, events: Events | None = None, view: tuple[float, float] | None = None
-              ) -> list[tuple[str, str, bool]]:
+def plots_for(timeline: Path, events: Events | None = None, view: tuple[float, float] | None = None,
+              memo: dict | None = None) -> list[tuple[str, str, bool]]:
     """[(plot name, base64 PNG, has data)] for the six plots of one timeline (``events``: the timeline, when
     the caller has it loaded already; ``monsoon analyze`` loads each timeline once); ``view``: a zoom."""
     st = timeline.stat()
     key = (str(timeline.resolve()), st.st_mtime_ns, st.st_size, view)
     if key in _CACHE:
         return _CACHE[key]
-    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent, view)
+    p = Plotter(events if events is not None else Events.load(timeline), timeline.parent, view, memo)
     out = []
     for name in PLOTS:
         png, has = getattr(p, name)()
@@ -649,7 +662,8 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
         try:
             ev = events.get(d.resolve())
             ev = ev if ev is not None else Events.load(d / TIMELINE_FILE)    # once, for the plots and zooms
-            plots = plots_for(d / TIMELINE_FILE, ev)
+            memo: dict = {}                                                 # series pulled once per timeline
+            plots = plots_for(d / TIMELINE_FILE, ev, memo=memo)
         except Exception as e:  # one unreadable timeline must not cost the others their plots
             h.append(f'<p class="meta">plots failed: {_e(type(e).__name__)}: {_e(e)}</p></section>')
             continue
@@ -657,7 +671,7 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
             h.append(f'<figure><img id="plot-{anchor[4:]}-{name}" data-plot="{name}" '
                      f'data-has-data="{"true" if has else "false"}" alt="{_e(label)}: {_e(TITLES[name])}" '
                      f'src="data:image/png;base64,{b64}"></figure>')
-        h.extend(_zooms(d, ev, label))
+        h.extend(_zooms(d, ev, label, memo))
         h.append('</section>')
     h.append(f'<footer>generated by monsoon at {_e(time.strftime("%Y-%m-%d %H:%M:%S"))} from {_e(run_dir.name)}; '
              f'regenerate with <code>monsoon analyze {_e(run_dir.name)}</code>; '
@@ -665,8 +679,9 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
     return "\n".join(h) + "\n"
 
 
-def _zooms(d: Path, ev: Events, label: str) -> list[str]:
+def _zooms(d: Path, ev: Events, label: str, memo: dict | None = None) -> list[str]:
     """A long run's fault windows, each zoomed (its six plots over the window and a margin), folded away."""
+    memo = memo if memo is not None else {}
     try:
         views, more = zoom_views(ev)
         out = []
@@ -675,7 +690,7 @@ def _zooms(d: Path, ev: Events, label: str) -> list[str]:
             out.append(f'<details class="zoom" data-window="{_e(w.name)}" data-start="{a:.1f}" data-end="{b:.1f}">'
                        f'<summary>Zoom into fault window {_e(w.name)}: t={w.start:,.0f} s to {_e(end)} '
                        f'(plots from {a:,.0f} s to {b:,.0f} s)</summary>')
-            for name, b64, has in plots_for(d / TIMELINE_FILE, ev, (a, b)):
+            for name, b64, has in plots_for(d / TIMELINE_FILE, ev, (a, b), memo):
                 out.append(f'<figure><img data-plot="{name}" data-zoom="{i}" data-has-data="{"true" if has else "false"}"'
                            f' alt="{_e(label)}: {_e(TITLES[name])}, {_e(w.name)}" src="data:image/png;base64,{b64}">'
                            '</figure>')
