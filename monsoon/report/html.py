@@ -37,6 +37,7 @@ import io
 import os
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ import json
 from monsoon.checks.base import combine
 from monsoon.checks.lag import lag_seconds_series
 from monsoon.checks.memory import timeline_gc_pauses
+from monsoon.checks.oom import deaths
 from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
 from monsoon.report import sidebyside
 from monsoon.rundir import TIMELINE_FILE
@@ -189,13 +191,16 @@ def zoom_views(ev: Events, windows: list[Window] | None = None, limit: int = MAX
 
 
 def markers_of(ev: Events) -> list[Marker]:
+    """Exit and restart lines. An exit is drawn as an OOM only when ``no_oom`` would call it one (its
+    evidence: ``monsoon.checks.oom.deaths``), so a pod kill's SIGKILL is an exit, not an OOM."""
     out = []
+    ooms = {(e["service"], e["t"]) for e, _ in deaths(SimpleNamespace(events=ev)).ooms}
     for s in ev.of("service"):
         if not _num(s.get("t")):
             continue
         svc = str(s.get("service", "?"))
         if s.get("event") == "exit":
-            oom = bool(s.get("oom")) or s.get("code") in (3, 137)
+            oom = (s.get("service"), s["t"]) in ooms
             code = f" {s['code']}" if s.get("code") is not None else ""
             out.append(Marker(float(s["t"]), "oom" if oom else "exit", f"{svc} {'OOM' if oom else 'exit'}{code}"))
         elif s.get("event") == "restart":

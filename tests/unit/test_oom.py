@@ -806,3 +806,18 @@ def test_a_starved_load_an_injected_kill_explains_is_not_a_memory_stall(tmp_path
              limit_hits=0, cgroups={CG: {"version": 1, "oom_kill": 0, "usage_mb": 199.9, "limit_mb": 200.0}})
     v = no_oom(run(b))
     assert v.figures.get("memory_limit_stalls", 0) == 0, v.message
+
+
+def test_the_report_draws_an_exit_as_an_oom_only_when_no_oom_calls_it_one(tmp_path):
+    """A 30-min soak's report drew the pod kill's SIGKILL as "platform OOM 137" while no_oom said "no
+    out-of-memory death (2 exit(s) caused by injected kills)": the plot must say what the check says."""
+    from monsoon.report.html import markers_of
+    b = kill_window(RunBuilder(tmp_path).service_start(), start=30.0, end=35.0)
+    b.ev("service", 30.2, service="platform", event="exit", code=137, oom=False, pid=1,
+         cause="killed by monsoon with SIGKILL (exit 137)")
+    b.ev("service", 31.0, service="platform", event="restart", n=2)
+    exit_(b, 80.0, code=3, oom=True)
+    r = run(b)
+    assert no_oom(r).figures["oom_events"] == 1
+    got = [(m.t, m.kind, m.label) for m in markers_of(r.events)]
+    assert (30.2, "exit", "platform exit 137") in got and (80.0, "oom", "platform OOM 3") in got, got
