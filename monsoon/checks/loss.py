@@ -1,6 +1,8 @@
 """Jepsen-style accounting of every written element: each (device, seq) across sent, acked and stored.
 
-Inputs, all files of a run directory (checks never talk to a live system):
+Inputs, all datasets of a run directory (checks never talk to a live system), each as zstd Parquet parts
+(``sent.parquet/``, ...: what a run writes, :mod:`monsoon.timeline.columnar`) or as the CSV of the same
+name (older runs, ``monsoon export --csv``):
 
 * ``sent.csv``   ``device,last_seq`` — written by the runner at load end: the highest sequence number the
   fleet handed out per device (``-1``: none).  Sequence numbers start at 0 and have no gaps.

@@ -12,7 +12,7 @@ Both speak ThingsBoard's device API path, ``POST /api/v1/{token}/telemetry``:
 They share :class:`AsyncFleet`: the same interface as :class:`~monsoon.load.mqtt.MqttFleet` (``connect()``,
 ``run(stop, on_second) -> FleetTotals``, ``close()``, context manager), the same
 :class:`~monsoon.load.schedule.Schedule` / :class:`~monsoon.load.Pacer` (intended send times on an absolute
-schedule), the same ``acked.csv``, ``latency.hlog`` and per-second :class:`~monsoon.load.stats.SecondStats`,
+schedule), the same ``acked`` dataset, ``latency.hlog`` and per-second :class:`~monsoon.load.stats.SecondStats`,
 and payloads from :mod:`monsoon.load.payloads`. One asyncio event loop, driven **in the thread that calls
 connect()/run()/close()** (no thread of its own).
 
@@ -47,13 +47,14 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Pacer, Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetTotals, SecondStats, SecondTicker, _pct_ms
+from monsoon.load.stats import FleetTotals, SecondStats, SecondTicker, _pct_ms, acked_parts, flush_acked
 from monsoon.stack.provision import Device
+from monsoon.timeline.columnar import PartWriter
 from monsoon.timeline.hdrlog import HIST_MAX_US, IntervalLogWriter, new_histogram
 
 
@@ -159,8 +160,8 @@ class AsyncFleet:
         self._idle = threading.Event()
         self._idle.set()
         self._lock = threading.Lock()
-        self._csv_buf: list[str] = []
-        self._csv_file: IO[str] | None = None
+        self._acked_rows: list[tuple] = []          # this second's acks, handed to the parts each second
+        self._acked_parts: PartWriter | None = None
         self._hlog: Any = None
         self._hist_sec = new_histogram()
         self._hist_total = new_histogram()
@@ -325,7 +326,7 @@ class AsyncFleet:
                 self._acked += 1
                 us = int((now - intended) * 1_000_000)
                 self._hist_sec.record_value(1 if us < 1 else (us if us < HIST_MAX_US else HIST_MAX_US))
-                self._csv_buf.append(f"{dev.device.name},{seq},{ts},{int(self._wall() * 1000)}\n")
+                self._acked_rows.append((dev.device.name, seq, ts, int(self._wall() * 1000)))
             else:
                 self._failed_async += 1
                 self._failures[cause] += 1
@@ -336,20 +337,13 @@ class AsyncFleet:
             else:
                 self._finish(dev)
 
-    def _flush_csv(self) -> None:
-        if self._csv_file is None:
-            return
-        if self._csv_buf:
-            self._csv_file.write("".join(self._csv_buf))
-            self._csv_buf.clear()
-        self._csv_file.flush()
+    def _flush_acked(self) -> None:
+        flush_acked(self._acked_parts, self._acked_rows)
 
     async def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> RequestTotals:
         clock = self._clock
         self.acked_path.parent.mkdir(parents=True, exist_ok=True)
-        self._csv_file = open(self.acked_path, "w", newline="")  # noqa: SIM115 - closed below
-        self._csv_file.write(",".join(ACKED_CSV_HEADER) + "\n")
-        self._csv_file.flush()
+        self._acked_parts = acked_parts(self.acked_path)
         schedule = Schedule(self.shape)
         targets = schedule.expected_per_second()   # before t0: it walks the shape
         self._t0 = t0 = clock()
@@ -360,7 +354,7 @@ class AsyncFleet:
         pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
         tick = SecondTicker(t0, targets, lambda: (pacer.scheduled, self._started - self._failed_async, self._acked,
                                                   pacer.failed + self._failed_async, self._late),
-                            lambda: self._n_up, self._hist_sec, self._hist_total, self._hlog, self._flush_csv, on_second)
+                            lambda: self._n_up, self._hist_sec, self._hist_total, self._hlog, self._flush_acked, on_second)
 
         try:
             # --- load phase: take every due message off the schedule (a full device queues it)
@@ -399,10 +393,10 @@ class AsyncFleet:
             elapsed = clock() - t0
         finally:
             self._wake_on_empty = False
-            self._flush_csv()
-            if self._csv_file is not None:
-                self._csv_file.close()
-                self._csv_file = None
+            self._flush_acked()
+            if self._acked_parts is not None:
+                self._acked_parts.close()
+                self._acked_parts = None
             if self._hlog is not None:
                 self._hlog.close()
                 self._hlog = None
@@ -446,10 +440,10 @@ class AsyncFleet:
         finally:
             self._closed = True
             self._opened = False
-            if self._csv_file is not None:
-                self._flush_csv()
-                self._csv_file.close()
-                self._csv_file = None
+            if self._acked_parts is not None:
+                self._flush_acked()
+                self._acked_parts.close()
+                self._acked_parts = None
 
     def __enter__(self) -> AsyncFleet:
         return self

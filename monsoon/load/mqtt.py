@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import paho.mqtt
 import paho.mqtt.client as mqtt
@@ -40,9 +40,11 @@ import json
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Pacer, Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, SecondTicker, _pct_ms
+from monsoon.load.stats import (FleetConnectError, FleetTotals, SecondStats, SecondTicker, _pct_ms, acked_parts,
+                                 flush_acked)
 from monsoon.timeline.hdrlog import HIST_MAX_US, new_histogram
 from monsoon.stack.provision import Device
+from monsoon.timeline.columnar import PartWriter
 from monsoon.timeline.hdrlog import IntervalLogWriter
 
 
@@ -309,8 +311,8 @@ class MqttFleet:
         self._idle = threading.Event()
         self._idle.set()
         self._lock = threading.Lock()
-        self._csv_buf: list[str] = []
-        self._csv_file: IO[str] | None = None
+        self._acked_rows: list[tuple] = []          # this second's acks, handed to the parts each second
+        self._acked_parts: PartWriter | None = None
         self._t0 = 0.0
         self._wall0_ms = 0.0
         self._hist_sec = new_histogram()
@@ -387,7 +389,7 @@ class MqttFleet:
         self._inflight -= 1
         us = int((now - intended) * 1_000_000)
         self._hist_sec.record_value(1 if us < 1 else (us if us < HIST_MAX_US else HIST_MAX_US))
-        self._csv_buf.append(f"{conn.device.name},{seq},{ts},{int(self._wall() * 1000)}\n")
+        self._acked_rows.append((conn.device.name, seq, ts, int(self._wall() * 1000)))
 
     # ------------------------------------------------------------- sockets
     def _open(self, conn: _Conn) -> None:
@@ -546,18 +548,13 @@ class MqttFleet:
             self._inflight += 1
         else:
             self._acked += 1
-            self._csv_buf.append(f"{conn.device.name},{seq},{ts},{sent_ms}\n")
+            self._acked_rows.append((conn.device.name, seq, ts, sent_ms))
         if not conn.want_w and conn.sock is not None and client.want_write():
             self._want_write(conn)
         return True
 
-    def _flush_csv(self) -> None:
-        if self._csv_file is None:
-            return
-        if self._csv_buf:
-            self._csv_file.write("".join(self._csv_buf))
-            self._csv_buf.clear()
-        self._csv_file.flush()
+    def _flush_acked(self) -> None:
+        flush_acked(self._acked_parts, self._acked_rows)
 
     def run(
         self,
@@ -588,9 +585,7 @@ class MqttFleet:
     ) -> FleetTotals:
         clock = self._clock
         self.acked_path.parent.mkdir(parents=True, exist_ok=True)
-        self._csv_file = open(self.acked_path, "w", newline="")  # noqa: SIM115
-        self._csv_file.write(",".join(ACKED_CSV_HEADER) + "\n")
-        self._csv_file.flush()
+        self._acked_parts = acked_parts(self.acked_path)
 
         schedule = Schedule(self.shape)
         targets = schedule.expected_per_second()   # before t0: it walks the shape
@@ -602,7 +597,7 @@ class MqttFleet:
         pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
         next_misc = t0 + self.MISC_INTERVAL
         tick = SecondTicker(t0, targets, lambda: (pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late),
-                            lambda: self._n_connected, self._hist_sec, self._hist_total, self._hlog, self._flush_csv,
+                            lambda: self._n_connected, self._hist_sec, self._hist_total, self._hlog, self._flush_acked,
                             on_second)
 
         send = self._send
@@ -640,10 +635,10 @@ class MqttFleet:
             tick.finish(now)
             elapsed = clock() - t0
         finally:
-            self._flush_csv()
-            if self._csv_file is not None:
-                self._csv_file.close()
-                self._csv_file = None
+            self._flush_acked()
+            if self._acked_parts is not None:
+                self._acked_parts.close()
+                self._acked_parts = None
             if self._hlog is not None:
                 self._hlog.close()
                 self._hlog = None
@@ -723,10 +718,10 @@ class MqttFleet:
         finally:
             self._closing = True
             self._closed = True
-            if self._csv_file is not None:
-                self._flush_csv()
-                self._csv_file.close()
-                self._csv_file = None
+            if self._acked_parts is not None:
+                self._flush_acked()
+                self._acked_parts.close()
+                self._acked_parts = None
 
     def __enter__(self) -> MqttFleet:
         return self

@@ -3,7 +3,7 @@
 :class:`NativeFleet` is a drop-in for :class:`monsoon.load.mqtt.MqttFleet` (same constructor
 arguments where they apply, same ``connect()`` / ``run(stop, on_second)`` / ``close()``,
 same :class:`~monsoon.load.stats.SecondStats` per second, :class:`~monsoon.load.stats.FleetTotals`, the
-same ``acked.csv`` and ``latency.hlog``) whose devices live in ``workers`` generator processes.
+same ``acked`` dataset and ``latency.hlog``) whose devices live in ``workers`` generator processes.
 Worker i takes the devices ``[i*D/n, (i+1)*D/n)`` (``--shard i/n``) and sends only their
 messages: message k of the global schedule goes to device ``k % D`` exactly as in
 ``MqttFleet``, so the fleets publish the same messages at the same intended times.
@@ -41,10 +41,12 @@ from hdrh.histogram import HdrHistogram
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
 from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms, acked_parts
 from monsoon.spec.experiment import PER_SOURCE, workers_problem
 from monsoon.stack.provision import Device
+from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release
 from monsoon.timeline.hdrlog import IntervalLogWriter
+from monsoon.timeline.tail import tail_end
 
 
 __all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
@@ -178,6 +180,7 @@ class _Worker:
     rusage: Any = None     # resource.struct_rusage once reaped
     stderr_path: Path | None = None
     last_t: int = -1
+    shard_off: int = 0     # bytes of shard_csv already turned into parts (the header included)
 
 
 def loopback_sources(host: str, n_devices: int) -> list[str]:
@@ -393,6 +396,8 @@ class NativeFleet:
         if self.latency_log_path is not None:
             hlog = IntervalLogWriter(self.latency_log_path, start_wall)
         start_ms = int(start_wall * 1000)
+        parts = acked_parts(self.acked_path)
+        next_part = time.monotonic() + FLUSH_S
         for w in self._workers:
             self._send(w, f"start {start_ms}\n")
         pending: dict[int, list[dict]] = {}   # second -> lines of the workers so far
@@ -465,6 +470,9 @@ class NativeFleet:
                         break   # a worker has not finished its second `sec` yet
                     emit(sec, pending.pop(sec))
                     emitted = sec
+                if time.monotonic() >= next_part:   # the shards are flushed up to each worker's last second
+                    self._shards_to_parts(parts)
+                    next_part = time.monotonic() + FLUSH_S
                 if not got:
                     time.sleep(0.01)
             for sec in sorted(pending):
@@ -473,7 +481,8 @@ class NativeFleet:
             if hlog is not None:
                 hlog.close()
             self._reap()
-            self._merge_csv()
+            self._shards_to_parts(parts, last=True)
+            parts.close()
         missing = [w.index for w in self._workers if w.totals is None]
         if missing:
             raise RuntimeError(f"load worker(s) {missing} ended without totals: "
@@ -538,18 +547,31 @@ class NativeFleet:
             if w.reader is not None:
                 w.reader.join(5)
 
-    def _merge_csv(self) -> None:
-        if not self._workers:
-            return
-        with open(self.acked_path, "w", newline="") as out:
-            out.write(",".join(ACKED_CSV_HEADER) + "\n")
-            for w in self._workers:
-                if not w.shard_csv.exists():
-                    continue
-                with open(w.shard_csv) as f:
-                    f.readline()
-                    shutil.copyfileobj(f, out, 1 << 20)
+    def _shards_to_parts(self, parts: PartWriter, last: bool = False) -> None:
+        """The workers' complete CSV lines since the last call, as one Parquet part (parsed by Arrow); the
+        bytes taken are released from the shard files (a hole punched, so the disk holds the parts, not a
+        day of CSV).  ``last``: the run is over and the shards are removed (a line cut off by a killed
+        worker is not data)."""
+        blocks = []
+        for w in self._workers:
+            try:
+                with open(w.shard_csv, "rb+") as f:
+                    _, end = tail_end(w.shard_csv)
+                    f.seek(w.shard_off)
+                    block = f.read(end - w.shard_off)
+                    if w.shard_off == 0:                       # the header line
+                        block = block[block.find(b"\n") + 1:]
+                    if not last:
+                        release(f.fileno(), end)
+            except FileNotFoundError:
+                continue
+            w.shard_off = end
+            blocks.append(block)
+            if last:
                 w.shard_csv.unlink()
+        data = b"".join(blocks)
+        if data:
+            parts.write_table(csv_block_table(data, ACKED_CSV_HEADER))
 
     # ---------------------------------------------------------------- close
     def _kill_all(self) -> None:

@@ -1,12 +1,32 @@
-"""Per-second stats and run totals of a fleet, the acked-log header and the latency histograms' helpers."""
+"""Per-second stats and run totals of a fleet, the acked dataset's writer and the latency histograms' helpers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from pathlib import Path
 from hdrh.histogram import HdrHistogram
+
+from monsoon.timeline.columnar import PartWriter, fresh
 
 
 ACKED_CSV_HEADER = ("device", "seq", "intended_ms", "acked_ms")
+
+
+def acked_parts(acked_path: Path) -> PartWriter:
+    """A fleet's acked dataset, started afresh: Parquet parts beside ``acked_path`` (``acked.parquet/``), a part
+    every :data:`monsoon.timeline.columnar.FLUSH_S` seconds (:func:`flush_acked` each second decides)."""
+    return PartWriter(fresh(acked_path), ACKED_CSV_HEADER)
+
+
+def flush_acked(parts: PartWriter | None, rows: list[tuple]) -> None:
+    """Hand the second's acked rows ``(device, seq, intended_ms, acked_ms)`` to ``parts``; a part is written
+    when its time has come."""
+    if parts is None:
+        return
+    for row in rows:
+        parts.append(*row)
+    rows.clear()
+    parts.maybe_flush()
 
 
 @dataclass

@@ -36,8 +36,8 @@ def split_contact_points(points: Iterable[str]) -> tuple[list[str], int]:
 
 
 class CassandraSource:
-    """Exports a CQL query's rows to ``stored.csv`` (a :class:`~monsoon.observe.storage.StoredSource`);
-    ``write`` is :func:`monsoon.observe.storage.write_stored_csv` (passed in: that module picks this one)."""
+    """Exports a CQL query's rows to the run's ``stored`` dataset (a :class:`~monsoon.observe.storage.StoredSource`);
+    ``write`` is :func:`monsoon.observe.storage.write_stored` (passed in: that module picks this one)."""
 
     def __init__(self, contact_points: Iterable[str], keyspace: str, cql: str, *, write: Callable[..., int],
                  fetch_size: int = 5000, names_dsn: str | None = None, names_query: str | None = None,
@@ -87,7 +87,7 @@ class CassandraSource:
 
 
 def _rows(columns: list[str], rows: Iterable[tuple], names: dict[str, str]) -> tuple[list[str], Iterator]:
-    """The header and rows for stored.csv: entity_id -> device (named), stored_us -> stored_ms."""
+    """The header and rows of the stored dataset: entity_id -> device (named), stored_us -> stored_ms."""
     out = list(columns)
     ent = out.index("entity_id") if "entity_id" in out and "device" not in out else None
     us = out.index("stored_us") if "stored_us" in out and "stored_ms" not in out else None

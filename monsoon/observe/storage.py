@@ -1,24 +1,26 @@
-"""Storage read-back (``StoredSource``): what the platform stored, exported to ``stored.csv`` after the drain."""
+"""Storage read-back (``StoredSource``): what the platform stored, read back after the drain into the run's
+``stored`` dataset (Parquet parts in ``stored.parquet/``, :mod:`monsoon.timeline.columnar`)."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 import psycopg
 from psycopg import pq
 
 from monsoon.observe.cassandra_store import CassandraSource
+from monsoon.timeline.columnar import CsvParts, write_rows
 
 
 @runtime_checkable
 class StoredSource(Protocol):
-    """Reads back every stored message of a run into ``stored.csv``, after the drain.
+    """Reads back every stored message of a run into its ``stored`` dataset, after the drain.
 
-    ``export(path)`` writes a CSV whose header names the columns: ``device``, ``seq`` and, when the
-    storage can tell when a row became durable, ``stored_ms`` (epoch milliseconds); one row per stored
-    copy (a duplicate is two rows); it returns the number of rows.  Write to a temporary file and rename,
-    so a failed export leaves no half file.  The accounting reads nothing else, so another store only
-    needs its own source.  A Cassandra source would be::
+    ``export(path)`` (``path``: ``<run>/stored.csv``, the dataset's name) writes the dataset of that path: the
+    columns ``device``, ``seq`` and, when the storage can tell when a row became durable, ``stored_ms``
+    (epoch milliseconds); one row per stored copy (a duplicate is two rows); it returns the number of rows.
+    :func:`write_stored` and :class:`~monsoon.timeline.columnar.CsvParts` write beside it and rename, so a
+    failed export leaves no half dataset.  The accounting reads nothing else, so another store only needs
+    its own source.  A Cassandra source would be::
 
         class CassandraSource:
             def __init__(self, contact_points, port, cql):   # e.g. "SELECT device, seq,
@@ -27,7 +29,7 @@ class StoredSource(Protocol):
             def export(self, path):
                 session = Cluster(contact_points, port=port).connect()
                 rows = session.execute(SimpleStatement(self.cql, fetch_size=20000))   # paged
-                return write_stored_csv(path, rows.column_names, rows)
+                return write_stored(path, rows.column_names, rows)
 
     and ``StorageSpec.kind: cassandra`` would pick it in :data:`SOURCES`.
     """
@@ -38,50 +40,32 @@ class StoredSource(Protocol):
         """Raise ValueError saying what is wrong if the export cannot work (run before the load starts)."""
 
 
-def write_stored_csv(path: Path, columns: list[str], rows) -> int:
-    """Write ``rows`` (iterables in ``columns`` order) to ``path`` via a temporary file; returns the count."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    n = 0
-    try:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(columns)
-            for row in rows:
-                w.writerow(row)
-                n += 1
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
-    return n
+def write_stored(path: Path, columns: list[str], rows) -> int:
+    """``rows`` (iterables in ``columns`` order) as the stored dataset of ``path``, all or nothing; the count."""
+    return write_rows(path, tuple(columns), rows)
 
 
 class PostgresSource:
     """``storage.kind: postgres``: streams the stack's ``loss_query`` out of the server with
-    ``COPY (query) TO STDOUT (FORMAT csv, HEADER)`` straight into the file, whatever columns it returns (name
-    them with ``AS``): the server writes the CSV, Python only moves its blocks (no row is materialised
-    here, where a cursor and the csv module built a tuple and a line per row)."""
+    ``COPY (query) TO STDOUT (FORMAT csv, HEADER)``, whatever columns it returns (name them with ``AS``): the
+    server writes the CSV, Arrow parses it 32 MB at a time into Parquet parts (:class:`CsvParts`); no row is
+    materialised in Python."""
 
     def __init__(self, dsn: str, query: str, itersize: int = 20000):
         self.dsn, self.query, self.itersize = dsn, query, itersize
 
     def export(self, path: Path) -> int:
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
         query = self.query.strip().rstrip(";")
-        lines = 0
+        out = CsvParts(path)
         try:
-            with psycopg.connect(self.dsn, connect_timeout=5) as conn, conn.cursor() as cur, open(tmp, "wb") as fh:
+            with psycopg.connect(self.dsn, connect_timeout=5) as conn, conn.cursor() as cur:
                 with cur.copy(f"COPY ({query}) TO STDOUT WITH (FORMAT csv, HEADER true)") as copy:
                     for block in copy:
-                        fh.write(block)
-                        lines += bytes(block).count(b"\n")
+                        out.write(block)
+            return out.commit()
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            out.abort()
             raise
-        tmp.replace(path)
-        return max(0, lines - 1)          # (a device name holding a newline would be counted twice)
 
     def check(self) -> None:
         """Prepare the query (parsed and planned by the server, not run) and read its columns: broken SQL, a
@@ -117,7 +101,7 @@ SOURCES: dict[str, Callable[..., StoredSource]] = {
 
 def _cassandra_source(storage, endpoint: Callable[[str], str]) -> StoredSource:
     return CassandraSource([endpoint(p) for p in storage.contact_points], storage.keyspace, storage.cql,
-                           write=write_stored_csv, fetch_size=storage.fetch_size,
+                           write=write_stored, fetch_size=storage.fetch_size,
                            names_dsn=endpoint(storage.dsn) if storage.dsn else None, names_query=storage.names_query)
 
 

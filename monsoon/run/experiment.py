@@ -27,12 +27,13 @@ from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
 from monsoon.run.shield import FinishFirst, TeardownShield
-from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
+from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.signals import signal_of
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.stack.supervisor import Stack
+from monsoon.timeline.columnar import write_rows
 from monsoon.timeline.store import Timeline
 
 
@@ -129,7 +130,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                     with view:
                         totals = fleet.run(stop, on_second)
                 tl.add("op", op="load-end", **_totals_dict(totals))
-                write_sent(out_dir / SENT_FILE, totals.last_seq)   # what "never sent" means for the accounting
+                write_rows(out_dir / SENT_FILE, ("device", "last_seq"), totals.last_seq.items())   # what "never sent" means for the accounting
                 fleet.close()
                 where.update(stage="drain", phase=None)
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "

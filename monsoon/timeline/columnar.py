@@ -11,6 +11,12 @@ renamed before the cut; a ``.tmp`` left behind is the part being written, never 
 its data ends.  DuckDB measured no compute gain over numpy here, and its single-file database is
 neither appendable by several processes nor readable after a crash mid-checkpoint without its WAL.
 
+Who writes them, during the run: the Python fleets (``monsoon.load.aio``, ``monsoon.load.mqtt``) append each
+acked message to a :class:`PartWriter` (a part every :data:`FLUSH_S` seconds); the native fleet's workers write
+plain CSV shards that the parent turns into parts every :data:`FLUSH_S` seconds (:func:`csv_block_table`);
+``sent`` and the stored read-back are written once, after the load and after the drain (:func:`write_rows`,
+:class:`CsvParts`), into a ``.tmp`` directory renamed into place, so a failed export leaves no half dataset.
+
 Layout: ``acked.parquet/`` beside where ``acked.csv`` would be (``stored.parquet/``, ``sent.parquet/``),
 columns ``device`` (string, dictionary-encoded) and int64 ``seq``, ``intended_ms``, ``acked_ms`` /
 ``stored_ms`` / ``last_seq``, the same names as the CSV headers.  Readers take whichever the run has
@@ -19,8 +25,12 @@ CSVs back for people who want them.  zstd Parquet costs ~3 B per acked message w
 """
 from __future__ import annotations
 
+import csv
+import ctypes
+import io
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +46,9 @@ PARTS_SUFFIX = ".parquet"
 CLOSED = "_closed.json"
 PART_GLOB = "part-*.parquet"
 MISSING_INT = np.iinfo(np.int64).min     # a NULL (e.g. stored_ms), as the CSV readers call an empty field
+FLUSH_S = 30.0            # a run's writers close a part this often: what a kill -9 can lose at most
+FLUSH_ROWS = 1 << 18      # ... or this many rows (~30 MB of Python rows buffered), whichever comes first
+INT_COLUMNS = ("seq", "intended_ms", "acked_ms", "stored_ms", "last_seq")   # what a run dataset may hold
 
 
 def parts_dir(csv_path: Path) -> Path:
@@ -58,7 +71,7 @@ class PartWriter:
     """Append rows; every ``flush_s`` seconds (``maybe_flush``) or ``flush_rows`` rows they become one closed
     Parquet file.  ``columns``: the CSV header (``device`` first, then int columns)."""
 
-    def __init__(self, dir: Path, columns: tuple[str, ...], flush_s: float = 60.0, flush_rows: int = 1 << 20,
+    def __init__(self, dir: Path, columns: tuple[str, ...], flush_s: float = FLUSH_S, flush_rows: int = FLUSH_ROWS,
                  clock=time.monotonic):
         self.dir = Path(dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +84,8 @@ class PartWriter:
         self._buf: list[list] = [[] for _ in self.columns]
         self._n = 0
         self._last = clock()
+        if not self.parts:         # part 0 holds no rows, only the schema: a dataset cut off (or left empty)
+            self.write_part(np.zeros(0, np.int32), [], *([np.zeros(0, np.int64)] * (len(self.columns) - 1)))
 
     def append(self, *row) -> None:
         for col, v in zip(self._buf, row):
@@ -78,17 +93,6 @@ class PartWriter:
         self._n += 1
         if self._n >= self.flush_rows:
             self.flush()
-
-    def append_csv(self, text: str) -> None:
-        """Complete ``\\n``-terminated CSV lines of plain fields (what the fleets buffer each second)."""
-        for line in text.splitlines():
-            parts = line.split(",")
-            if len(parts) != len(self.columns):
-                continue
-            try:
-                self.append(parts[0], *(int(x) for x in parts[1:]))
-            except ValueError:
-                continue
 
     def maybe_flush(self) -> None:
         if self._n and self._clock() - self._last >= self.flush_s:
@@ -99,7 +103,7 @@ class PartWriter:
         if not self._n:
             return
         dev = pa.array(self._buf[0], type=pa.string()).dictionary_encode()
-        self._write(dev, [np.asarray(c, dtype=np.int64) for c in self._buf[1:]])
+        self._write(dev, [pa.array(c, type=pa.int64()) for c in self._buf[1:]])   # None: a NULL
         self._buf = [[] for _ in self.columns]
         self._n = 0
 
@@ -109,8 +113,17 @@ class PartWriter:
                                              pa.array(dictionary, type=pa.string()))
         self._write(dev, [np.asarray(c, dtype=np.int64) for c in cols])
 
-    def _write(self, dev, cols: list[np.ndarray]) -> None:
-        table = pa.Table.from_arrays([dev] + [pa.array(c) for c in cols], schema=self.schema)
+    def write_table(self, table: pa.Table) -> None:
+        """One part from a table with this writer's columns (:func:`csv_block_table`); nothing for no rows."""
+        if len(table):
+            dev = table.column(0).combine_chunks()
+            if not pa.types.is_dictionary(dev.type):
+                dev = dev.dictionary_encode()
+            self._write(dev, [table.column(c).combine_chunks() for c in self.columns[1:]])
+
+    def _write(self, dev, cols: list) -> None:
+        table = pa.Table.from_arrays([dev] + [pa.array(c) if isinstance(c, np.ndarray) else c for c in cols],
+                                     schema=self.schema)
         final = self.dir / f"part-{self.parts:06d}.parquet"
         tmp = final.with_name(final.name + ".tmp")
         pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, len(table)))
@@ -121,6 +134,139 @@ class PartWriter:
     def close(self) -> None:
         self.flush()
         (self.dir / CLOSED).write_text(json.dumps({"parts": self.parts, "rows": self.rows}) + "\n")
+
+
+_FALLOC_PUNCH = 0x01 | 0x02        # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (linux/falloc.h)
+
+
+def release(fd: int, end: int) -> bool:
+    """Give the disk blocks of bytes ``[0, end)`` of a file still being appended to back to the file system
+    (``fallocate`` punching a hole: the file keeps its size and offsets, those bytes read as zeros).  False
+    where the file system cannot (nothing changes then)."""
+    global _fallocate
+    end -= end % 4096
+    if end <= 0:
+        return True
+    if _fallocate is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _fallocate = libc.fallocate
+        _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    return _fallocate(fd, _FALLOC_PUNCH, 0, end) == 0
+
+
+_fallocate = None
+
+
+def fresh(csv_path: Path) -> Path:
+    """Make room for a new dataset of ``csv_path``: the CSV or parts an earlier run left there are removed (a
+    reader takes the CSV over the parts, so a stale one would hide the new data).  Returns the parts directory."""
+    csv_path = Path(csv_path)
+    csv_path.unlink(missing_ok=True)
+    d = parts_dir(csv_path)
+    if d.is_dir():
+        shutil.rmtree(d)
+    return d
+
+
+def csv_block_table(data: bytes, columns: tuple[str, ...], header: bool = False) -> pa.Table:
+    """Complete CSV lines (``device`` first, then int columns; quoted fields allowed) as a table with
+    ``columns``, parsed by Arrow (no Python object per row).  ``header``: the block starts with a header line,
+    whose names are kept (a column the dataset does not hold is left out, one it lacks is an error)."""
+    names = None if header else list(columns)
+    read = pcsv.ReadOptions(column_names=names, autogenerate_column_names=False, block_size=1 << 24)
+    conv = pcsv.ConvertOptions(column_types={columns[0]: pa.string(), **{c: pa.int64() for c in columns[1:]}},
+                               include_columns=list(columns), strings_can_be_null=False)
+    return pcsv.read_csv(io.BytesIO(data), read_options=read, convert_options=conv)
+
+
+class CsvParts:
+    """A CSV stream (a header line, then rows, in blocks of any size: Postgres ``COPY ... TO STDOUT``) turned into
+    parts as it comes, ``flush_bytes`` of CSV at a time, into ``<dataset>.tmp/``; :meth:`commit` renames it into
+    place.  Columns: the header's names that a run dataset holds (``device`` and :data:`INT_COLUMNS`)."""
+
+    def __init__(self, csv_path: Path, flush_bytes: int = 32 << 20):
+        self.csv_path = Path(csv_path)
+        self.final = parts_dir(self.csv_path)
+        self.tmp = self.final.with_name(self.final.name + ".tmp")
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.flush_bytes = flush_bytes
+        self._buf = bytearray()
+        self._header: bytes | None = None
+        self._writer: PartWriter | None = None
+
+    def write(self, block) -> None:
+        self._buf += block
+        if self._header is None:
+            nl = self._buf.find(b"\n")
+            if nl < 0:
+                return
+            self._header = bytes(self._buf[:nl + 1])
+            del self._buf[:nl + 1]
+            names = [c.strip().strip('"') for c in self._header.decode().strip().split(",")]
+            if "device" not in names:
+                raise ValueError(f"the rows have no device column (columns: {', '.join(names)})")
+            self._writer = PartWriter(self.tmp, ("device", *[c for c in INT_COLUMNS if c in names]),
+                                      flush_s=float("inf"))
+        if len(self._buf) >= self.flush_bytes:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        end = len(self._buf) if final else self._buf.rfind(b"\n") + 1
+        if end <= 0 or self._writer is None:
+            return
+        self._writer.write_table(csv_block_table(self._header + bytes(self._buf[:end]), self._writer.columns,
+                                                 header=True))
+        del self._buf[:end]
+
+    def commit(self) -> int:
+        """Write what is left, close the dataset and put it in place of any earlier one; returns the rows."""
+        if self._writer is None:            # not even a header: an empty dataset of the minimum columns
+            self._writer = PartWriter(self.tmp, ("device", "seq"), flush_s=float("inf"))
+        self._flush(final=True)
+        self._writer.close()
+        fresh(self.csv_path)
+        os.replace(self.tmp, self.final)
+        return self._writer.rows
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def write_rows(csv_path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_ROWS) -> int:
+    """Rows (tuples in ``columns`` order: ``device`` first, then ints or None) as the dataset of ``csv_path``,
+    a part per ``batch`` rows, written beside it and renamed into place (all or nothing); returns the rows."""
+    final = parts_dir(csv_path)
+    tmp = final.with_name(final.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        w = PartWriter(tmp, tuple(columns), flush_s=float("inf"), flush_rows=batch)
+        for row in rows:
+            w.append(str(row[0]), *(None if v is None else int(v) for v in row[1:]))
+        w.close()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fresh(csv_path)
+    os.replace(tmp, final)
+    return w.rows
+
+
+def iter_dicts(csv_path: Path) -> Iterator[dict]:
+    """Every row of a run dataset as a dict (``device``: str, the other columns: int, or str from a CSV), from
+    the CSV or from its parts, whichever the run holds: for tools and tests that want rows, not columns."""
+    csv_path = Path(csv_path)
+    if not has_parts(csv_path):
+        with open(csv_path, newline="") as fh:
+            yield from csv.DictReader(fh)
+        return
+    for p in sorted(parts_dir(csv_path).glob(PART_GLOB)):
+        t = pq.read_table(p)
+        cols = [t.column(0).cast("string").to_pylist()] + [t.column(i).to_pylist() for i in range(1, t.num_columns)]
+        names = t.schema.names
+        for row in zip(*cols):
+            yield dict(zip(names, row))
 
 
 @dataclass(frozen=True)
@@ -171,6 +317,8 @@ def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[list[str], list[
         f = pq.ParquetFile(p, read_dictionary=["device"])
         have = [c for c in columns if c in f.schema_arrow.names]
         for rg in range(f.num_row_groups):
+            if not f.metadata.row_group(rg).num_rows:      # part 0: the schema alone
+                continue
             t = f.read_row_group(rg, columns=["device", *have])
             dev = t.column("device").combine_chunks()
             yield dev, [pc.fill_null(t.column(c), MISSING_INT).to_numpy().astype(np.int64, copy=False) for c in have]

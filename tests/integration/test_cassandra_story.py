@@ -9,6 +9,7 @@ import re
 import pytest
 
 from monsoon.session import run_one
+from monsoon.timeline.columnar import iter_dicts
 from monsoon.spec.experiment import load_experiment
 from monsoon.spec.stack import load_stack
 from monsoon.stack.reaper import find_leftovers
@@ -27,9 +28,9 @@ def test_kafka_cassandra_stack_stores_every_acked_message_and_a_slowdown_lands_a
     assert result.error is None, result.error
     loss = figures["no_acked_loss"]
     assert loss["acked_lost"] == 0 and loss["acked"] > 5000, loss
-    stored = (tmp_path / "run" / "stored.csv").read_text().splitlines()
-    assert stored[0].startswith("device,seq,stored_ms") and len(stored) - 1 >= loss["acked"]
-    assert not UUID_RE.match(stored[1].split(",")[0]), f"entity ids not named through Postgres: {stored[1]}"
+    stored = list(iter_dicts(tmp_path / "run" / "stored.csv"))
+    assert list(stored[0]) == ["device", "seq", "stored_ms"] and len(stored) >= loss["acked"]
+    assert not UUID_RE.match(stored[0]["device"]), f"entity ids not named through Postgres: {stored[0]}"
     fl = figures["faults_landed"]
     assert verdicts["faults_landed"] == "pass", fl
     assert fl["faults_injected"] == fl["faults_landed"] == fl["faults_healed"] == 1 and fl["faults_left_in_place"] == 0

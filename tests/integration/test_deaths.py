@@ -4,7 +4,6 @@ the supervisor brings the broker back (``restart: always``), the lag recovers, a
 counts equals our own set difference of acked.csv and the rows read back from Postgres."""
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import threading
@@ -13,6 +12,7 @@ import pytest
 
 from monsoon.rundir import ACKED_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.session import MonsoonSession
+from monsoon.timeline.columnar import iter_dicts
 from monsoon.timeline.store import read_events
 
 from tests.integration.helpers import wait_for
@@ -70,10 +70,8 @@ def test_an_outside_kill_9_of_the_broker_is_an_unexpected_death_not_an_oom(tmp_p
         unexpected.message
     assert result.check("lag_recovers_within").verdict == "pass", result.check("lag_recovers_within").message
     # acked loss: monsoon's figure is our own set difference of the acked log and the rows Postgres holds
-    with open(out / ACKED_FILE) as fh:
-        acked = {(r["device"], int(r["seq"])) for r in csv.DictReader(fh)}
-    with open(out / STORED_FILE) as fh:
-        stored = {(r["device"], int(r["seq"])) for r in csv.DictReader(fh)}
+    acked = {(r["device"], r["seq"]) for r in iter_dicts(out / ACKED_FILE)}
+    stored = {(r["device"], r["seq"]) for r in iter_dicts(out / STORED_FILE)}
     loss = result.check("no_acked_loss")
     assert loss.figures["acked"] == len(acked) > 0
     assert loss.figures["acked_lost"] == len(acked - stored), loss.message

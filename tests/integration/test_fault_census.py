@@ -162,6 +162,9 @@ def test_kill_9_mid_fault_then_heal_run_id_leaves_nothing(tmp_path):
     assert {"no_acked_loss", "faults_landed"} <= set(checks), checks
     fl = checks["faults_landed"]
     assert fl["verdict"] == "unknown" and fl["figures"]["faults_injected"] == n_faults, fl
+    # the fleet's acked parts were never closed: analyze says where the data ends, and reads up to there
+    torn = s["results"][0].get("torn", [])
+    assert any(n.startswith("acked.parquet was not closed: the run was cut off") for n in torn), torn
 
 
 START_ORDER = ("postgres", "kafka", "mongo", "infinispan", "toxiproxy", "routes", "platform")

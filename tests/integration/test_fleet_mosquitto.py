@@ -6,7 +6,6 @@ mosquitto``). Nothing here mocks the broker.
 
 from __future__ import annotations
 
-import csv
 import gc
 import json
 import os
@@ -28,6 +27,7 @@ from monsoon.load.stats import FleetConnectError
 from monsoon.load.stats import FleetTotals, SecondStats
 from monsoon.load.mqtt import MqttFleet
 from monsoon.load.shapes import Steady
+from monsoon.timeline.columnar import iter_dicts
 
 MOSQUITTO = shutil.which("mosquitto") or (
     "/usr/sbin/mosquitto" if os.access("/usr/sbin/mosquitto", os.X_OK) else None
@@ -145,14 +145,10 @@ def make_devices(n: int) -> list[Device]:
 
 
 def read_acked(path: Path) -> list[dict]:
-    with path.open(newline="") as f:
-        r = csv.DictReader(f)
-        assert r.fieldnames == ["device", "seq", "intended_ms", "acked_ms"]
-        return [
-            {"device": row["device"], "seq": int(row["seq"]),
-             "intended_ms": int(row["intended_ms"]), "acked_ms": int(row["acked_ms"])}
-            for row in r
-        ]
+    """The fleet's acked dataset (Parquet parts beside ``path``), every row with the CSV header's names."""
+    rows = list(iter_dicts(path))
+    assert all(list(r) == ["device", "seq", "intended_ms", "acked_ms"] for r in rows[:1])
+    return [{k: (v if k == "device" else int(v)) for k, v in r.items()} for r in rows]
 
 
 def assert_invariants(t: FleetTotals, secs: list[SecondStats]) -> None:

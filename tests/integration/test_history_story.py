@@ -25,6 +25,7 @@ from monsoon.history.compare import parse_rules
 from monsoon.history.hooks import record, regressions
 from monsoon.history.store import ENV_URL, EXPERIMENT, HistoryStore
 from monsoon.paths import REPO
+from monsoon.timeline.columnar import iter_dicts, write_rows
 from tests.integration.helpers import wait_for
 from tests.integration.test_run_postgres import free_port
 
@@ -61,8 +62,8 @@ def seed_slow_drain_and_loss(run: Path, slow_s: float = 20.0, lose: int = 10) ->
             e["lag"] = 3000
     tl.write_text("".join(json.dumps(e) + "\n" for e in events))
     stored = run / EXP / "stored.csv"
-    rows = stored.read_text().splitlines()
-    stored.write_text("\n".join(rows[:1] + rows[1 + lose:]) + "\n")
+    rows = list(iter_dicts(stored))
+    write_rows(stored, tuple(rows[0]), [tuple(r.values()) for r in rows[lose:]])
 
 
 def analyze(run: Path) -> dict:

@@ -4,7 +4,6 @@ with our own SQL, not monsoon's export) or counted lost by monsoon's accounting:
 set is exactly the acked keys our SQL does not find."""
 from __future__ import annotations
 
-import csv
 import threading
 import time
 
@@ -13,7 +12,7 @@ import pytest
 
 from monsoon.timeline.accounting import account
 from monsoon.observe.storage import stored_source
-from monsoon.rundir import write_sent
+from monsoon.timeline.columnar import iter_dicts, write_rows
 from monsoon.rundir import ACKED_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.checks.base import RunData
 from monsoon.checks.loss import no_acked_loss
@@ -59,7 +58,7 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
         finally:
             killer.cancel()
             fleet.close()
-        write_sent(tmp_path / "sent.csv", totals.last_seq)
+        write_rows(tmp_path / "sent.csv", ("device", "last_seq"), totals.last_seq.items())
         assert stack.pid("platform") not in (None, pid0), "the platform was not restarted after the kill"
 
         dsn = stack.endpoint(spec.storage.dsn)
@@ -82,8 +81,7 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
                 "JOIN device d ON d.id = kv.entity_id WHERE k.key = 'seq'")}
         stored_source(spec.storage, stack.endpoint).export(tmp_path / STORED_FILE)
 
-    with open(tmp_path / ACKED_FILE) as fh:
-        acked = {(r["device"], int(r["seq"])) for r in csv.DictReader(fh)}
+    acked = {(r["device"], r["seq"]) for r in iter_dicts(tmp_path / ACKED_FILE)}
     lost = acked - stored                            # lost by our own SQL
     assert len(acked) == totals.acked > RATE * KILL_AT * 0.5, totals
     assert lost, "a SIGKILL with a queued backlog on the in-memory platform lost nothing: the test proves nothing"

@@ -210,13 +210,21 @@ def test_stalled_broker_shows_late_and_latency_from_intended_time(broker: Broker
     assert_seconds_sum_to_totals(secs, totals)
 
 
-def test_stop_counts_dropped_and_worker_stops_cleanly(sink: int, tmp_path: Path) -> None:
+def test_stop_counts_dropped_and_worker_stops_cleanly(sink: int, tmp_path: Path, monkeypatch) -> None:
+    """Also: the workers' CSV shards become Parquet parts during the run (a part every FLUSH_S, here 0.5 s),
+    the bytes taken are punched out of the shards, and the run ends with a closed dataset and no shard."""
+    from monsoon.load import native
+    from monsoon.timeline.columnar import dataset_state, parts_dir
+    monkeypatch.setattr(native, "FLUSH_S", 0.5)
     stop = threading.Event()
     secs: list[SecondStats] = []
+    on_disk: list[tuple[int, int]] = []
 
     def on_second(s: SecondStats) -> None:
         secs.append(s)
-        if s.t == 1:
+        if s.t == 2:
+            on_disk.extend((p.stat().st_size, p.stat().st_blocks * 512) for p in tmp_path.glob(".acked.csv.shard*"))
+        if s.t == 3:
             stop.set()
 
     with NativeFleet(make_devices(4), "127.0.0.1", sink, shape=Steady(rate=1000, duration=20),
@@ -229,6 +237,10 @@ def test_stop_counts_dropped_and_worker_stops_cleanly(sink: int, tmp_path: Path)
     assert totals.acked == totals.sent and totals.unacked == 0
     assert_seconds_sum_to_totals(secs, totals)
     assert len(read_acked(tmp_path / "acked.csv")) == totals.acked
+    state = dataset_state(parts_dir(tmp_path / "acked.csv"))
+    assert state.closed and state.rows == totals.acked and state.parts >= 3, state
+    assert len(on_disk) == 2 and all(held < size for size, held in on_disk), on_disk   # released mid-run
+    assert not list(tmp_path.glob(".acked.csv.shard*")) and not (tmp_path / "acked.csv").exists()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 

@@ -9,7 +9,6 @@ stall (late sends, latency from the intended time >= the stall) instead of slowi
 """
 from __future__ import annotations
 
-import csv
 import glob
 import os
 import shutil
@@ -26,6 +25,7 @@ import pytest
 
 from monsoon.observe.storage import stored_source
 from monsoon.timeline.hdrlog import read_intervals
+from monsoon.timeline.columnar import iter_dicts
 from monsoon.stack.provision import Device
 from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import TbRestProvisioner, device_names
@@ -95,12 +95,10 @@ def stored_count(stack: Stack, prefix: str) -> int:
 
 def read_acked(path: Path) -> dict[str, list[int]]:
     by: dict[str, list[int]] = defaultdict(list)
-    with open(path) as fh:
-        r = csv.DictReader(fh)
-        assert r.fieldnames == ["device", "seq", "intended_ms", "acked_ms"]
-        for row in r:
-            by[row["device"]].append(int(row["seq"]))
-            assert int(row["acked_ms"]) >= int(row["intended_ms"]) - 5   # answered after it was due
+    for row in iter_dicts(path):
+        assert list(row) == ["device", "seq", "intended_ms", "acked_ms"]
+        by[row["device"]].append(int(row["seq"]))
+        assert int(row["acked_ms"]) >= int(row["intended_ms"]) - 5   # answered after it was due
     return by
 
 
@@ -158,8 +156,7 @@ def test_steady_load_is_acked_stored_and_accounted(stack, tmp_path, transport):
     wait_for(lambda: stored_count(stack, prefix) >= totals.acked, 60, f"{totals.acked} stored {transport} messages")
     stored_csv = tmp_path / "stored.csv"
     stored_source(stack.spec.storage, stack.endpoint).export(stored_csv)
-    with open(stored_csv) as fh:
-        stored = {(r["device"], int(r["seq"])) for r in csv.DictReader(fh) if r["device"].startswith(prefix + "-")}
+    stored = {(r["device"], int(r["seq"])) for r in iter_dicts(stored_csv) if r["device"].startswith(prefix + "-")}
     missing = [(dev, s) for dev, seqs in acked.items() for s in seqs if (dev, s) not in stored]
     assert missing == [], f"{len(missing)} acked messages not stored, e.g. {missing[:5]}"
 

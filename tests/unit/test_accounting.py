@@ -16,7 +16,8 @@ import pytest
 
 import monsoon.timeline.accounting as A
 import monsoon.observe.storage as storage
-from monsoon.observe.storage import PostgresSource, StoredSource, stored_source, write_stored_csv
+from monsoon.observe.storage import PostgresSource, StoredSource, stored_source
+from monsoon.timeline.columnar import export_csv, iter_dicts, parts_dir
 from monsoon.timeline.accounting import account
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.rundir import read_sent, write_sent
@@ -316,11 +317,15 @@ def test_sent_csv_round_trip(tmp_path):
     assert read_sent(tmp_path / "nope.csv") is None
 
 
-def test_write_stored_csv_names_the_columns_and_leaves_no_tmp(tmp_path):
-    n = write_stored_csv(tmp_path / "stored.csv", ["device", "seq", "stored_ms"], [("a", 1, 5), ("a", 2, None)])
-    assert n == 2
-    assert (tmp_path / "stored.csv").read_text() == "device,seq,stored_ms\na,1,5\na,2,\n"
-    assert not list(tmp_path.glob("*.tmp"))
+def test_write_stored_names_the_columns_keeps_nulls_and_leaves_no_tmp(tmp_path):
+    (tmp_path / "stored.csv").write_text("device,seq\nstale,1\n")      # an earlier run's: replaced, not read
+    n = storage.write_stored(tmp_path / "stored.csv", ["device", "seq", "stored_ms"], [("a", 1, 5), ("a", 2, None)])
+    assert n == 2 and not (tmp_path / "stored.csv").exists()
+    assert list(iter_dicts(tmp_path / "stored.csv")) == [{"device": "a", "seq": 1, "stored_ms": 5},
+                                                          {"device": "a", "seq": 2, "stored_ms": None}]
+    assert export_csv(parts_dir(tmp_path / "stored.csv"), tmp_path / "x.csv") == 2
+    assert (tmp_path / "x.csv").read_text() == "device,seq,stored_ms\na,1,5\na,2,\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stored.parquet", "x.csv"]
 
 
 def test_a_failed_export_leaves_no_file(tmp_path):
@@ -329,7 +334,7 @@ def test_a_failed_export_leaves_no_file(tmp_path):
         raise RuntimeError("could not get commit timestamp data")
 
     with pytest.raises(RuntimeError):
-        write_stored_csv(tmp_path / "stored.csv", ["device", "seq", "stored_ms"], rows())
+        storage.write_stored(tmp_path / "stored.csv", ["device", "seq", "stored_ms"], rows())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -398,8 +403,8 @@ def test_postgres_source_writes_the_query_columns(tmp_path, monkeypatch):
     assert src.export(tmp_path / "stored.csv") == 2
     assert seen["dsn"] == "postgresql://h:5432/db" and cur.copied     # streamed: the server writes the CSV
     assert cur.query == "COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER true)"
-    assert (tmp_path / "stored.csv").read_text().splitlines() == \
-        ["device,seq,stored_ms", "a,0,1700000000123", "a,1,1700000000150"]
+    assert list(iter_dicts(tmp_path / "stored.csv")) == [{"device": "a", "seq": 0, "stored_ms": 1700000000123},
+                                                          {"device": "a", "seq": 1, "stored_ms": 1700000000150}]
 
 
 def test_an_unknown_storage_kind_names_the_known_ones():

@@ -1,13 +1,13 @@
 """Cassandra read-back and stack spec pieces that need no server: contact points, the stored.csv rows made from
 CQL rows (entity ids named, write time in µs turned into ms), and the storage/readiness spec rules."""
-import csv
 import uuid
 
 import pytest
 from pydantic import ValidationError
 
 from monsoon.observe.cassandra_store import _rows, split_contact_points
-from monsoon.observe.storage import stored_source, write_stored_csv
+from monsoon.observe.storage import stored_source, write_stored
+from monsoon.timeline.columnar import iter_dicts
 from monsoon.spec.stack import ReadySpec, StorageSpec
 
 
@@ -22,9 +22,10 @@ def test_rows_name_entity_ids_and_turn_write_time_into_ms(tmp_path):
     known, unknown = uuid.uuid4(), uuid.uuid4()
     rows = [(known, 1, 1_700_000_000_123_456), (unknown, 2, None)]
     header, it = _rows(["entity_id", "seq", "stored_us"], iter(rows), {str(known): "dev-00001"})
-    assert write_stored_csv(tmp_path / "stored.csv", header, it) == 2
-    got = list(csv.reader(open(tmp_path / "stored.csv")))
-    assert got == [["device", "seq", "stored_ms"], ["dev-00001", "1", "1700000000123"], [str(unknown), "2", ""]]
+    assert write_stored(tmp_path / "stored.csv", header, it) == 2
+    got = list(iter_dicts(tmp_path / "stored.csv"))
+    assert got == [{"device": "dev-00001", "seq": 1, "stored_ms": 1700000000123},
+                   {"device": str(unknown), "seq": 2, "stored_ms": None}]
 
 
 def test_rows_with_device_names_pass_through():
@@ -36,7 +37,7 @@ def test_storage_kinds_need_their_own_keys():
     s = StorageSpec(kind="cassandra", contact_points=["127.0.0.1:9042"], keyspace="thingsboard",
                     cql="SELECT entity_id, long_v AS seq FROM ts_kv_cf")
     src = stored_source(s)
-    assert src.write is write_stored_csv
+    assert src.write is write_stored
     assert (src.hosts, src.port, src.keyspace) == (["127.0.0.1"], 9042, "thingsboard")
     with pytest.raises(ValidationError, match="cassandra needs keyspace, cql"):
         StorageSpec(kind="cassandra", contact_points=["127.0.0.1:9042"])

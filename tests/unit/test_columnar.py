@@ -18,7 +18,7 @@ from monsoon.cli import analyze, main as cli_main
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
 from monsoon.selftest.analyze_bench import Plan, verify, write_run
 from monsoon.timeline.accounting import account, read_columns
-from monsoon.timeline.columnar import dataset_state, parts_dir
+from monsoon.timeline.columnar import dataset_state, parts_dir, schema_columns
 from monsoon.timeline.torn import torn_notes
 
 WRITER = textwrap.dedent("""
@@ -79,3 +79,53 @@ def test_a_parquet_run_analyses_to_the_same_figures_as_its_csv_and_exports_back(
     for name in (ACKED_FILE, STORED_FILE, SENT_FILE):
         assert (exp / name).read_text() == (tmp_path / "csv" / "run" / "kafka--soak-synthetic" / name).read_text()
     assert account(exp) == account(tmp_path / "csv" / "run" / "kafka--soak-synthetic")
+
+
+def test_a_csv_stream_becomes_parts_whatever_its_blocks_and_nulls_stay_nulls(tmp_path):
+    """Postgres COPY hands over blocks of any size: a header cut in two, a quoted device name holding a comma, an
+    empty stored_ms (NULL), a column the run does not hold (dropped); 40-byte flushes give several parts."""
+    from monsoon.timeline.columnar import CsvParts, iter_dicts
+    data = (b'device,seq,stored_ms,extra\n"d,1",0,1700000000123,x\nd2,1,,y\n'
+            + b"".join(b"d3,%d,%d,z\n" % (i, 1700000000000 + i) for i in range(50)))
+    (tmp_path / "stored.csv").write_text("device,seq\nstale,9\n")     # an earlier run's file: replaced
+    for step in (1, 7, len(data)):
+        out = CsvParts(tmp_path / "stored.csv", flush_bytes=40)
+        for i in range(0, len(data), step):
+            out.write(data[i:i + step])
+        assert out.commit() == 52
+        rows = list(iter_dicts(tmp_path / "stored.csv"))
+        assert rows[:2] == [{"device": "d,1", "seq": 0, "stored_ms": 1700000000123},
+                            {"device": "d2", "seq": 1, "stored_ms": None}]
+        assert rows[-1] == {"device": "d3", "seq": 49, "stored_ms": 1700000000049}
+        assert (dataset_state(parts_dir(tmp_path / "stored.csv")).parts == 2) == (step == len(data))   # + part 0
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["stored.parquet"]
+    empty = CsvParts(tmp_path / "stored.csv")       # the platform stored nothing: 0 rows, the columns still known
+    empty.write(b"device,seq\n")
+    assert empty.commit() == 0 and schema_columns(parts_dir(tmp_path / "stored.csv")) == ["device", "seq"]
+    found, chunks = read_columns(tmp_path / "stored.csv", ["seq"])
+    assert found == ["seq"] and list(chunks) == []
+    bad = CsvParts(tmp_path / "stored.csv")
+    try:
+        bad.write(b"entity,seq\n")
+        raise AssertionError("a stream without a device column was taken")
+    except ValueError as e:
+        assert "no device column" in str(e)
+    bad.abort()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stored.parquet"]
+
+
+def test_released_bytes_leave_the_disk_and_the_rest_of_the_file_intact(tmp_path):
+    """The native fleet's shards: bytes already turned into parts are punched out while the worker appends."""
+    from monsoon.timeline.columnar import release
+    p = tmp_path / "shard.csv"
+    with open(p, "wb") as f:
+        f.write(b"a" * (1 << 20) + b"tail\n")
+    before = os.stat(p).st_blocks
+    with open(p, "rb+") as f:
+        if not release(f.fileno(), 1 << 20):
+            import pytest
+            pytest.skip("this file system cannot punch holes")
+    st = os.stat(p)
+    assert st.st_size == (1 << 20) + 5 and st.st_blocks < before / 4, (before, st.st_blocks)
+    with open(p, "rb") as f:
+        assert f.read(4) == b"\0\0\0\0" and (f.seek(1 << 20), f.read())[1] == b"tail\n"
