@@ -9,6 +9,7 @@ can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
 from __future__ import annotations
 
 import inspect
+import typing
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,6 +58,15 @@ def register_check(name: str, fn: Callable[..., Verdict]) -> None:
     CHECKS[name] = fn
 
 
+def literal_values(fn: Callable, param: str) -> tuple | None:
+    """The values a check's parameter may take when it is annotated ``Literal[...]`` (else None)."""
+    try:
+        hint = typing.get_type_hints(fn).get(param)
+    except Exception:          # an annotation that does not resolve: no enumeration to check against
+        return None
+    return typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None
+
+
 def validate_check(name: str, params: dict[str, Any]) -> None:
     """Raise ValueError naming what is wrong with a check reference."""
     if name not in CHECKS:
@@ -67,6 +77,11 @@ def validate_check(name: str, params: dict[str, Any]) -> None:
         if k not in accepted:
             raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
         default = sig.parameters[k].default
+        allowed = literal_values(CHECKS[name], k)
+        if allowed is not None:
+            if v not in allowed:
+                raise ValueError(f"check {name!r}: {k} must be one of {', '.join(map(str, allowed))}, got {v!r}")
+            continue
         if isinstance(v, str) and (default is None or isinstance(default, str)):
             continue  # a name, e.g. error_budget's phase
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:

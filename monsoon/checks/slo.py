@@ -44,10 +44,12 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.timeline.views import fault_windows
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -254,7 +256,17 @@ def first_firing(valid: list[float], bad: list[float], rule: BurnRule,
     return int(i[k]), float(lb[k]), float(sb[k])
 
 
-def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective: float) -> PhaseResult:
+def masked(starts: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
+    """Which seconds (by start time) fall in any of ``spans`` ``[a, b)``: one ``searchsorted`` per span."""
+    out = np.zeros(len(starts), dtype=bool)
+    for a, b in spans:
+        out[np.searchsorted(starts, a, "left"):np.searchsorted(starts, b, "left")] = True
+    return out
+
+
+def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective: float,
+                   unburnt: list[tuple[float, float]] = ()) -> PhaseResult:
+    """``unburnt``: spans whose seconds the burn-rate rules leave out (they still spend the budget)."""
     ratio = 1.0 - objective
     valid = [o.valid for o in outs]
     bad = [o.bad for o in outs]
@@ -262,6 +274,10 @@ def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective:
     v = sum(valid)
     b = builtins.max(0.0, v - good)
     consumed = 100.0 * (b / v) / ratio if v > 0 else 0.0
+    if unburnt:
+        skip = masked(np.array([o.start for o in outs], dtype=np.float64), list(unburnt))
+        valid = np.where(skip, 0.0, valid)
+        bad = np.where(skip, 0.0, bad)
     rules = scaled_windows(duration_s)
     fired = []
     worst = 0.0
@@ -276,7 +292,8 @@ def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective:
 
 
 def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0,
-             good_counts: dict[int, int] | None = None) -> list[PhaseResult]:
+             good_counts: dict[int, int] | None = None, unburnt: list[tuple[float, float]] = ()
+             ) -> list[PhaseResult]:
     """Every phase's SLO result (phases without traffic are left out)."""
     secs = load_seconds(events)
     if not secs:
@@ -288,21 +305,38 @@ def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0,
         outs = by.get(n) or []
         if sum(o.valid for o in outs) <= 0:
             continue
-        res.append(evaluate_phase(n, builtins.max(b - a, float(len(outs))), outs, objective))
+        res.append(evaluate_phase(n, builtins.max(b - a, float(len(outs))), outs, objective, unburnt))
     return res
 
 
-def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500, phase: str | None = None) -> Verdict:
+BURN_RATE = get_args(Literal["all", "outside-faults"])
+BURN_GRACE_S = 60.0      # after a fault's heal: a restarted platform and reconnecting devices still burn
+
+
+def fault_spans(events, grace_s: float = BURN_GRACE_S) -> list[tuple[float, float]]:
+    """Every injected fault window, from its inject to ``grace_s`` after its heal (to the end: never healed)."""
+    return [(w.start, (w.end if w.end is not None else float("inf")) + grace_s) for w in fault_windows(events)]
+
+
+def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500, phase: str | None = None,
+                 burn_rate: Literal["all", "outside-faults"] = "all") -> Verdict:
     """Per phase, ``objective`` of the scheduled messages are acked within ``latency_ms``: fails when a phase
     spends more than its error budget or a multi-window burn-rate rule fires.
 
-    ``phase=None`` judges every phase but the warmup (not under SLO by its nature; name it to judge it)."""
+    ``phase=None`` judges every phase but the warmup (not under SLO by its nature; name it to judge it).
+    ``burn_rate``: ``all`` (the rules judge every second) or ``outside-faults``: the rules leave out each
+    injected fault window and the :data:`BURN_GRACE_S` after its heal, whose seconds still spend the budget.
+    A soak injects faults on purpose: a pod kill burns at 100 % for seconds, which a fast-burn rule scaled to
+    the run always calls a page, so there the rules ask whether anything *else* burnt the budget fast."""
     name = "error_budget"
     if not 0.0 < float(objective) < 1.0:
         return Verdict(name, UNKNOWN, {}, f"objective must be between 0 and 1 (exclusive), got {objective!r}")
+    if burn_rate not in BURN_RATE:
+        return Verdict(name, UNKNOWN, {}, f"burn_rate must be one of {', '.join(BURN_RATE)}, got {burn_rate!r}")
     log = run.latency_log
     good_counts = log.good_per_second(float(latency_ms)) if log is not None else None
-    results = evaluate(run.events, float(objective), float(latency_ms), good_counts)
+    unburnt = fault_spans(run.events) if burn_rate == "outside-faults" else []
+    results = evaluate(run.events, float(objective), float(latency_ms), good_counts, unburnt)
     if not results:
         return Verdict(name, UNKNOWN, {}, "no load seconds with traffic in the timeline: nothing to judge")
     if phase is not None:
@@ -324,10 +358,14 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
     }
     for r in results:
         figures[f"budget_consumed_pct.{r.name}"] = round(r.consumed_pct, 2)
+    if burn_rate != "all":
+        figures["burn_rate_windows_left_out"] = len(unburnt)
     unmeasured = sum(r.unmeasured for r in results)
     if unmeasured:
         figures["unmeasured"] = unmeasured
     slo = f"{objective * 100:g}% within {latency_ms:g}ms"
+    if unburnt:
+        slo += f" (burn-rate rules outside {len(unburnt)} fault window(s) + {BURN_GRACE_S:g}s)"
 
     def describe(r: PhaseResult) -> str:
         s = (f"{r.name}: {r.consumed_pct:.1f}% of the budget spent ({r.bad:,.0f} bad of {r.valid:,.0f}, "

@@ -231,3 +231,32 @@ def test_error_budget_counts_good_acks_from_the_latency_histograms(tmp_path):
     (d / LATENCY_FILE).unlink()        # without the histograms: the quantile estimate, which overshoots
     v = error_budget(RunData(d), objective=0.9, latency_ms=500)
     assert v.verdict == FAIL and v.figures["budget_consumed_pct"] > 200
+
+
+def test_burn_rate_outside_faults_leaves_the_injected_windows_out_of_the_rules_not_out_of_the_budget(tmp_path):
+    """A soak's pod kill burns at 100 % for 5 s: the fast-burn rule scaled to a 2 h run pages on it whatever the
+    platform does. With ``burn_rate: outside-faults`` the rules skip the window and 60 s after its heal, the
+    budget still pays for it; a burn outside any fault window still fires."""
+    b = RunBuilder(tmp_path).phase("steady", 0, 7200)
+    b.ev("fault-plan", 0.0, run_id="r", horizon=7200, faults=[])
+    for phase, t in (("inject", 1000.0), ("heal", 1005.0)):
+        b.ev("fault", t, name="kill", kind="pod-kill", backend="process", target="platform", window=0, phase=phase,
+             intended=t, effective=t, landed=True, evidence={})
+    bad = {s: (0, 200, None, None, None) for s in range(1000, 1005)}            # the kill: every send fails
+    bad.update({s: (200, 0, 1500.0, 4000.0, 5000.0) for s in range(1005, 1030)})   # reconnecting: slow acks
+    steady(b, range(7200), bad=bad)
+    every = error_budget(run(b), objective=0.97, latency_ms=2000)
+    assert every.verdict == FAIL and "burn-rate rule" in every.message
+    outside = error_budget(run(b), objective=0.97, latency_ms=2000, burn_rate="outside-faults")
+    assert outside.verdict == PASS, outside.message
+    assert outside.figures["budget_consumed_pct"] == every.figures["budget_consumed_pct"] > 0   # still paid
+    assert outside.figures["burn_rate_windows_left_out"] == 1 and "outside 1 fault window(s) + 60s" in outside.message
+    b2 = RunBuilder(tmp_path / "b2").phase("steady", 0, 7200)                    # the same burn, 200 s after the heal
+    b2.events = b.events[:1] + [e for e in b.events[1:] if e["type"] != "load"]
+    steady(b2, range(7200), bad={s + 200: v for s, v in bad.items()})
+    late = error_budget(run(b2), objective=0.97, latency_ms=2000, burn_rate="outside-faults")
+    assert late.verdict == FAIL and "burn-rate rule" in late.message
+    assert error_budget(run(b), burn_rate="outside").verdict == UNKNOWN
+    with pytest.raises(ValueError, match="burn_rate must be one of all, outside-faults"):
+        validate_check("error_budget", {"burn_rate": "outside_faults"})
+    validate_check("error_budget", {"burn_rate": "outside-faults"})
