@@ -481,8 +481,10 @@ class NativeFleet:
             if hlog is not None:
                 hlog.close()
             self._reap()
-            self._shards_to_parts(parts, last=True)
-            parts.close()
+            try:
+                self._shards_to_parts(parts, last=True)
+            finally:
+                parts.close()
         missing = [w.index for w in self._workers if w.totals is None]
         if missing:
             raise RuntimeError(f"load worker(s) {missing} ended without totals: "

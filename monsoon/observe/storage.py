@@ -8,7 +8,9 @@ import psycopg
 from psycopg import pq
 
 from monsoon.observe.cassandra_store import CassandraSource
-from monsoon.timeline.columnar import CsvParts, write_rows
+from monsoon.timeline.columnar import INT_COLUMNS, CsvParts, write_rows
+
+_PG_INTEGERS = (20, 21, 23)      # int8, int2, int4: what the read-back's int64 columns take
 
 
 @runtime_checkable
@@ -79,12 +81,19 @@ class PostgresSource:
                     raise ValueError(_pg_error(res.error_message))
                 desc = conn.pgconn.describe_prepared(b"monsoon_check")
                 columns = [desc.fname(i).decode() for i in range(desc.nfields)]
+                types = {c: desc.ftype(i) for i, c in enumerate(columns)}
+                not_int = {c: types[c] for c in INT_COLUMNS if c in types and types[c] not in _PG_INTEGERS}
+                names = dict(conn.execute("SELECT oid::int, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+                                          [list(not_int.values())]).fetchall()) if not_int else {}
         except psycopg.Error as e:
             raise ValueError(" ".join(str(e).split())) from None
         missing = [c for c in ("device", "seq") if c not in columns]
         if missing:
             raise ValueError(f"returns the columns {', '.join(columns) or 'none'}: it needs {' and '.join(missing)} "
                              "(name them with AS)")
+        for c, oid in not_int.items():       # the read-back parses them as int64: found now, not after the load
+            raise ValueError(f"{c} is {names.get(oid, f'type oid {oid}')}, not an integer: cast it in the query "
+                             f"(e.g. ...::bigint AS {c})")
 
 
 def _pg_error(message: bytes) -> str:

@@ -46,6 +46,7 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
     """PostgresSource.check (the preflight's storage probe): broken SQL, a missing table and a query without
     device/seq columns are refused with Postgres's own words; a good query (with a trailing ;) passes."""
     from monsoon.observe.storage import PostgresSource
+    from monsoon.timeline.columnar import iter_dicts
     port = free_port()
     proc = subprocess.Popen([str(REPO / "stacks/bin/run-postgres"), str(tmp_path / "pg"), str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -68,10 +69,11 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
         t = time.perf_counter()
         n = PostgresSource(dsn, "SELECT device, seq, stored_ms FROM m ORDER BY seq, device;").export(tmp_path / "s.csv")
         dt = time.perf_counter() - t
-        lines = (tmp_path / "s.csv").read_text().splitlines()
-        assert n == 200_000 == len(lines) - 1 and lines[0] == "device,seq,stored_ms" and "dev-7,0," in lines
-        assert not (tmp_path / "s.csv.tmp").exists()
-        print(f"\n[stored read-back, COPY] {n:,} rows in {dt:.2f} s: {n / dt:,.0f} rows/s")
+        rows = list(iter_dicts(tmp_path / "s.csv"))
+        assert n == 200_000 == len(rows) and list(rows[0]) == ["device", "seq", "stored_ms"]
+        assert {"device": "dev-7", "seq": 0, "stored_ms": None} in rows[:50]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.")) == ["s.parquet"]   # no .tmp
+        print(f"\n[stored read-back, COPY -> Parquet] {n:,} rows in {dt:.2f} s: {n / dt:,.0f} rows/s")
         # the storage collector on the same table: incremental while the load runs, exact from the drain
         from monsoon.observe.collectors import SqlCountCollector
         inc = SqlCountCollector(dsn, "SELECT count(*) FROM m",
@@ -97,7 +99,11 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
         bad.close()
         for query, words in [("SELEC name FROM t", 'syntax error at or near "SELEC"'),
                              ("SELECT name AS device, n AS seq FROM nope", 'relation "nope" does not exist'),
-                             ("SELECT name AS device FROM t", "returns the columns device: it needs seq")]:
+                             ("SELECT name AS device FROM t", "returns the columns device: it needs seq"),
+                             ("SELECT name AS device, n / 2.0 AS seq FROM t",
+                              "seq is numeric, not an integer: cast it in the query"),
+                             ("SELECT name AS device, n AS seq, now() AS stored_ms FROM t",
+                              "stored_ms is timestamp with time zone, not an integer")]:
             with pytest.raises(ValueError, match=words):
                 PostgresSource(dsn, query).check()
     finally:
