@@ -15,7 +15,7 @@ ACKED_CSV_HEADER = ("device", "seq", "intended_ms", "acked_ms")
 def acked_parts(acked_path: Path) -> PartWriter:
     """A fleet's acked dataset, started afresh: Parquet parts beside ``acked_path`` (``acked.parquet/``), a part
     every :data:`monsoon.timeline.columnar.FLUSH_S` seconds (:func:`flush_acked` each second decides)."""
-    return PartWriter(fresh(acked_path), ACKED_CSV_HEADER)
+    return PartWriter(fresh(acked_path), ACKED_CSV_HEADER, background=True)
 
 
 def flush_acked(parts: PartWriter | None, rows: list[tuple]) -> None:

@@ -129,3 +129,39 @@ def test_released_bytes_leave_the_disk_and_the_rest_of_the_file_intact(tmp_path)
     assert st.st_size == (1 << 20) + 5 and st.st_blocks < before / 4, (before, st.st_blocks)
     with open(p, "rb") as f:
         assert f.read(4) == b"\0\0\0\0" and (f.seek(1 << 20), f.read())[1] == b"tail\n"
+
+
+def test_a_background_writer_spreads_the_conversion_over_the_seconds_and_keeps_parts_in_order(tmp_path, monkeypatch):
+    """The fleets' writer: each second's rows become arrays at that second's maybe_flush, a part is written by a
+    writer thread, parts keep their order, close() waits for them; a failed write is raised, not lost."""
+    from monsoon.timeline import columnar
+    from monsoon.timeline.columnar import PartWriter, iter_dicts
+    now = [0.0]
+    w = PartWriter(tmp_path / "acked.parquet", ("device", "seq", "intended_ms", "acked_ms"), flush_s=3,
+                   clock=lambda: now[0], background=True)
+    want = []
+    for sec in range(10):
+        for i in range(50):
+            row = (f"d{i % 7}", sec * 50 + i, 1000 * sec + i, 1000 * sec + i + 5)
+            w.append(*row)
+            want.append(dict(zip(("device", "seq", "intended_ms", "acked_ms"), row)))
+        now[0] = sec + 1.0
+        w.maybe_flush()
+        assert w._n == 0                  # this second's rows are arrays already: no list waits for the cut
+    w.close()
+    assert list(iter_dicts(tmp_path / "acked.csv")) == want
+    st = dataset_state(tmp_path / "acked.parquet")
+    assert st.closed and st.rows == 500 and st.parts == 1 + 4      # part 0, then one per 3 s (3, 6, 9, close)
+    boom = PartWriter(tmp_path / "b.parquet", ("device", "seq"), flush_s=0, background=True)
+
+    def full(*a, **k):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(columnar.pq, "write_table", full)
+    boom.append("d", 1)
+    boom.maybe_flush()
+    try:
+        boom.close()
+        raise AssertionError("a failed part write was lost")
+    except OSError as e:
+        assert "No space left" in str(e)
+    assert not (tmp_path / "b.parquet" / "_closed.json").exists()
