@@ -49,7 +49,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.timeline.views import fault_windows
+from monsoon.timeline.views import fault_spans
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -313,10 +313,6 @@ BURN_RATE = get_args(Literal["all", "outside-faults"])
 BURN_GRACE_S = 60.0      # after a fault's heal: a restarted platform and reconnecting devices still burn
 
 
-def fault_spans(events, grace_s: float = BURN_GRACE_S) -> list[tuple[float, float]]:
-    """Every injected fault window, from its inject to ``grace_s`` after its heal (to the end: never healed)."""
-    return [(w.start, (w.end if w.end is not None else float("inf")) + grace_s) for w in fault_windows(events)]
-
 
 def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500, phase: str | None = None,
                  burn_rate: Literal["all", "outside-faults"] = "all") -> Verdict:
@@ -335,7 +331,7 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
         return Verdict(name, UNKNOWN, {}, f"burn_rate must be one of {', '.join(BURN_RATE)}, got {burn_rate!r}")
     log = run.latency_log
     good_counts = log.good_per_second(float(latency_ms)) if log is not None else None
-    unburnt = fault_spans(run.events) if burn_rate == "outside-faults" else []
+    unburnt = fault_spans(run.events, BURN_GRACE_S) if burn_rate == "outside-faults" else []
     results = evaluate(run.events, float(objective), float(latency_ms), good_counts, unburnt)
     if not results:
         return Verdict(name, UNKNOWN, {}, "no load seconds with traffic in the timeline: nothing to judge")

@@ -145,6 +145,30 @@ def test_no_memory_leak_does_not_take_a_restart_for_a_leak(tmp_path):
     assert v.verdict == PASS and v.figures["rss_lives"] == 2 and abs(v.figures["rss_slope_mb_per_h"]) < 5
 
 
+def test_no_memory_leak_does_not_take_a_step_at_a_fault_for_a_leak_but_still_sees_a_climb_between_faults(tmp_path):
+    """The nightly soak: the platform's RSS stepped once by +122 MB within 15 s of a Kafka broker restart, then
+    stayed flat; the pooled slope called it +230 MB/h. Cut at the fault window, each stretch has its own
+    baseline; a climb between faults is still a leak, and without the fault on record the step still fails."""
+    def build(dir, rss, fault=True):
+        b = RunBuilder(dir)
+        if fault:
+            b.ev("fault-plan", 0.0, run_id="r", horizon=7200, faults=[])
+            for phase, t in (("inject", 5000.0), ("heal", 5010.0)):
+                b.ev("fault", t, name="broker", kind="kafka-broker-restart", backend="process", target="kafka",
+                     window=0, phase=phase, intended=t, effective=t, landed=True, evidence={})
+        for i in range(600):
+            b.process(i * 12.0, rss(i * 12.0) + (i % 3))
+        return run(b)
+    step = lambda t: 230.0 + (122.0 if t >= 5030 else 0.0)   # noqa: E731
+    v = no_memory_leak(build(tmp_path / "step", step), min_minutes=10)
+    assert v.verdict == PASS and abs(v.figures["rss_slope_mb_per_h"]) < 5, v.message
+    assert v.figures["rss_lives"] == 2 and "process lives cut at fault windows" in v.message
+    assert no_memory_leak(build(tmp_path / "nofault", step, fault=False), min_minutes=10).verdict == FAIL
+    climb = lambda t: 230.0 + 150 * t / 3600 + (122.0 if t >= 5030 else 0.0)   # noqa: E731
+    v = no_memory_leak(build(tmp_path / "climb", climb), min_minutes=10)
+    assert v.verdict == FAIL and v.figures["rss_slope_mb_per_h"] == pytest.approx(150, abs=2), v.message
+
+
 def test_no_memory_leak_catches_a_leak_that_restarts_with_every_pod_kill(tmp_path):
     # a soak with a pod kill every hour: each JVM life climbs 200 MB/h from its own baseline, and no single
     # life's back half is long enough (min_minutes=60), but the lives together are
