@@ -26,6 +26,9 @@ from monsoon.paths import CACHE
 FLAGS = ("--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false", "--userland-proxy=false")
 
 
+SUN_PATH_MAX = 107     # a unix socket path's bytes (sun_path is 108 with its NUL); containerd's fail past it
+
+
 class DockerdError(RuntimeError):
     pass
 
@@ -82,6 +85,11 @@ def start(d: Path | None = None, timeout: float = 30.0) -> tuple[str, bool]:
     sock = sock_path(d)
     if _answers(sock):
         return f"unix://{sock}", False
+    longest = d.resolve() / "exec" / "containerd" / "containerd-debug.sock"
+    if len(str(longest)) > SUN_PATH_MAX:
+        raise DockerdError(f"{d} is too deep for a private dockerd: its containerd's socket {longest} would be "
+                           f"{len(str(longest))} bytes, over the {SUN_PATH_MAX} a unix socket path may have "
+                           "(set MONSOON_DOCKERD_DIR to a shorter directory)")
     exe = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
     if exe is None:
         raise DockerdError("dockerd not found: install Docker with tools/install-docker "
@@ -126,13 +134,14 @@ def ensure() -> Iterator[str | None]:
 
 
 def _mounts_under(d: Path) -> list[str]:
+    """Mount points at ``d`` or below it, deepest first (dockerd bind-mounts its data root onto itself)."""
     try:
         lines = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
         return []
-    prefix = str(d.resolve()) + "/"
+    top = str(d.resolve())
     pts = [ln.split()[1].replace("\\040", " ") for ln in lines]
-    return sorted((p for p in pts if p.startswith(prefix)), key=len, reverse=True)
+    return sorted((p for p in pts if p == top or p.startswith(top + "/")), key=len, reverse=True)
 
 
 def stop(d: Path | None = None, timeout: float = 20.0) -> bool:
