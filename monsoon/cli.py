@@ -35,9 +35,21 @@ from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack import dockerd
 from monsoon.stack.containers import reap_containers
 from monsoon.stack.reaper import reap
-from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir
+from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir, salvage_shards
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
+
+
+def _salvaged(sub: Path) -> list[str]:
+    """The acks a cut-off native fleet left in its workers' shards, made a part of acked (said in a line)."""
+    n = salvage_shards(sub / ACKED_FILE)
+    if n is None:
+        return [f"{ACKED_FILE}: the native fleet's workers still write their shards (a run still draining?): "
+                "its last acks are not read; analyze again once they exit"]
+    if n:
+        return [f"acked.parquet: {n:,} acked rows recovered from the native fleet's shards "
+                "(written after its last part, before the run was cut off)"]
+    return []
 
 
 def analyze(run_dir: Path) -> dict:
@@ -58,7 +70,7 @@ def analyze(run_dir: Path) -> dict:
         old = sub / RESULT_FILE
         if old.exists():
             res.error = json.loads(old.read_text()).get("error")
-        torn = torn_notes(sub, events)        # files cut off mid-line (a run killed mid-write), said out loud
+        torn = _salvaged(sub) + torn_notes(sub, events)   # files cut off (a run killed mid-write), said out loud
         for note in torn:
             print(f"monsoon analyze: {run_dir.name}/{sub.name}: {note}", file=sys.stderr)
         res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])],

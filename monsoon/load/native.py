@@ -44,9 +44,8 @@ from monsoon.load.shapes import LoadShape
 from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms, acked_parts
 from monsoon.spec.experiment import PER_SOURCE, workers_problem
 from monsoon.stack.provision import Device
-from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release
+from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release, shard_block, shard_path
 from monsoon.timeline.hdrlog import IntervalLogWriter
-from monsoon.timeline.tail import tail_end
 
 
 __all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
@@ -284,7 +283,7 @@ class NativeFleet:
         )
 
     def _shard_csv_pattern(self) -> Path:
-        return self.acked_path.with_name(f".{self.acked_path.name}.shard{{shard}}")
+        return shard_path(self.acked_path, "{shard}")
 
     # -------------------------------------------------------------- connect
     def connect(self, timeout: float = 30) -> None:
@@ -311,7 +310,7 @@ class NativeFleet:
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=ef,
                         text=True, bufsize=1,
                     )
-                w = _Worker(i, proc, Path(str(self._shard_csv_pattern()).replace("{shard}", str(i))),
+                w = _Worker(i, proc, shard_path(self.acked_path, i),
                             stderr_path=err)
                 w.reader = threading.Thread(target=self._read_lines, args=(w,), daemon=True,
                                             name=f"loadgen-{i}-reader")
@@ -550,30 +549,33 @@ class NativeFleet:
                 w.reader.join(5)
 
     def _shards_to_parts(self, parts: PartWriter, last: bool = False) -> None:
-        """The workers' complete CSV lines since the last call, as one Parquet part (parsed by Arrow); the
-        bytes taken are released from the shard files (a hole punched, so the disk holds the parts, not a
-        day of CSV).  ``last``: the run is over and the shards are removed (a line cut off by a killed
-        worker is not data)."""
-        blocks = []
+        """The workers' complete CSV lines since the last call, as one Parquet part (parsed by Arrow) whose footer
+        says how far each shard is now in parts (what :func:`~monsoon.timeline.columnar.salvage_shards` starts
+        from after a ``kill -9``); only then, the part durable, are the bytes taken released from the shards (a
+        hole punched, so the disk holds the parts, not a day of CSV).  ``last``: the run is over and the shards
+        are removed (a line cut off by a killed worker is not data)."""
+        blocks, taken = [], []
         for w in self._workers:
             try:
-                with open(w.shard_csv, "rb+") as f:
-                    _, end = tail_end(w.shard_csv)
-                    f.seek(w.shard_off)
-                    block = f.read(end - w.shard_off)
-                    if w.shard_off == 0:                       # the header line
-                        block = block[block.find(b"\n") + 1:]
-                    if not last:
-                        release(f.fileno(), end)
+                block, end = shard_block(w.shard_csv, w.shard_off)
             except FileNotFoundError:
                 continue
-            w.shard_off = end
             blocks.append(block)
-            if last:
-                w.shard_csv.unlink()
+            taken.append((w, end))
         data = b"".join(blocks)
         if data:
-            parts.write_table(csv_block_table(data, ACKED_CSV_HEADER))
+            parts.write_table(csv_block_table(data, ACKED_CSV_HEADER),
+                              shard_offsets={w.shard_csv.name: end for w, end in taken})
+        for w, end in taken:
+            w.shard_off = end
+            try:
+                if last:
+                    w.shard_csv.unlink()
+                else:
+                    with open(w.shard_csv, "rb+") as f:
+                        release(f.fileno(), end)
+            except FileNotFoundError:
+                pass
 
     # ---------------------------------------------------------------- close
     def _kill_all(self) -> None:

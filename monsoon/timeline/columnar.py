@@ -43,6 +43,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from monsoon.timeline.tail import tail_end
+
 PARTS_SUFFIX = ".parquet"
 CLOSED = "_closed.json"
 PART_GLOB = "part-*.parquet"
@@ -50,6 +52,7 @@ MISSING_INT = np.iinfo(np.int64).min     # a NULL (e.g. stored_ms), as the CSV r
 FLUSH_S = 30.0            # a run's writers close a part this often: what a kill -9 can lose at most
 FLUSH_ROWS = 1 << 18      # ... or this many rows (~30 MB of Python rows buffered), whichever comes first
 INT_COLUMNS = ("seq", "intended_ms", "acked_ms", "stored_ms", "last_seq")   # what a run dataset may hold
+SHARD_OFFSETS_KEY = "monsoon.shard_offsets"   # a part's footer: {shard file name: bytes of it now in parts}
 
 
 def parts_dir(csv_path: Path) -> Path:
@@ -86,7 +89,7 @@ class PartWriter:
         self.flush_s, self.flush_rows, self._clock = flush_s, flush_rows, clock
         self.schema = pa.schema([pa.field(self.columns[0], pa.dictionary(pa.int32(), pa.string()))]
                                 + [pa.field(c, pa.int64()) for c in self.columns[1:]])
-        self.parts = len(list(self.dir.glob(PART_GLOB)))
+        self.parts = 1 + max((int(q.name[5:11]) for q in self.dir.glob(PART_GLOB)), default=-1)   # after the last
         self.rows = 0
         self._buf: list[list] = [[] for _ in self.columns]
         self._n = 0                       # rows in the lists
@@ -161,17 +164,23 @@ class PartWriter:
                                              pa.array(dictionary, type=pa.string()))
         self._write(dev, [np.asarray(c, dtype=np.int64) for c in cols], self._next_part())
 
-    def write_table(self, table: pa.Table) -> None:
-        """One part from a table with this writer's columns (:func:`csv_block_table`); nothing for no rows."""
+    def write_table(self, table: pa.Table, shard_offsets: dict[str, int] | None = None) -> None:
+        """One part from a table with this writer's columns (:func:`csv_block_table`); nothing for no rows.
+        ``shard_offsets``: how far each CSV shard the rows came from is now in parts (:func:`salvage_shards`),
+        kept in the part's own footer, so it is durable exactly when the rows are."""
         if len(table):
             dev = table.column(0).combine_chunks()
             if not pa.types.is_dictionary(dev.type):
                 dev = dev.dictionary_encode()
-            self._write(dev, [table.column(c).combine_chunks() for c in self.columns[1:]], self._next_part())
+            self._write(dev, [table.column(c).combine_chunks() for c in self.columns[1:]], self._next_part(),
+                        shard_offsets)
 
-    def _write(self, dev, cols: list, part: int) -> None:
+    def _write(self, dev, cols: list, part: int, shard_offsets: dict[str, int] | None = None) -> None:
+        schema = self.schema
+        if shard_offsets is not None:
+            schema = schema.with_metadata({SHARD_OFFSETS_KEY: json.dumps(shard_offsets, sort_keys=True)})
         table = pa.Table.from_arrays([dev] + [pa.array(c) if isinstance(c, np.ndarray) else c for c in cols],
-                                     schema=self.schema)
+                                     schema=schema)
         final = self.dir / f"part-{part:06d}.parquet"
         tmp = final.with_name(final.name + ".tmp")
         pq.write_table(table, tmp, compression="zstd", row_group_size=max(1, len(table)))
@@ -206,6 +215,81 @@ def release(fd: int, end: int) -> bool:
 
 
 _fallocate = None
+
+
+def shard_path(csv_path: Path, shard: int | str) -> Path:
+    """Where native worker ``shard`` appends its CSV lines of ``csv_path`` (hidden, beside it)."""
+    csv_path = Path(csv_path)
+    return csv_path.with_name(f".{csv_path.name}.shard{shard}")
+
+
+def shard_offsets(dir: Path) -> dict[str, int]:
+    """How far each shard had been turned into parts, from the newest part that says (footers only)."""
+    for p in sorted(Path(dir).glob(PART_GLOB), reverse=True):
+        md = pq.read_schema(p).metadata or {}
+        if SHARD_OFFSETS_KEY.encode() in md:
+            return {k: int(v) for k, v in json.loads(md[SHARD_OFFSETS_KEY.encode()]).items()}
+    return {}
+
+
+def shard_block(path: Path, start: int, header: bool = True) -> tuple[bytes, int]:
+    """The complete CSV lines of shard ``path`` from byte ``start`` (its header line left out when ``start``
+    is 0 and ``header``) and where they end.  Bytes a hole was punched in read as zeros: a line with one in
+    it (only a part that never became durable can leave that) is not data."""
+    _, end = tail_end(path)
+    with open(path, "rb") as f:
+        f.seek(start)
+        block = f.read(max(0, end - start))
+    if start == 0 and header:
+        block = block[block.find(b"\n") + 1:]
+    if b"\0" in block:
+        nl = block.find(b"\n", block.rfind(b"\0"))
+        block = block[nl + 1:] if nl >= 0 else b""
+    return block, max(end, start)
+
+
+def open_by(paths: list[Path]) -> list[int]:
+    """PIDs of live processes that hold one of ``paths`` open (``/proc/*/fd``)."""
+    want = {str(Path(p).resolve()) for p in paths}
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd) in want for fd in (d / "fd").iterdir()):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def salvage_shards(csv_path: Path) -> int | None:
+    """A native fleet cut off (``kill -9``) leaves the acks its workers wrote since the last part in hidden CSV
+    shards beside ``csv_path``: up to :data:`FLUSH_S` seconds.  They become one more part of the dataset
+    (from where the newest part's footer says each shard was taken), and the shards are removed; the
+    dataset stays unclosed.  Returns the rows recovered (0: no shard, or a dataset closed by its run), or
+    None while a live process (a worker still draining) holds a shard open: nothing is touched then."""
+    csv_path = Path(csv_path)
+    d = parts_dir(csv_path)
+    shards = sorted(csv_path.parent.glob(shard_path(csv_path, "*").name))
+    if not shards or not d.is_dir() or (d / CLOSED).exists() or not (columns := schema_columns(d)):
+        return 0
+    if open_by(shards):
+        return None
+    offsets = shard_offsets(d)
+    blocks, ends = [], dict(offsets)
+    for sh in shards:
+        block, ends[sh.name] = shard_block(sh, offsets.get(sh.name, 0))
+        blocks.append(block)
+    data = b"".join(blocks)
+    rows = 0
+    if data:
+        table = csv_block_table(data, tuple(columns))
+        PartWriter(d, tuple(columns)).write_table(table, shard_offsets=ends)
+        rows = len(table)
+    for sh in shards:
+        sh.unlink()
+    return rows
 
 
 def fresh(csv_path: Path) -> Path:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -243,6 +245,66 @@ def test_stop_counts_dropped_and_worker_stops_cleanly(sink: int, tmp_path: Path,
     assert not list(tmp_path.glob(".acked.csv.shard*")) and not (tmp_path / "acked.csv").exists()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+KILLED_PARENT = """
+import sys, threading
+from pathlib import Path
+from monsoon.load import native
+from monsoon.load.native import NativeFleet
+from monsoon.load.shapes import Steady
+from tests.integration.test_fleet_mosquitto import make_devices
+native.FLUSH_S = 0.5
+with NativeFleet(make_devices(4), "127.0.0.1", int(sys.argv[2]), shape=Steady(rate=1000, duration=60),
+                 acked_path=Path(sys.argv[1]), workers=2) as fleet:
+    fleet.connect()
+    print("pids", *fleet.pids, flush=True)
+    fleet.run(threading.Event(), lambda s: print("second", s.t, flush=True))
+"""
+
+
+def test_a_parent_killed_with_minus_9_leaves_its_last_acks_to_salvage_once_and_only_once(sink: int, tmp_path: Path,
+                                                                                         loadgen: Path) -> None:
+    """monsoon (the workers' parent) killed with -9 between two parts: the workers see stdin close, stop and exit;
+    the acks they wrote since the last part are in their shards, and analyze's salvage makes them one more part,
+    from where the last part's footer left each shard: nothing twice, no gap."""
+    from monsoon.cli import _salvaged
+    from monsoon.timeline.columnar import dataset_state, parts_dir, salvage_shards
+    acked = tmp_path / "acked.csv"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, str(acked), str(sink)], cwd=Path(__file__).parents[2],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()[1:]]
+        for line in proc.stdout:
+            if line.split() == ["second", "3"]:
+                break
+        time.sleep(0.25)                                        # between two 0.5 s parts
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    for pid in pids:                                            # stdin closed: they stop by themselves
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            assert time.monotonic() < deadline, f"worker {pid} still runs 20 s after its parent died"
+            time.sleep(0.1)
+    before = dataset_state(parts_dir(acked))
+    assert not before.closed and before.parts >= 4 and before.rows > 0, before
+    notes = _salvaged(tmp_path)                                 # what `monsoon analyze` does first, and says
+    m = re.fullmatch(r"acked.parquet: ([\d,]+) acked rows recovered from the native fleet's shards .*", notes[0])
+    assert len(notes) == 1 and m, notes
+    recovered = int(m.group(1).replace(",", ""))
+    assert recovered > 0
+    assert not list(tmp_path.glob(".acked.csv.shard*")) and salvage_shards(acked) == 0
+    rows = read_acked(acked)
+    assert len(rows) == before.rows + recovered
+    keys = [(r["device"], r["seq"]) for r in rows]
+    assert len(keys) == len(set(keys)), "an ack salvaged twice"
+    for dev, seqs in per_device_seqs(rows).items():             # a gap would be a part's worth (~125 per device)
+        missing = set(range(max(seqs) + 1)) - set(seqs)
+        assert len(missing) <= 5, (dev, sorted(missing)[:20], len(missing))
 
 
 def test_sigterm_prints_totals(loadgen: Path, sink: int, tmp_path: Path) -> None:

@@ -165,3 +165,54 @@ def test_a_background_writer_spreads_the_conversion_over_the_seconds_and_keeps_p
     except OSError as e:
         assert "No space left" in str(e)
     assert not (tmp_path / "b.parquet" / "_closed.json").exists()
+
+
+def test_a_cut_off_native_fleets_shards_become_one_more_part_from_where_the_last_part_left_off(tmp_path):
+    """The native fleet's parent killed with -9: its workers' shards hold the acks since the last part (and, for a
+    part that never became durable, bytes already punched to zeros).  salvage_shards takes each shard from the
+    offset in the newest part's footer, leaves out lines a hole cut and a torn last line, and never twice."""
+    from monsoon.timeline.columnar import (PartWriter, csv_block_table, iter_dicts, salvage_shards, shard_offsets,
+                                           shard_path)
+    cols = ("device", "seq", "intended_ms", "acked_ms")
+    acked = tmp_path / ACKED_FILE
+    header = b"device,seq,intended_ms,acked_ms\n"
+    line = lambda d, s: f"{d},{s},{1000 + s},{1005 + s}\n".encode()
+    a = header + b"".join(line("a", s) for s in range(300))
+    b = header + b"".join(line("b", s) for s in range(200))
+    off_a, off_b = len(header) + len(b"".join(line("a", s) for s in range(100))), len(header)
+    w = PartWriter(parts_dir(acked), cols)
+    w.write_table(csv_block_table(a[len(header):off_a], cols), shard_offsets={shard_path(acked, 0).name: off_a,
+                                                                              shard_path(acked, 1).name: off_b})
+    assert shard_offsets(parts_dir(acked)) == {".acked.csv.shard0": off_a, ".acked.csv.shard1": off_b}
+    # shard 0: the part's bytes punched (zeros), then a line that a hole cut in two, then a torn last line
+    hole = len(header) + len(b"".join(line("a", s) for s in range(150))) + 3
+    shard_path(acked, 0).write_bytes(b"\0" * hole + a[hole:] + b"a,300,13")
+    shard_path(acked, 1).write_bytes(b)
+    assert salvage_shards(acked) == 149 + 200                   # a:151..299 (150 cut by the hole), b: all
+    assert not list(tmp_path.glob(".acked.csv.shard*"))
+    rows = list(iter_dicts(acked))
+    seqs = {d: sorted(r["seq"] for r in rows if r["device"] == d) for d in "ab"}
+    assert seqs["a"] == list(range(100)) + list(range(151, 300)) and seqs["b"] == list(range(200))
+    state = dataset_state(parts_dir(acked))
+    assert not state.closed and state.rows == 100 + 349 and state.parts == 3, state   # part 0, the run's, salvage
+    # a second pass (or shards written again past the same offsets) takes nothing twice
+    shard_path(acked, 1).write_bytes(b + line("b", 200))
+    assert salvage_shards(acked) == 1
+    assert salvage_shards(acked) == 0 and dataset_state(parts_dir(acked)).rows == 450
+
+
+def test_salvage_leaves_shards_alone_while_a_worker_holds_them_and_when_the_run_closed_its_data(tmp_path):
+    from monsoon.timeline.columnar import PartWriter, salvage_shards, shard_path
+    acked = tmp_path / ACKED_FILE
+    w = PartWriter(parts_dir(acked), ("device", "seq", "intended_ms", "acked_ms"))
+    shard_path(acked, 0).write_bytes(b"device,seq,intended_ms,acked_ms\nx,1,2,3\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'ab'); print(1, flush=True); "
+                               "time.sleep(60)", str(shard_path(acked, 0))], stdout=subprocess.PIPE)
+    try:
+        holder.stdout.readline()
+        assert salvage_shards(acked) is None and shard_path(acked, 0).exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    w.close()                                                   # a closed dataset is whole: shards are not data
+    assert salvage_shards(acked) == 0 and shard_path(acked, 0).exists()
