@@ -10,7 +10,6 @@ stall (late sends, latency from the intended time >= the stall) instead of slowi
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 import signal
 import subprocess
@@ -25,7 +24,7 @@ import pytest
 
 from monsoon.observe.storage import stored_source
 from monsoon.timeline.hdrlog import read_intervals
-from monsoon.timeline.columnar import iter_dicts
+from monsoon.timeline.columnar import dataset_state, iter_dicts, parts_dir
 from monsoon.stack.provision import Device
 from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import TbRestProvisioner, device_names
@@ -323,4 +322,5 @@ def test_close_from_another_thread_stops_a_run(tmp_path):
         fleet.close()                                           # idempotent
     finally:
         _stop(upstream)
-    assert os.path.getsize(tmp_path / "a.csv") > 0
+    acked = dataset_state(parts_dir(tmp_path / "a.csv"))       # the acks made it into closed parts
+    assert acked.closed and acked.rows > 10, acked
