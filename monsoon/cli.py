@@ -47,7 +47,7 @@ def _salvaged(sub: Path) -> list[str]:
         return [f"{ACKED_FILE}: the native fleet's workers still write their shards (a run still draining?): "
                 "its last acks are not read; analyze again once they exit"]
     if n:
-        return [f"acked.parquet: {n:,} acked rows recovered from the native fleet's shards "
+        return [f"{parts_dir(sub / ACKED_FILE).name}: {n:,} acked rows recovered from the native fleet's shards "
                 "(written after its last part, before the run was cut off)"]
     return []
 

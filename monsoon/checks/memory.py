@@ -236,9 +236,6 @@ def rss_series(events) -> list[list[tuple[float, float]]]:
     return list(lives.values())
 
 
-FAULT_GRACE_S = 60.0     # after a fault's heal, the process settles (reconnects, refills its buffers)
-
-
 def between_faults(points: list[tuple], spans: list[tuple[float, float]]) -> list[list[tuple]]:
     """The points (time first, sorted) outside every span, cut into pieces at the spans.  A fault may shift a
     process's level once (a Kafka reconnect's buffers, a heap that grew): given its own baseline, each piece
@@ -306,7 +303,8 @@ def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float
     rss_all = rss_series(run.events)
     if rss_all or not logs:
         halves = [back_half(g) for g in rss_all]
-        cut = [piece for h in halves for piece in between_faults(h, fault_spans(run.events, FAULT_GRACE_S))]
+        spans = fault_spans(run.events)
+        cut = [piece for h in halves for piece in between_faults(h, spans)]
         if len(cut) == len(halves) or sum(len(c) for c in cut) < MIN_POINTS:
             cut = None            # no fault in a back half, or one that fills it (a short chaos run): as they are
         v, f, m, short = _judge("rss", "rss", cut or halves, cap, min_minutes,

@@ -49,7 +49,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.timeline.views import fault_spans
+from monsoon.timeline.views import FAULT_GRACE_S, fault_spans
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -310,8 +310,6 @@ def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0,
 
 
 BURN_RATE = get_args(Literal["all", "outside-faults"])
-BURN_GRACE_S = 60.0      # after a fault's heal: a restarted platform and reconnecting devices still burn
-
 
 
 def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500, phase: str | None = None,
@@ -321,7 +319,7 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
 
     ``phase=None`` judges every phase but the warmup (not under SLO by its nature; name it to judge it).
     ``burn_rate``: ``all`` (the rules judge every second) or ``outside-faults``: the rules leave out each
-    injected fault window and the :data:`BURN_GRACE_S` after its heal, whose seconds still spend the budget.
+    injected fault window and the :data:`~monsoon.timeline.views.FAULT_GRACE_S` after its heal, whose seconds still spend the budget.
     A soak injects faults on purpose: a pod kill burns at 100 % for seconds, which a fast-burn rule scaled to
     the run always calls a page, so there the rules ask whether anything *else* burnt the budget fast."""
     name = "error_budget"
@@ -331,7 +329,7 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
         return Verdict(name, UNKNOWN, {}, f"burn_rate must be one of {', '.join(BURN_RATE)}, got {burn_rate!r}")
     log = run.latency_log
     good_counts = log.good_per_second(float(latency_ms)) if log is not None else None
-    unburnt = fault_spans(run.events, BURN_GRACE_S) if burn_rate == "outside-faults" else []
+    unburnt = fault_spans(run.events) if burn_rate == "outside-faults" else []
     results = evaluate(run.events, float(objective), float(latency_ms), good_counts, unburnt)
     if not results:
         return Verdict(name, UNKNOWN, {}, "no load seconds with traffic in the timeline: nothing to judge")
@@ -361,7 +359,7 @@ def error_budget(run: RunData, objective: float = 0.99, latency_ms: float = 500,
         figures["unmeasured"] = unmeasured
     slo = f"{objective * 100:g}% within {latency_ms:g}ms"
     if unburnt:
-        slo += f" (burn-rate rules outside {len(unburnt)} fault window(s) + {BURN_GRACE_S:g}s)"
+        slo += f" (burn-rate rules outside {len(unburnt)} fault window(s) + {FAULT_GRACE_S:g}s)"
 
     def describe(r: PhaseResult) -> str:
         s = (f"{r.name}: {r.consumed_pct:.1f}% of the budget spent ({r.bad:,.0f} bad of {r.valid:,.0f}, "

@@ -277,13 +277,10 @@ class NativeFleet:
         return loadgen_config(
             self.devices, self.host, self.port, shape=self.shape, topic=self.topic, qos=self.qos,
             late_tolerance_s=self.late_tolerance_s, payload=self.payload,
-            acked_path=str(self._shard_csv_pattern()), source_addrs=self.source_addrs,
+            acked_path=str(shard_path(self.acked_path, "{shard}")), source_addrs=self.source_addrs,
             connect_rate=self.connect_rate, keepalive=self.keepalive,
             drain_timeout_s=self.drain_timeout_s, connect_timeout_s=connect_timeout_s, hist=True,
         )
-
-    def _shard_csv_pattern(self) -> Path:
-        return shard_path(self.acked_path, "{shard}")
 
     # -------------------------------------------------------------- connect
     def connect(self, timeout: float = 30) -> None:

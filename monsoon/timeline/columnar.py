@@ -232,15 +232,15 @@ def shard_offsets(dir: Path) -> dict[str, int]:
     return {}
 
 
-def shard_block(path: Path, start: int, header: bool = True) -> tuple[bytes, int]:
+def shard_block(path: Path, start: int) -> tuple[bytes, int]:
     """The complete CSV lines of shard ``path`` from byte ``start`` (its header line left out when ``start``
-    is 0 and ``header``) and where they end.  Bytes a hole was punched in read as zeros: a line with one in
+    is 0) and where they end.  Bytes a hole was punched in read as zeros: a line with one in
     it (only a part that never became durable can leave that) is not data."""
     _, end = tail_end(path)
     with open(path, "rb") as f:
         f.seek(start)
         block = f.read(max(0, end - start))
-    if start == 0 and header:
+    if start == 0:
         block = block[block.find(b"\n") + 1:]
     if b"\0" in block:
         nl = block.find(b"\n", block.rfind(b"\0"))

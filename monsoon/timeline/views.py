@@ -94,6 +94,9 @@ def downtime(events, w: Window) -> float | None:
     return None if ready is None else round(ready["t"] - w.start, 2)
 
 
-def fault_spans(events, grace_s: float) -> list[tuple[float, float]]:
+FAULT_GRACE_S = 60.0     # after a fault's heal: a restarted platform reconnects, refills its buffers, still burns
+
+
+def fault_spans(events, grace_s: float = FAULT_GRACE_S) -> list[tuple[float, float]]:
     """Every injected fault window, from its inject to ``grace_s`` after its heal (to the end: never healed)."""
     return [(w.start, (w.end if w.end is not None else float("inf")) + grace_s) for w in fault_windows(events)]
