@@ -1,0 +1,1023 @@
+"""A real single-node Kubernetes cluster that monsoon starts here (``monsoon cluster up|down|status``).
+
+Built by ``make k8s`` (``tools/build-k8s``) into ``<cache>/k8s``; its state lives in ``<cache>/k8s/cluster``
+(pid files, every daemon's log in ``logs/``, certificates, kubeconfigs, the sysctls kubelet changes). Every
+daemon runs inside the network namespace ``monsoon-k8s`` (node IP 10.200.0.1 on a veth pair whose two ends are
+both inside, the API's service IP 10.96.0.1 on its ``lo``): nothing touches the host's networking. The host
+reaches the API server through a forwarder on 127.0.0.1. Daemons carry the environment label
+``MONSOON_K8S_CLUSTER=<state dir>`` (never ``MONSOON_RUN_ID``: a run's reaper must not kill the cluster under
+another run), so ``down`` finds them without pid files, and ``monsoon reap`` calls ``down``.
+
+The Python API (what scenarios and fixtures use)::
+
+    from monsoon.stack import cluster
+    started = cluster.ensure_up(chaos_mesh=True)   # True when started now: stop it with cluster.down()
+    c = cluster.Cluster()                           # paths and names; cheap, starts nothing
+    c.kubeconfig          # Path: admin kubeconfig, server https://127.0.0.1:<port> (a forwarder)
+    c.kubeconfig_inside   # Path: the same, server https://10.200.0.1:443, for processes inside the namespace
+    c.netns               # "monsoon-k8s"
+    c.nsenter_prefix()    # ["nsenter", "--net=/run/netns/monsoon-k8s"]: run a command inside the namespace
+    h = c.forward([1883, 8080])   # host 127.0.0.1:P -> the namespace's 127.0.0.1:P (hostNetwork pods); h.stop()
+    c.import_image("monsoon/platform:1")  # docker save (monsoon's private dockerd) | ctr images import
+    cluster.down()        # stops everything, on any state (half-started, or after a kill -9 of ``up``)
+
+``ClusterError`` carries a one-line message naming the piece that is missing or did not start.
+"""
+from __future__ import annotations
+
+import fcntl
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from monsoon.paths import CACHE
+from monsoon.stack import dockerd
+
+NETNS = "monsoon-k8s"
+NODE = "monsoon-k8s"
+NODE_IP = "10.200.0.1"
+SERVICE_IP = "10.96.0.1"
+SERVICE_CIDR = "10.96.0.0/24"
+POD_CIDR = "10.244.0.0/24"
+K8S_VERSION = "v1.33.13"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.6"
+BUSYBOX_IMAGE = "monsoon.local/busybox:1"
+CHAOS_NAMESPACE = "chaos-mesh"
+TAG_ENV = "MONSOON_K8S_CLUSTER"
+API_PORT_ENV = "MONSOON_K8S_API_PORT"
+DEFAULT_API_PORT = 16443
+# kubelet sets these VM-wide (it "protects kernel defaults" by changing them): recorded at up, restored at down
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+# kubelet writes these whatever its --root-dir; removed at down when they were not there before up
+HOST_PATHS = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/lib/cni")
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+SUN_PATH_MAX = 107
+# stop order: kubelet first (it would restart containers), the API server and etcd last
+DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "kube-controller-manager", "kube-scheduler",
+           "kube-apiserver", "etcd")
+
+
+class ClusterError(RuntimeError):
+    """One line: which piece is missing or did not start, and what to do."""
+
+
+def home() -> Path:
+    """``<cache>/k8s``: what ``make k8s`` built."""
+    return Path(os.environ.get("MONSOON_K8S_DIR", CACHE / "k8s"))
+
+
+def state_dir() -> Path:
+    return home() / "cluster"
+
+
+def netns_path(name: str = NETNS) -> str:
+    return f"/run/netns/{name}"
+
+
+# --------------------------------------------------------------------------------------------- rendering (pure)
+
+def containerd_config(d: Path) -> str:
+    """containerd's config (version 2): its own root, state, socket, runc root and CNI conf dir."""
+    c = d / "containerd"
+    return f"""version = 2
+root = "{c / 'root'}"
+state = "{c / 'state'}"
+disabled_plugins = ["io.containerd.internal.v1.opt"]
+
+[grpc]
+  address = "{c / 'c.sock'}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  disable_hugetlb_controller = true
+  tolerate_missing_hugetlb_controller = true
+  netns_mounts_under_state_dir = true
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{c / 'runc'}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d / 'cni' / 'net.d'}"
+"""
+
+
+def cni_config(d: Path) -> dict:
+    """A bridge (cni0, the pods' gateway, no masquerading) with host-local addresses, plus loopback."""
+    return {"cniVersion": "0.4.0", "name": "monsoon-k8s", "plugins": [
+        {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}],
+                  "dataDir": str(d / "cni" / "ipam")}},
+        {"type": "loopback"}]}
+
+
+def kubelet_config(d: Path) -> dict:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "address": NODE_IP, "port": 10250, "readOnlyPort": 0, "healthzBindAddress": "127.0.0.1",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(d / "pki" / "ca.crt")}},
+        "authorization": {"mode": "Webhook"},
+        "cgroupDriver": "cgroupfs", "failSwapOn": False, "failCgroupV1": False,
+        "containerRuntimeEndpoint": f"unix://{d / 'containerd' / 'c.sock'}",
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "podLogsDir": str(d / "pod-logs"),
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
+        "serializeImagePulls": False, "registerNode": True,
+    }
+
+
+def kubeconfig(server: str, d: Path, user: str) -> dict:
+    """A kubeconfig for ``server`` with the client certificate ``pki/<user>.crt``."""
+    pki = d / "pki"
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "monsoon-k8s",
+            "clusters": [{"name": "monsoon-k8s", "cluster": {"server": server,
+                                                           "certificate-authority": str(pki / "ca.crt")}}],
+            "users": [{"name": user, "user": {"client-certificate": str(pki / f"{user}.crt"),
+                                              "client-key": str(pki / f"{user}.key")}}],
+            "contexts": [{"name": "monsoon-k8s", "context": {"cluster": "monsoon-k8s", "user": user}}]}
+
+
+# client certificates: file stem -> (CN, O)
+CLIENTS = {"admin": ("monsoon-admin", "system:masters"),
+           "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
+           "controller-manager": ("system:kube-controller-manager", ""),
+           "scheduler": ("system:kube-scheduler", ""),
+           "kubelet": (f"system:node:{NODE}", "system:nodes")}
+APISERVER_SANS = (f"IP:{SERVICE_IP}", f"IP:{NODE_IP}", "IP:127.0.0.1", "DNS:kubernetes", "DNS:kubernetes.default",
+                  "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local", "DNS:localhost")
+
+
+def daemon_argv(name: str, d: Path, bindir: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and extra environment of one daemon (all of them run inside the namespace)."""
+    pki, kc = d / "pki", d / "kubeconfigs"
+    if name == "etcd":
+        return [shutil.which("etcd") or "/usr/bin/etcd", "--name", NODE, "--data-dir", str(d / "etcd"),
+                "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+                "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls",
+                "http://127.0.0.1:2380", "--initial-cluster", f"{NODE}=http://127.0.0.1:2380",
+                "--listen-metrics-urls", "http://127.0.0.1:2381", "--quota-backend-bytes", str(1 << 30)], {}
+    if name == "kube-apiserver":
+        return [str(bindir / name), "--etcd-servers=http://127.0.0.1:2379", "--secure-port=443",
+                "--bind-address=0.0.0.0", f"--advertise-address={NODE_IP}",
+                f"--client-ca-file={pki / 'ca.crt'}", f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}", "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP", "--allow-privileged=true",
+                "--profiling=false", "--event-ttl=10m"], {}
+    if name == "kube-controller-manager":
+        return [str(bindir / name), f"--kubeconfig={kc / 'controller-manager'}",
+                f"--authentication-kubeconfig={kc / 'controller-manager'}",
+                f"--authorization-kubeconfig={kc / 'controller-manager'}",
+                f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+                "--use-service-account-credentials", "--leader-elect=false", "--bind-address=127.0.0.1",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false"], {}
+    if name == "kube-scheduler":
+        return [str(bindir / name), f"--kubeconfig={kc / 'scheduler'}",
+                f"--authentication-kubeconfig={kc / 'scheduler'}", f"--authorization-kubeconfig={kc / 'scheduler'}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false"], {}
+    if name == "containerd":
+        return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(d / "containerd.toml")], {}
+    if name == "kubelet":
+        return [str(bindir / name), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kc / 'kubelet'}",
+                f"--hostname-override={NODE}", f"--node-ip={NODE_IP}", f"--root-dir={d / 'kubelet'}",
+                f"--cert-dir={d / 'kubelet' / 'pki'}"], {}
+    if name == "chaos-controller-manager":
+        return [str(bindir / name), f"-kubeconfig={d / 'kubeconfig.inside'}"], {
+            "ENABLE_LEADER_ELECTION": "false", "CERTS_DIR": str(d / "chaos-certs"), "NAMESPACE": CHAOS_NAMESPACE,
+            "METRICS_HOST": "127.0.0.1", "WEBHOOK_HOST": "127.0.0.1", "PPROF_ADDR": "0",
+            "POD_FAILURE_PAUSE_IMAGE": PAUSE_IMAGE, "ALLOW_HOST_NETWORK_TESTING": "true",
+            "KUBECONFIG": str(d / "kubeconfig.inside")}
+    raise ValueError(f"unknown daemon {name!r}")
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+def _alive(pid: int) -> bool:
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return s[s.rindex(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def _tagged(d: Path) -> list[int]:
+    """Live processes carrying ``MONSOON_K8S_CLUSTER=<d>`` (daemons, forwarders, containerd's shims)."""
+    tag = f"{TAG_ENV}={d}".encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if tag in (p / "environ").read_bytes().split(b"\0") and _alive(int(p.name)):
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
+def _pid(d: Path, name: str) -> int | None:
+    try:
+        pid = int((d / "pids" / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) and pid in _tagged_one(d, pid) else None
+
+
+def _tagged_one(d: Path, pid: int) -> list[int]:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    return [pid] if f"{TAG_ENV}={d}".encode() in env else []
+
+
+def _env(d: Path, extra: dict[str, str] | None = None, keep_run: bool = False) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("MONSOON_") and not keep_run) and k not in ("KUBECONFIG", "NOTIFY_SOCKET")}
+    env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+    env[TAG_ENV] = str(d)
+    env.update(extra or {})
+    return env
+
+
+def _spawn(d: Path, name: str, argv: list[str], extra: dict[str, str] | None = None) -> int:
+    """Start one daemon inside the namespace: own session, no inherited fds (no CPU lock held), own log."""
+    (d / "pids").mkdir(parents=True, exist_ok=True)
+    (d / "logs").mkdir(parents=True, exist_ok=True)
+    with open(d / "logs" / f"{name}.log", "ab") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        p = subprocess.Popen(["nsenter", f"--net={netns_path()}", *argv], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True, env=_env(d, extra))
+    (d / "pids" / f"{name}.pid").write_text(str(p.pid))
+    return p.pid
+
+
+def _kill(pid: int, timeout: float, signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+    """Send ``signals`` (one every ``timeout/len`` s) and SIGKILL at the end; wait until it is gone."""
+    step = timeout / max(1, len(signals))
+    for sig in (*signals, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < (step if sig != signal.SIGKILL else 5.0):
+            if not _alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return " | ".join(ln.strip()[:200] for ln in lines[-n:])
+
+
+# --------------------------------------------------------------------------------------------- the namespace
+
+def _run(*argv: str, check: bool = True, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(argv), capture_output=True, input=input, timeout=timeout)
+    if check and r.returncode != 0:
+        raise ClusterError(f"{' '.join(argv[:4])}: {r.stderr.decode(errors='replace').strip()[:300]}")
+    return r
+
+
+def _in_netns(fn: Callable[[], Any], name: str = NETNS) -> Any:
+    """Run ``fn`` in a new thread that first enters the namespace (setns is per thread for network namespaces)."""
+    from monsoon.stack.nsforward import enter_netns
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            enter_netns(netns_path(name))
+            box["v"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller's thread
+            box["e"] = e
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join()
+    if "e" in box:
+        raise box["e"]
+    return box.get("v")
+
+
+def _netns_up() -> None:
+    if not Path(netns_path()).exists():
+        _run("ip", "netns", "add", NETNS)
+    ns = ("ip", "-n", NETNS)
+    links = _run(*ns, "-o", "link", "show").stdout.decode()
+    if "k8s0@" not in links:
+        _run(*ns, "link", "add", "k8s0", "type", "veth", "peer", "name", "k8s1")
+    addrs = _run(*ns, "-o", "addr", "show").stdout.decode()
+    if f"{NODE_IP}/24" not in addrs:
+        _run(*ns, "addr", "add", f"{NODE_IP}/24", "dev", "k8s0")
+    if f"{SERVICE_IP}/32" not in addrs:
+        _run(*ns, "addr", "add", f"{SERVICE_IP}/32", "dev", "lo")
+    for link in ("lo", "k8s0", "k8s1"):
+        _run(*ns, "link", "set", link, "up")
+    if "default" not in _run(*ns, "route", "show").stdout.decode():
+        _run(*ns, "route", "add", "default", "dev", "k8s0")
+
+
+def _netns_down() -> bool:
+    had = Path(netns_path()).exists()
+    if had:
+        _run("ip", "netns", "del", NETNS, check=False)
+        if Path(netns_path()).exists():           # a busy bind mount: lazily detach it
+            _run("umount", "-l", netns_path(), check=False)
+            try:
+                Path(netns_path()).unlink()
+            except OSError:
+                pass
+    # `ip netns add` mounted /run/netns (a shared tmpfs bind); leave it when another namespace lives there
+    try:
+        if not any(Path("/run/netns").iterdir()) and "/run/netns" in _mounts_at_or_under(Path("/run/netns")):
+            _run("umount", "/run/netns", check=False)
+    except OSError:
+        pass
+    return had
+
+
+# --------------------------------------------------------------------------------------------- certificates
+
+def _openssl(*args: str) -> None:
+    _run("openssl", *args)
+
+
+def _key(path: Path) -> None:
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
+
+
+def _cert(pki: Path, stem: str, cn: str, org: str, ext: str) -> None:
+    _key(pki / f"{stem}.key")
+    subj = f"/CN={cn}" + (f"/O={org}" if org else "")
+    _openssl("req", "-new", "-key", str(pki / f"{stem}.key"), "-subj", subj, "-out", str(pki / f"{stem}.csr"))
+    (pki / f"{stem}.ext").write_text(ext)
+    _openssl("x509", "-req", "-in", str(pki / f"{stem}.csr"), "-CA", str(pki / "ca.crt"), "-CAkey",
+             str(pki / "ca.key"), "-CAcreateserial", "-days", "3650", "-out", str(pki / f"{stem}.crt"),
+             "-extfile", str(pki / f"{stem}.ext"))
+
+
+def ensure_pki(d: Path) -> None:
+    """CA, API server, clients, service-account keys and the Chaos Mesh webhook's self-signed pair (made once)."""
+    pki = d / "pki"
+    if (pki / ".complete").exists():
+        return
+    shutil.rmtree(pki, ignore_errors=True)
+    pki.mkdir(parents=True)
+    _key(pki / "ca.key")
+    _openssl("req", "-x509", "-new", "-key", str(pki / "ca.key"), "-subj", "/CN=monsoon-k8s-ca", "-days", "3650",
+             "-out", str(pki / "ca.crt"))
+    _cert(pki, "apiserver", "kube-apiserver", "",
+          "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+          f"subjectAltName={','.join(APISERVER_SANS)}\n")
+    for stem, (cn, org) in CLIENTS.items():
+        _cert(pki, stem, cn, org, "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n")
+    _key(pki / "sa.key")
+    _openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    certs = d / "chaos-certs"
+    certs.mkdir(exist_ok=True)
+    _key(certs / "tls.key")
+    _openssl("req", "-x509", "-new", "-key", str(certs / "tls.key"), "-subj", "/CN=chaos-mesh-webhook", "-days",
+             "3650", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-out", str(certs / "tls.crt"))
+    for f in pki.glob("*.csr"):
+        f.unlink()
+    (pki / ".complete").write_text("")
+
+
+# --------------------------------------------------------------------------------------------- the API
+
+class Api:
+    """A tiny HTTPS client for the API server (admin certificate), through the host forwarder."""
+
+    def __init__(self, d: Path, port: int):
+        self.port = port
+        self.ctx = ssl.create_default_context(cafile=str(d / "pki" / "ca.crt"))
+        self.ctx.load_cert_chain(str(d / "pki" / "admin.crt"), str(d / "pki" / "admin.key"))
+
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+            r = conn.getresponse()
+            raw = r.read()
+            try:
+                return r.status, json.loads(raw) if raw else None
+            except ValueError:
+                return r.status, raw.decode(errors="replace")
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> Any:
+        code, body = self.call("GET", path)
+        return body if code == 200 else None
+
+    def ok(self, path: str) -> bool:
+        try:
+            return self.call("GET", path, timeout=2.0)[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False
+
+
+# --------------------------------------------------------------------------------------------- the cluster
+
+class Forward:
+    """A running forwarder (host 127.0.0.1:P -> target inside the namespace); ``stop()`` ends it."""
+
+    def __init__(self, pid: int, ports: dict[int, tuple[str, int]], pidfile: Path | None):
+        self.pid, self.ports, self.pidfile = pid, ports, pidfile
+
+    def alive(self) -> bool:
+        return _alive(self.pid)
+
+    def stop(self) -> None:
+        _kill(self.pid, 3.0)
+        if self.pidfile is not None:
+            try:
+                self.pidfile.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> Forward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, keep_run: bool = False) -> Forward:
+    """Bind each host port on 127.0.0.1 here (0 = any free port), then hand the sockets to a forwarder process that
+    enters the namespace and relays to (host, port) there. The bound ports are known before it runs."""
+    socks, args, ports = [], [], {}
+    try:
+        for hport, thost, tport in mapping:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", hport))
+            except OSError as e:
+                s.close()
+                raise ClusterError(f"cluster forwarder: cannot bind 127.0.0.1:{hport}: {e.strerror}") from None
+            s.listen(128)
+            socks.append(s)
+            args.append(f"{s.fileno()}={thost}:{tport}")
+            ports[s.getsockname()[1]] = (thost, tport)
+        (d / "pids").mkdir(parents=True, exist_ok=True)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        with open(d / "logs" / f"{name}.log", "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", "monsoon.stack.nsforward", netns_path(), *args],
+                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, pass_fds=[s.fileno() for s in socks],
+                                 env=_env(d, keep_run=keep_run), cwd="/")
+    finally:
+        for s in socks:
+            s.close()
+    pidfile = d / "pids" / f"{name}.pid"
+    pidfile.write_text(str(p.pid))
+    return Forward(p.pid, ports, pidfile)
+
+
+class Cluster:
+    """Names and paths of the cluster (starts nothing)."""
+
+    def __init__(self, d: Path | None = None):
+        self.dir = d or state_dir()
+        self.bindir = (d.parent if d else home()) / "bin"
+        self.netns = NETNS
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.kubeconfig_inside = self.dir / "kubeconfig.inside"
+        self.node = NODE
+        self.node_ip = NODE_IP
+        self.socket = self.dir / "containerd" / "c.sock"
+
+    def nsenter_prefix(self) -> list[str]:
+        return ["nsenter", f"--net={netns_path(self.netns)}"]
+
+    def api_port(self) -> int | None:
+        try:
+            return int((self.dir / "api-port").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def api(self) -> Api:
+        port = self.api_port()
+        if port is None:
+            raise ClusterError("the cluster is not running: monsoon cluster up")
+        return Api(self.dir, port)
+
+    def forward(self, ports: list[int]) -> Forward:
+        """Mirror each port: host 127.0.0.1:P -> the namespace's 127.0.0.1:P (where hostNetwork pods listen).
+        The forwarder keeps the caller's MONSOON_RUN_ID label (a run's reaper ends it) and ``down`` ends it too."""
+        if not Path(netns_path(self.netns)).exists():
+            raise ClusterError("the cluster is not running: monsoon cluster up")
+        return start_forwarder(self.dir, [(p, "127.0.0.1", p) for p in ports],
+                               f"forward-{os.getpid()}-{'-'.join(map(str, ports))}", keep_run=True)
+
+    def ctr(self, *args: str) -> list[str]:
+        return ["ctr", "-a", str(self.socket), "-n", "k8s.io", *args]
+
+    def import_archive(self, tar: Path) -> None:
+        r = subprocess.run(self.ctr("images", "import", str(tar)), capture_output=True, timeout=300)
+        if r.returncode != 0:
+            raise ClusterError(f"ctr images import {tar}: {r.stderr.decode(errors='replace').strip()[:300]}")
+
+    def import_image(self, image: str) -> None:
+        """``docker save IMAGE | ctr -n k8s.io images import -`` against monsoon's private dockerd (or DOCKER_HOST).
+        Pods then use ``image: IMAGE`` with ``imagePullPolicy: Never`` (and a tag other than latest)."""
+        env = dict(os.environ)
+        host = dockerd.docker_host()
+        if host:
+            env["DOCKER_HOST"] = host
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        imp = subprocess.run(self.ctr("images", "import", "-"), stdin=save.stdout, capture_output=True,
+                             timeout=600)
+        assert save.stdout is not None
+        save.stdout.close()
+        err = save.stderr.read().decode(errors="replace").strip() if save.stderr else ""
+        if save.wait() != 0:
+            raise ClusterError(f"docker save {image}: {err[:300]}")
+        if imp.returncode != 0:
+            raise ClusterError(f"ctr images import of {image}: {imp.stderr.decode(errors='replace').strip()[:300]}")
+
+    def images(self) -> list[str]:
+        r = subprocess.run(self.ctr("images", "ls", "-q"), capture_output=True, timeout=30)
+        return r.stdout.decode().split() if r.returncode == 0 else []
+
+
+def missing_pieces(c: Cluster | None = None, chaos_mesh: bool = False) -> list[str]:
+    """One line per piece that is not there (binary not built, package not installed)."""
+    c = c or Cluster()
+    out = []
+    for b in KUBE_BINARIES + (("chaos-controller-manager",) if chaos_mesh else ()):
+        if not os.access(c.bindir / b, os.X_OK):
+            out.append(f"{b}: not built ({c.bindir / b}): run make k8s")
+    if chaos_mesh and not (c.bindir.parent / "crds" / "chaos-mesh.yaml").is_file():
+        out.append(f"Chaos Mesh CRDs: not found ({c.bindir.parent / 'crds' / 'chaos-mesh.yaml'}): run make k8s")
+    for img in ("pause.tar", "busybox.tar"):
+        if not (c.bindir.parent / "images" / img).is_file():
+            out.append(f"image {img}: not built ({c.bindir.parent / 'images' / img}): run make k8s")
+    for exe, pkg in (("etcd", "etcd-server"), ("containerd", "docker.io"), ("runc", "docker.io"),
+                     ("ctr", "docker.io"), ("nsenter", "util-linux"), ("openssl", "openssl")):
+        if shutil.which(exe) is None and not Path(f"/usr/sbin/{exe}").exists():
+            out.append(f"{exe}: not installed (apt-get install {pkg}): run make k8s")
+    if not Path("/usr/lib/cni/bridge").exists():
+        out.append("CNI plugins: not installed (/usr/lib/cni/bridge): run make k8s")
+    return out
+
+
+def skip_reason(chaos_mesh: bool = False) -> str | None:
+    """Why a scenario that needs the cluster cannot run here (one line), or None."""
+    if os.geteuid() != 0:
+        return "the monsoon cluster needs root (network namespace, cgroups, mounts)"
+    miss = missing_pieces(chaos_mesh=chaos_mesh)
+    return f"the monsoon cluster is not built: {miss[0]}" if miss else None
+
+
+@contextmanager
+def _locked(d: Path) -> Iterator[None]:
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:         # O_CLOEXEC: daemons never inherit it
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _wait(what: str, probe: Callable[[], bool], timeout: float, d: Path, log: str | None,
+          pid: int | None = None) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if probe():
+            return
+        if pid is not None and not _alive(pid):
+            raise ClusterError(f"{what} exited at start; its log {d / 'logs' / f'{log}.log'}: "
+                               f"{_tail(d / 'logs' / f'{log}.log')}")
+        time.sleep(0.1)
+    tail = f"; its log {d / 'logs' / f'{log}.log'}: {_tail(d / 'logs' / f'{log}.log')}" if log else ""
+    raise ClusterError(f"{what} not ready within {timeout:.0f}s{tail}")
+
+
+def _etcd_ok() -> bool:
+    def probe() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", 2379), timeout=1) as s:
+                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+                return b'"health":"true"' in s.recv(4096)
+        except OSError:
+            return False
+    return bool(_in_netns(probe))
+
+
+def node_ready(api: Api) -> bool:
+    try:
+        node = api.get(f"/api/v1/nodes/{NODE}")
+    except (OSError, http.client.HTTPException):
+        return False
+    conds = (node or {}).get("status", {}).get("conditions", []) if isinstance(node, dict) else []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def running(c: Cluster | None = None) -> bool:
+    """True when the node answers Ready through the host forwarder."""
+    c = c or Cluster()
+    port = c.api_port()
+    if port is None or not Path(netns_path()).exists() or _pid(c.dir, "kubelet") is None:
+        return False
+    return node_ready(Api(c.dir, port))
+
+
+def _write_yaml(path: Path, obj: dict) -> None:
+    import yaml
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+
+
+def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], None] = lambda s: None) -> float:
+    """Start the cluster (a no-op when it runs; Chaos Mesh added when asked). Returns seconds to node Ready.
+    On failure everything started is stopped again and ClusterError says which piece failed."""
+    c = Cluster()
+    d = c.dir
+    miss = missing_pieces(c, chaos_mesh)
+    if miss:
+        raise ClusterError(miss[0])
+    if os.geteuid() != 0:
+        raise ClusterError("the monsoon cluster needs root (network namespace, cgroups, mounts)")
+    if len(str(c.socket.resolve()) + ".ttrpc") > SUN_PATH_MAX:
+        raise ClusterError(f"{d} is too deep for containerd's socket {c.socket} (over {SUN_PATH_MAX} bytes): "
+                           "set MONSOON_K8S_DIR or MONSOON_CACHE to a shorter directory")
+    t0 = time.monotonic()
+    with _locked(d):
+        if running(c):
+            if chaos_mesh and _pid(d, "chaos-controller-manager") is None:
+                _start_chaos_mesh(c, say)
+            return 0.0
+        _down_locked(d, quiet=True)           # a half-started or killed cluster's leftovers
+        try:
+            _up_locked(c, say)
+            if chaos_mesh:
+                _start_chaos_mesh(c, say)
+        except BaseException:
+            _down_locked(d, quiet=True)
+            raise
+    return time.monotonic() - t0
+
+
+def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
+    d = c.dir
+    for sub in ("etcd", "kubelet", "pod-logs", "containerd/state", "cni/ipam"):
+        shutil.rmtree(d / sub, ignore_errors=True)
+    for sub in ("logs", "pids", "kubeconfigs", "cni/net.d", "containerd/root", "etcd"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    os.chmod(d / "etcd", 0o700)
+    if not (d / "sysctls.json").exists():     # the values before any cluster of ours touched them
+        (d / "sysctls.json").write_text(json.dumps(
+            {k: Path(f"/proc/sys/{k}").read_text().strip() for k in SYSCTLS if Path(f"/proc/sys/{k}").exists()}))
+    if not (d / "hostpaths.json").exists():
+        (d / "hostpaths.json").write_text(json.dumps([p for p in HOST_PATHS if not Path(p).exists()]))
+    ensure_pki(d)
+    _netns_up()
+    port = int(os.environ.get(API_PORT_ENV, DEFAULT_API_PORT))
+    try:
+        fwd = start_forwarder(d, [(port, NODE_IP, 443)], "forward-api")
+    except ClusterError:
+        fwd = start_forwarder(d, [(0, NODE_IP, 443)], "forward-api")   # the default port is taken: any port
+    port = next(iter(fwd.ports))
+    (d / "api-port").write_text(str(port))
+    _write_yaml(c.kubeconfig, kubeconfig(f"https://127.0.0.1:{port}", d, "admin"))
+    _write_yaml(c.kubeconfig_inside, kubeconfig(f"https://{NODE_IP}:443", d, "admin"))
+    for who in ("controller-manager", "scheduler", "kubelet"):
+        _write_yaml(d / "kubeconfigs" / who, kubeconfig(f"https://{NODE_IP}:443", d, who))
+    (d / "containerd.toml").write_text(containerd_config(d))
+    (d / "cni" / "net.d" / "10-monsoon.conflist").write_text(json.dumps(cni_config(d), indent=1))
+    _write_yaml(d / "kubelet.yaml", kubelet_config(d))
+    api = Api(d, port)
+
+    def start(name: str) -> int:
+        argv, extra = daemon_argv(name, d, c.bindir)
+        return _spawn(d, name, argv, extra)
+
+    pid = start("etcd")
+    cpid = start("containerd")               # independent of the API: starts meanwhile
+    _wait("etcd", _etcd_ok, 20, d, "etcd", pid)
+    pid = start("kube-apiserver")
+    _wait("containerd", lambda: c.socket.exists() and subprocess.run(
+        c.ctr("version"), capture_output=True).returncode == 0, 20, d, "containerd", cpid)
+    for tar in ("pause.tar", "busybox.tar"):
+        c.import_archive(c.bindir.parent / "images" / tar)
+    _wait("kube-apiserver", lambda: api.ok("/readyz"), 60, d, "kube-apiserver", pid)
+    say(f"API server ready: https://127.0.0.1:{port} (kubeconfig {c.kubeconfig})")
+    start("kube-controller-manager")
+    start("kube-scheduler")
+    pid = start("kubelet")
+    _wait(f"kubelet (node {NODE} Ready)", lambda: node_ready(api), 60, d, "kubelet", pid)
+    _wait("kube-controller-manager (the default service account)",
+          lambda: api.get("/api/v1/namespaces/default/serviceaccounts/default") is not None, 30, d,
+          "kube-controller-manager", _pid(d, "kube-controller-manager"))
+
+
+def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
+    import yaml
+    d = c.dir
+    api = c.api()
+    t0 = time.monotonic()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    names = []
+    for doc in yaml.load_all((c.bindir.parent / "crds" / "chaos-mesh.yaml").read_text(), Loader=loader):
+        if not doc or doc.get("kind") != "CustomResourceDefinition":
+            continue
+        code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, timeout=30)
+        if code not in (201, 409):
+            raise ClusterError(f"Chaos Mesh CRD {doc['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
+        names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for n in names:
+            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}") or {}
+            if not any(x.get("type") == "Established" and x.get("status") == "True"
+                       for x in crd.get("status", {}).get("conditions", [])):
+                return False
+        return True
+    _wait("Chaos Mesh CRDs (Established)", established, 30, d, None)
+    api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": CHAOS_NAMESPACE}})
+    argv, extra = daemon_argv("chaos-controller-manager", d, c.bindir)
+    pid = _spawn(d, "chaos-controller-manager", argv, extra)
+
+    def serving() -> bool:                    # its metrics endpoint answers once the manager runs
+        def probe() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", 10080), timeout=1) as s:
+                    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                    return b" 200 " in s.recv(64)
+            except OSError:
+                return False
+        return bool(_in_netns(probe))
+    _wait("chaos-controller-manager", serving, 60, d, "chaos-controller-manager", pid)
+    say(f"Chaos Mesh: {len(names)} CRDs and chaos-controller-manager in {time.monotonic() - t0:.1f}s")
+
+
+def start_chaos_mesh() -> None:
+    """Add Chaos Mesh to the running cluster (CRDs + chaos-controller-manager)."""
+    up(chaos_mesh=True)
+
+
+def ensure_up(chaos_mesh: bool = False) -> bool:
+    """Start the cluster unless it runs (with Chaos Mesh when asked); True when this call started it (so a
+    pytest session fixture stops what it started with ``down()``). A cluster started here records this process
+    as its owner: once the owner is gone (kill -9), ``left_behind()`` says so and ``monsoon reap`` stops it."""
+    c = Cluster()
+    if running(c):
+        if chaos_mesh and _pid(c.dir, "chaos-controller-manager") is None:
+            up(chaos_mesh=True)
+        return False
+    up(chaos_mesh=chaos_mesh)
+    (c.dir / "owner").write_text(f"{os.getpid()} {_starttime(os.getpid())}")
+    return True
+
+
+def _starttime(pid: int) -> int:
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+        return int(s[s.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def left_behind() -> str | None:
+    """Why the cluster counts as left behind (one line), or None: started by a process that is gone (``ensure_up``
+    from a test session killed with -9), or pieces alive with the API or the node gone. A cluster started with
+    ``monsoon cluster up`` and healthy is the user's, not a leftover."""
+    c = Cluster()
+    pieces = census()
+    if not pieces:
+        return None
+    try:
+        pid, start = (int(x) for x in (c.dir / "owner").read_text().split())
+        if not _alive(pid) or _starttime(pid) != start:
+            return f"its owner (pid {pid}) is gone; {len(pieces)} pieces left"
+    except (OSError, ValueError):
+        pass
+    if _pid(c.dir, "kube-apiserver") is None or _pid(c.dir, "kubelet") is None:
+        return f"half-started or half-stopped: {len(pieces)} pieces left"
+    return None
+
+
+# --------------------------------------------------------------------------------------------- down
+
+def _mounts_at_or_under(d: Path) -> list[str]:
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    top = str(d.resolve()) if d.exists() else str(d)
+    pts = [ln.split()[1].replace("\\040", " ") for ln in lines]
+    return sorted({p for p in pts if p == top or p.startswith(top + "/")}, key=len, reverse=True)
+
+
+def _cgroup_roots() -> list[Path]:
+    roots = []
+    try:
+        for ln in Path("/proc/self/mounts").read_text().splitlines():
+            f = ln.split()
+            if len(f) > 2 and f[2] in ("cgroup", "cgroup2"):
+                roots.append(Path(f[1]))
+    except OSError:
+        pass
+    return roots
+
+
+def kubepods_cgroups() -> list[Path]:
+    """kubelet's cgroup trees (``kubepods`` in every hierarchy it uses), present now."""
+    return [r / "kubepods" for r in _cgroup_roots() if (r / "kubepods").is_dir()]
+
+
+def _remove_cgroups() -> int:
+    n = 0
+    for top in kubepods_cgroups():
+        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]
+        for g in dirs:
+            for _ in range(20):
+                try:
+                    procs = [int(x) for x in (g / "cgroup.procs").read_text().split()]
+                except (OSError, ValueError):
+                    procs = []
+                for pid in procs:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    g.rmdir()
+                    n += 1
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+    return n
+
+
+def _remove_containers(c: Cluster) -> int:
+    """Kill and delete every task and container of containerd's k8s.io namespace (needs containerd alive)."""
+    if not c.socket.exists():
+        return 0
+    def ctr(*a: str, timeout: float = 20) -> subprocess.CompletedProcess:
+        return subprocess.run(c.ctr(*a), capture_output=True, timeout=timeout)
+    try:
+        tasks = [ln.split()[0] for ln in ctr("tasks", "ls").stdout.decode().splitlines()[1:] if ln.split()]
+        for t in tasks:
+            ctr("tasks", "kill", "-a", "-s", "SIGKILL", t)
+        for t in tasks:
+            ctr("tasks", "delete", "-f", t)
+        conts = ctr("containers", "ls", "-q").stdout.decode().split()
+        for cid in conts:
+            ctr("containers", "delete", cid)
+        return len(conts)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+
+
+def down(quiet: bool = False) -> list[str]:
+    """Stop everything of the cluster, whatever state it is in; returns what was stopped or removed."""
+    d = state_dir()
+    with _locked(d):
+        return _down_locked(d, quiet)
+
+
+def _down_locked(d: Path, quiet: bool = False) -> list[str]:
+    c = Cluster(d) if d != state_dir() else Cluster()
+    done: list[str] = []
+    pid = _pid(d, "kubelet")
+    if pid is not None:
+        _kill(pid, 10.0)
+        done.append("kubelet")
+    if _pid(d, "containerd") is not None:
+        n = _remove_containers(c)
+        if n:
+            done.append(f"{n} containers")
+    for name in DAEMONS[1:]:
+        pid = _pid(d, name)
+        if pid is None:
+            continue
+        # chaos-controller-manager needs two SIGTERMs (the manager stops on the first, its fx app on the second)
+        _kill(pid, 6.0 if name == "chaos-controller-manager" else 10.0,
+              (signal.SIGTERM, signal.SIGTERM) if name == "chaos-controller-manager" else (signal.SIGTERM,))
+        done.append(name)
+    for pidfile in sorted((d / "pids").glob("forward-*.pid")) if (d / "pids").exists() else []:
+        try:
+            fp = int(pidfile.read_text())
+        except (OSError, ValueError):
+            fp = -1
+        if fp > 0 and _tagged_one(d, fp):
+            _kill(fp, 2.0)
+            done.append(pidfile.stem)
+        pidfile.unlink(missing_ok=True)
+    left = _tagged(d)                         # shims, orphans whose pid file was lost
+    for p in left:
+        _kill(p, 2.0)
+    if left:
+        done.append(f"{len(left)} other tagged processes")
+    n = _remove_cgroups()                     # kills what is left of the pods' processes
+    if n:
+        done.append(f"{n} kubelet cgroups")
+    for _ in range(3):
+        mounts = _mounts_at_or_under(d)
+        if not mounts:
+            break
+        for m in mounts:
+            subprocess.run(["umount", "-l", m], capture_output=True)
+        done.append(f"{len(mounts)} mounts")
+    if _netns_down():
+        done.append(f"netns {NETNS}")
+    rec = d / "sysctls.json"
+    if rec.exists():
+        try:
+            for k, v in json.loads(rec.read_text()).items():
+                p = Path(f"/proc/sys/{k}")
+                if p.read_text().strip() != v:
+                    p.write_text(v)
+                    done.append(f"sysctl {k.replace('/', '.')}={v}")
+            rec.unlink()
+        except (OSError, ValueError) as e:
+            done.append(f"sysctls NOT restored: {e}")
+    rec = d / "hostpaths.json"
+    if rec.exists():
+        try:
+            absent = json.loads(rec.read_text())
+        except ValueError:
+            absent = []
+        for p in absent:                      # the deepest first (the list is ordered that way)
+            if Path(p).exists():
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(f"removed {p}")
+        rec.unlink()
+    for f in ("api-port", "owner"):
+        (d / f).unlink(missing_ok=True)
+    for pidfile in (d / "pids").glob("*.pid") if (d / "pids").exists() else []:
+        pidfile.unlink(missing_ok=True)
+    return done
+
+
+# --------------------------------------------------------------------------------------------- status
+
+def status() -> list[tuple[str, bool, str]]:
+    """(piece, ok, one line) for each piece of the cluster."""
+    c = Cluster()
+    d = c.dir
+    out = [("netns", Path(netns_path()).exists(), netns_path() if Path(netns_path()).exists() else "absent")]
+    for name in reversed(DAEMONS):
+        pid = _pid(d, name)
+        out.append((name, pid is not None, f"pid {pid}" if pid else "not running"))
+    fpid = _pid(d, "forward-api")
+    port = c.api_port()
+    out.append(("api forwarder", fpid is not None,
+                f"pid {fpid}: 127.0.0.1:{port} -> {NODE_IP}:443" if fpid else "not running"))
+    ready = fpid is not None and port is not None and node_ready(Api(d, port))
+    out.append((f"node {NODE}", ready, f"Ready (KUBECONFIG={c.kubeconfig})" if ready else "not Ready"))
+    leftovers = [str(p) for p in kubepods_cgroups()] + _mounts_at_or_under(d)
+    if leftovers and not ready:
+        out.append(("leftovers", False, f"{len(leftovers)} cgroups/mounts (monsoon cluster down removes them)"))
+    return out
+
+
+def census() -> list[str]:
+    """What a stopped run might find left of the cluster: one line per live piece (empty when none)."""
+    d = state_dir()
+    lines = [f"k8s cluster process {p} ({_comm(p)})" for p in _tagged(d)]
+    if Path(netns_path()).exists():
+        lines.append(f"k8s cluster netns {NETNS}")
+    return lines
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
