@@ -10,7 +10,7 @@ PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
 PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
 PYTEST_ARGS ?=
 
-.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -71,6 +71,10 @@ infinispan:
 cassandra:
 	@tools/install-cassandra
 
+# a single-node Kubernetes v1.33.13 + Chaos Mesh's controller, built from Go modules (monsoon cluster up|down)
+k8s:
+	@tools/build-k8s
+
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
 LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
@@ -80,7 +84,7 @@ $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/
 	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
 	touch $@
 
-setup: venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images
+setup: venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s
 
 demo: setup
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)

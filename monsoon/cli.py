@@ -32,7 +32,7 @@ from monsoon.spec.fault import load_fault
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
-from monsoon.stack import dockerd
+from monsoon.stack import cluster, dockerd
 from monsoon.stack.containers import reap_containers
 from monsoon.stack.reaper import reap
 from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir, salvage_shards
@@ -364,6 +364,27 @@ def dockerd_cli(action: str) -> int:
     return 0
 
 
+def cluster_cli(action: str, chaos_mesh: bool) -> int:
+    if action == "status":
+        rows = cluster.status()
+        for piece, ok, line in rows:
+            print(f"{piece:26s} {'ok ' if ok else '-- '} {line}")
+        return 0 if all(ok for _, ok, _ in rows) else 1
+    if action == "down":
+        done = cluster.down()
+        print("stopped: " + ", ".join(done) if done else "nothing was running")
+        return 0
+    try:
+        took = cluster.up(chaos_mesh=chaos_mesh, say=print)
+    except cluster.ClusterError as e:
+        print(f"monsoon cluster: {e}", file=sys.stderr)
+        return 1
+    c = cluster.Cluster()
+    print(f"node {c.node} Ready in {took:.1f}s: KUBECONFIG={c.kubeconfig}" if took else
+          f"already running: KUBECONFIG={c.kubeconfig}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
@@ -400,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
     sc.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
     r = sub.add_parser("reap", help="kill processes and remove containers left behind by a run that was killed "
-                      "with -9 (without --run-id: also stop monsoon's private dockerd)")
+                      "with -9 (without --run-id: also stop monsoon's private dockerd, and its cluster when left behind)")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
     h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
                        "stop its processes, and print the census",
@@ -426,6 +447,15 @@ def main(argv: list[str] | None = None) -> int:
                         "socket, data root and exec root, --bridge=none --iptables=false; prints the DOCKER_HOST "
                         "to use. stop: stops it and unmounts what it left. status: says whether it runs.")
     dk.add_argument("action", choices=("start", "stop", "status"))
+    kc = sub.add_parser("cluster", help="start, stop or inspect monsoon's single-node Kubernetes cluster (make k8s)",
+                        description="up: starts etcd, the API server, controller-manager, scheduler, a private "
+                        "containerd and kubelet inside the network namespace monsoon-k8s, waits for the node to be "
+                        "Ready and writes <cache>/k8s/cluster/kubeconfig (server https://127.0.0.1:PORT, a "
+                        "forwarder). down: stops all of it and restores what kubelet changed. status: one line "
+                        "per piece.")
+    kc.add_argument("action", choices=("up", "down", "status"))
+    kc.add_argument("--chaos-mesh", action="store_true", help="up: also apply Chaos Mesh's CRDs and run "
+                    "chaos-controller-manager")
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
@@ -507,9 +537,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
         if args.run_id is None and dockerd.stop():
             print(f"stopped monsoon's private dockerd ({dockerd.root()})")
+        why = cluster.left_behind() if args.run_id is None else None
+        if why:
+            print(f"stopped monsoon's cluster ({why}): " + ", ".join(cluster.down()))
         return 0
     if args.cmd == "dockerd":
         return dockerd_cli(args.action)
+    if args.cmd == "cluster":
+        return cluster_cli(args.action, args.chaos_mesh)
     return 2
 
 
