@@ -34,6 +34,7 @@ from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack import cluster, dockerd
 from monsoon.stack.containers import reap_containers
+from monsoon.stack.pods import reap_namespaces
 from monsoon.stack.reaper import reap
 from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir, salvage_shards
 from monsoon.timeline.store import Events
@@ -535,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
         gone = reap_containers(args.run_id)
         if gone:
             print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
+        gone = reap_namespaces(args.run_id)
+        if gone:
+            print(f"deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
         if args.run_id is None and dockerd.stop():
             print(f"stopped monsoon's private dockerd ({dockerd.root()})")
         why = cluster.left_behind() if args.run_id is None else None

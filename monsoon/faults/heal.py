@@ -11,6 +11,7 @@ from monsoon.faults.process import ProcessBackend
 from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
 from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
 from monsoon.stack.containers import container_census, container_owners, reap_containers
+from monsoon.stack.pods import namespace_census, namespace_owners, reap_namespaces
 from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
 
 
@@ -37,7 +38,7 @@ def _toxiproxy_apis_of_runs() -> list[str]:
 
 def run_ids_in_place(state_root: Path | None = None) -> set[str]:
     """Run ids that still have something in place: labelled processes or cgroup records."""
-    ids: set[str] = set(labelled_processes().values()) | set(container_owners())
+    ids: set[str] = set(labelled_processes().values()) | set(container_owners()) | set(namespace_owners())
     rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
     if rec_root.exists():
         ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
@@ -123,7 +124,8 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             except Exception as e:
                 notes.append(f"{b.name}: cannot list objects: {type(e).__name__}: {e}")
         live = live_runs(process_owners())
-        for rid, owner in container_owners().items():      # a container's owner label: is that monsoon alive?
+        owners = {**namespace_owners(), **container_owners()}
+        for rid, owner in owners.items():      # a container's or namespace's owner label: is that monsoon alive?
             st = _proc_stat(owner) if owner else None
             if rid not in live and st is not None and st[0] not in ("Z", "X"):
                 live[rid] = owner
@@ -149,6 +151,9 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             gone = reap_containers(rid)
             if gone:
                 done.append(f"{rid}: removed {len(gone)} leftover container(s): {', '.join(gone)}")
+            gone = reap_namespaces(rid)
+            if gone:
+                done.append(f"{rid}: deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
     census: dict[str, list[str]] = {}
     for rid in sorted(ids):
         for b in backends:
@@ -162,6 +167,7 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
                 census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)
         if reap_processes:
             census.setdefault(rid, []).extend(f"docker: {x}" for x in container_census(rid))
+            census[rid].extend(f"kubernetes: {x}" for x in namespace_census(rid))
             if not census[rid]:
                 del census[rid]
     return HealReport(done, census, notes)

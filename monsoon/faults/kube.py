@@ -37,6 +37,7 @@ Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
 """
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import time
@@ -47,6 +48,8 @@ import yaml
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
+from monsoon.stack.cluster import Cluster
+from monsoon.stack.pods import kubeconfig_path
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 from monsoon.timeline.views import KILL_KINDS
 
@@ -87,6 +90,49 @@ def _meta(fault: FaultSpec, run_id: str, kind_tag: str) -> dict:
     if len(fault.name) > 63:  # a label value has at most 63 characters: keep the whole name beside it
         meta["annotations"] = {FAULT_LABEL: fault.name}
     return meta
+
+
+def kernel_config(path: str = "/proc/config.gz") -> dict[str, str]:
+    """The running kernel's build configuration (``CONFIG_X: y|m``; a "not set" option is absent), {} unreadable."""
+    try:
+        with gzip.open(path, "rt") as fh:
+            return dict(ln.strip().split("=", 1) for ln in fh if ln.startswith("CONFIG_") and "=" in ln)
+    except OSError:
+        return {}
+
+
+def netem_missing(*, config: str = "/proc/config.gz", modules: str = "/proc/modules",
+                  lib_modules: str | None = None) -> str | None:
+    """Why this kernel cannot delay packets (NetworkChaos ``delay`` is ``tc qdisc ... netem``), or None when it can:
+    ``sch_netem`` built in, loaded, or on disk to load."""
+    cfg = kernel_config(config)
+    if cfg.get("CONFIG_NET_SCH_NETEM") == "y":
+        return None
+    try:
+        if any(ln.split()[0] == "sch_netem" for ln in Path(modules).read_text().splitlines() if ln.strip()):
+            return None
+    except OSError:
+        pass
+    lib = Path(lib_modules or f"/lib/modules/{os.uname().release}")
+    if any(lib.rglob("sch_netem.ko*")) if lib.is_dir() else False:
+        return None
+    try:
+        if "sch_netem.ko" in (lib / "modules.builtin").read_text():
+            return None
+    except OSError:
+        pass
+    where = ("CONFIG_NET_SCH_NETEM is not set in /proc/config.gz" if cfg else "not in /proc/modules")
+    return f"{where}, and no sch_netem.ko under {lib}"
+
+
+def kernel_refusal(fault: FaultSpec, **where: str) -> str | None:
+    """One line refusing a Chaos Mesh fault this machine's kernel cannot serve (None: it can)."""
+    if fault.backend == "chaos-mesh" and fault.kind in LATENCY_KINDS:
+        why = netem_missing(**where)
+        if why:
+            return (f"{fault.name}: NetworkChaos delay needs the kernel module sch_netem, which this kernel lacks "
+                    f"({why}): refused before the load; delay the hop through Toxiproxy instead (backend: toxiproxy)")
+    return None
 
 
 def check_namespace(fault: FaultSpec, allowed: Iterable[str]) -> str:
@@ -216,6 +262,11 @@ def cluster_configured() -> bool:
     return any(Path(p).is_file() for p in paths if p)
 
 
+def local_cluster() -> bool:
+    """The configured cluster is the one ``monsoon cluster up`` runs on this machine (its node's kernel is ours)."""
+    return kubeconfig_path().resolve() == Cluster().kubeconfig.resolve() and kubeconfig_path().is_file()
+
+
 def kube_client(error: type[Exception] = RuntimeError):
     """The ``kubernetes.client`` module, configured in-cluster or from the kubeconfig."""
     try:
@@ -250,6 +301,7 @@ class KubeBackend:
         self.clock = clock
         self.sleep = sleep
         self._api = None
+        self._core = None     # CoreV1Api: the pods a kill selects, before and after (its landing by effect)
         self._handles: dict[str, Handle] = {}
 
     def _custom(self):
@@ -267,6 +319,9 @@ class KubeBackend:
         # the FaultPlan injects and heals every window itself: apply one window, not a Schedule whose
         # first run would only come one repeat interval after creation (i.e. after the heal deleted it)
         objs = render(one_window(fault), ctx.run_id, self.allowed)
+        refusal = kernel_refusal(fault) if self.apply and local_cluster() else None
+        if refusal:
+            raise FaultError(refusal)
         handle = Handle(fault, self.name, ctx.run_id, {"objects": objs, "dry_run": not self.apply})
         out = ctx.out_dir or self.out_dir
         if out is not None:
@@ -276,6 +331,11 @@ class KubeBackend:
             f.write_text(to_yaml(objs))
             handle.data["file"] = str(f)
         if self.apply:
+            if fault.kind in KILL_KINDS:   # judged by its effect: the UIDs of the pods it may kill, before
+                try:
+                    handle.data["uids_before"] = sorted(self._pod_uids(fault))
+                except Exception as e:     # no pod list (RBAC, no core API): judged on AllInjected alone, said so
+                    handle.data["uids_unreadable"] = f"{type(e).__name__}: {str(e)[:200]}"
             group, version = self._gv()
             api = self._custom()
             for o in objs:
@@ -283,6 +343,28 @@ class KubeBackend:
                                                     PLURALS[o["kind"]], o)
         self._handles[handle.id] = handle
         return handle
+
+    def _pod_uids(self, fault: FaultSpec) -> dict[str, str]:
+        """UID -> phase of the live (not deleting) pods the fault's selector matches."""
+        k = fault.target.kube
+        if self._core is None:
+            self._core = kube_client(FaultError).CoreV1Api()
+        pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
+                                              _request_timeout=5).items
+        return {p.metadata.uid: p.status.phase for p in pods if p.metadata.deletion_timestamp is None}
+
+    def _kill_effect(self, handle: Handle) -> tuple[bool, dict]:
+        """A pod kill landed when a pod it selected is gone and a new pod (a new UID) runs in its place."""
+        fault, before = handle.fault, set(handle.data.get("uids_before") or [])
+        bound = float(getattr(fault.params, "restart_timeout", 60.0) or 60.0)
+
+        def probe() -> tuple[bool, dict]:
+            now = self._pod_uids(fault)
+            new = sorted(u for u, ph in now.items() if u not in before and ph == "Running")
+            killed = sorted(before - set(now))
+            return bool(killed and new), {"uids_before": sorted(before), "killed_uids": killed, "new_uids": new}
+        done, ev, polls, waited = self._poll(probe, bound)
+        return done, {**ev, "effect_polls": polls, "effect_waited_s": waited}
 
     def heal(self, handle: Handle) -> None:
         if not handle.data.get("dry_run"):
@@ -415,8 +497,16 @@ class KubeBackend:
             landed, ev, done = self._litmus_state(live) if self.name == "litmus" else self._chaos_mesh_state(live)
             return done, (landed, ev)
         _, (landed, ev), polls, waited = self._poll(probe, self.inject_timeout)
-        return Landing(landed, {"method": "api", "present": ev.pop("present", True), **ev, "polls": polls,
-                                "waited_s": waited})
+        ev = {"method": "api", "present": ev.pop("present", True), **ev, "polls": polls, "waited_s": waited}
+        if "uids_before" in handle.data:      # AllInjected is evidence, not proof: the pod must be replaced
+            effect, more = self._kill_effect(handle)
+            ev.update(more, method="api+pod-uid", all_injected=landed)
+            landed = bool(effect) if landed is not False else False
+            if not effect:
+                ev["not_landed"] = "no selected pod was replaced by a new one (new UID) in time"
+        elif "uids_unreadable" in handle.data:
+            ev["pod_uids"] = f"unreadable ({handle.data['uids_unreadable']}): judged on AllInjected alone"
+        return Landing(landed, ev)
 
     @staticmethod
     def _chaos_mesh_state(live: dict) -> tuple[bool | None, dict, bool]:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from monsoon.faults.base import FaultBackend, FaultContext, Handle, Landing
 from monsoon.signals import Interrupted
 from monsoon.spec.fault import FaultSpec
+from monsoon.spec.stack import SERVICE_POD_LABEL
 
 
 @dataclass(frozen=True, order=True)
@@ -58,6 +59,14 @@ def schedule(faults: Sequence[FaultSpec], horizon: float) -> list[Action]:
             out.append(Action(start, 1, i, w, "inject", f))
             out.append(Action(min(end, horizon), 0, i, w, "heal", f))
     return sorted(out)
+
+
+def _service_of(fault: FaultSpec) -> dict[str, str]:
+    """A Kubernetes target that selects one stack service's pods (``monsoon.io/service``): that service, so the
+    timeline ties the pod's exit and restart to the fault as it does for a process kill."""
+    k = fault.target.kube
+    svc = k.label_selector.get(SERVICE_POD_LABEL) if k is not None else None
+    return {"service": svc} if svc else {}
 
 
 class FaultPlan:
@@ -106,7 +115,7 @@ class FaultPlan:
     def _event(self, a: Action | None, fault: FaultSpec, window: int, phase: str, intended: float | None,
                effective: float, landing: Landing | None, **extra: Any) -> None:
         ev = {"name": fault.name, "kind": fault.kind, "backend": fault.backend, "target": str(fault.target),
-              "window": window, "phase": phase, "intended": None if intended is None else round(intended, 3),
+              **_service_of(fault), "window": window, "phase": phase, "intended": None if intended is None else round(intended, 3),
               "effective": round(effective, 3), "landed": None if landing is None else landing.landed,
               "evidence": {} if landing is None else landing.evidence, **extra}
         with self._lock:

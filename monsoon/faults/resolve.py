@@ -12,12 +12,12 @@ from typing import Any, Callable, Iterable
 
 from monsoon.faults.base import FaultBackend, FaultError
 from monsoon.faults.cgroup import CgroupBackend
-from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, one_window, render, to_yaml
+from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, kernel_refusal, local_cluster, one_window, render, to_yaml
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.toxiproxy import ToxiproxyBackend
 from monsoon.spec.base import _resolve
 from monsoon.spec.experiment import ExperimentSpec, FaultRef
-from monsoon.spec.fault import FaultSpec, PROFILES_DIR, check_target
+from monsoon.spec.fault import FaultSpec, check_target
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError, load_located, validate
 
@@ -33,7 +33,7 @@ def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None
     are reported there, errors of the profile itself at the profile's line.
     """
     try:
-        path = _resolve("fault profile", ref.profile, PROFILES_DIR)
+        path = _resolve("fault profile", ref.profile)
         doc = load_located(path)
         if isinstance(doc.data, dict):
             ov = ref.overrides(profile)
@@ -79,6 +79,9 @@ def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
     allowed = tuple(kube_namespaces() if namespaces is None else namespaces)
     try:
         render(one_window(f), "validate", allowed)
+        refusal = kernel_refusal(f) if local_cluster() else None   # the node is this machine: its kernel decides
+        if refusal:
+            raise FaultError(refusal)
     except FaultError as e:
         hint = (f" (set {KUBE_NAMESPACES_ENV}=a,b to allow namespaces)" if isinstance(e, NamespaceNotAllowed)
                 else "")

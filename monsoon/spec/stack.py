@@ -71,17 +71,23 @@ class RequireSpec(_Frozen):
         return self
 
 
-Provider = Literal["process", "docker"]
+Provider = Literal["process", "docker", "kubernetes"]
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+#: the label every pod of a Kubernetes-form stack carries with its service name (what observe.kubernetes selects)
+SERVICE_POD_LABEL = "monsoon.io/service"
 MEM_RE = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmg]?$", re.I)
 
 
 class ServiceSpec(_Frozen):
     """One process of the stack, started in its own process group with its work dir as cwd; or, with
     ``provider: docker``, one container of ``image`` on the host network (its work dir mounted at the same
-    path, so ``{dir}`` means the same inside and out)."""
+    path, so ``{dir}`` means the same inside and out); with ``provider: kubernetes``, a one-replica Deployment
+    of ``image`` in the stack's namespace (host network of the cluster's node, the work dir a hostPath at the
+    same path, ``mem_limit`` as ``resources.limits.memory``, kubelet restarting it)."""
     command: tuple[str, ...] = Field((), description="the command: a list of arguments, or one string split like a "
                                      "shell would (no shell runs it); a container's default is its image's")
-    provider: Provider | None = Field(None, description="process or docker (default: the stack's provider)")
+    provider: Provider | None = Field(None, description="process, docker or kubernetes (default: the stack's "
+                                     "provider)")
     image: str | None = Field(None, description="docker: the image, e.g. monsoon/platform (make images builds "
                               "monsoon's)")
     mem_limit: str | dict[Profile, str] | None = Field(
@@ -344,6 +350,22 @@ class ChaosSpec(_Frozen):
     toxiproxy: str | None = Field(None, description="the stack's Toxiproxy API, e.g. http://127.0.0.1:{port:toxiproxy}")
 
 
+class KubeStackSpec(_Frozen):
+    """Where the stack's pods (``provider: kubernetes``) run. monsoon creates the namespace, labelled with the
+    run id, and deletes it (and waits) when the stack stops; it must not exist unlabelled."""
+    namespace: str | None = Field(None, description="the namespace monsoon creates for the stack's pods (default "
+                                  "monsoon-<stack name>); fault profiles and MONSOON_KUBE_NAMESPACES name it")
+    ready_timeout: float = Field(120.0, gt=0, description="seconds a pod may take to be scheduled and its container "
+                                 "to start (before the service's own ready timeout)")
+
+    @field_validator("namespace")
+    @classmethod
+    def _ns(cls, v: str | None) -> str | None:
+        if v is not None and not DNS_LABEL.match(v):
+            raise ValueError(f"{v!r} is not a valid namespace name (lower-case DNS label)")
+        return v
+
+
 class StackSpec(_Frozen):
     """A deployment under test (``stacks/<name>.yaml``): its services, where devices connect, how they are
     provisioned, where stored messages are read back and what to observe. Strings may hold placeholders:
@@ -363,9 +385,11 @@ class StackSpec(_Frozen):
     storage: StorageSpec = Field(description="where stored messages are read back")
     observe: ObserveSpec = Field(ObserveSpec(), description="what monsoon samples while the stack runs")
     chaos: ChaosSpec = Field(ChaosSpec(), description="the stack's fault tooling")
-    provider: Provider = Field("process", description="how services run: process (local processes) or docker "
-                               "(containers through testcontainers, on the host network; a service may say "
-                               "otherwise)")
+    kubernetes: KubeStackSpec | None = Field(None, description="provider: kubernetes: the namespace of the stack's "
+                                             "pods (monsoon deploys them into the cluster of KUBECONFIG)")
+    provider: Provider = Field("process", description="how services run: process (local processes), docker "
+                               "(containers through testcontainers, on the host network) or kubernetes (pods in "
+                               "the cluster monsoon starts, `monsoon cluster up`); a service may say otherwise")
     source: str = Field("", description="set by monsoon: the file the stack was read from")
 
     @field_validator("provisioning", mode="before", json_schema_input_type=Literal["none"] | ProvisioningSpec)
@@ -376,16 +400,41 @@ class StackSpec(_Frozen):
     @model_validator(mode="after")
     def _runnable(self) -> "StackSpec":
         for name, svc in self.services.items():
-            if self.provider_of(name) == "docker":
+            provider = self.provider_of(name)
+            if provider in ("docker", "kubernetes"):
                 if not svc.image:
-                    raise _invalid(f"services.{name}: a docker service needs image")
+                    raise _invalid(f"services.{name}: a {provider} service needs image")
+                if provider == "kubernetes" and not DNS_LABEL.match(name):
+                    raise _invalid(f"services.{name}: a kubernetes service's name is a DNS label (lower-case "
+                                   "letters, digits, '-')")
+                if provider == "kubernetes" and svc.oneshot:
+                    raise _invalid(f"services.{name}: a oneshot service cannot run as a Deployment: give it "
+                                   "provider: process")
             else:
                 if not svc.command:
                     raise _invalid(f"services.{name}: a process service needs command")
                 extra = [k for k in ("image", "mem_limit", "cpus", "volumes") if getattr(svc, k)]
                 if extra:
-                    raise _invalid(f"services.{name}: {', '.join(extra)} only apply to provider: docker")
+                    raise _invalid(f"services.{name}: {', '.join(extra)} only apply to provider: docker or "
+                                   "kubernetes")
+        if self.kubernetes is not None and not self.pods():
+            raise _invalid("kubernetes: no service has provider: kubernetes (the namespace would hold nothing)")
+        obs = self.observe
+        if obs.kubernetes is None and obs.service in self.services and self.provider_of(obs.service) == "kubernetes":
+            # no_oom reads the pod's own word (lastState.terminated.reason: OOMKilled) on the service under test
+            kube = KubeObserveSpec(namespace=self.kube_namespace(), labelSelector={SERVICE_POD_LABEL: obs.service})
+            object.__setattr__(self, "observe", obs.model_copy(update={"kubernetes": kube}))
         return self
+
+    def pods(self) -> list[str]:
+        """The services that run as pods (``provider: kubernetes``)."""
+        return [n for n in self.services if self.provider_of(n) == "kubernetes"]
+
+    def kube_namespace(self) -> str:
+        """The namespace the stack's pods run in: ``kubernetes.namespace``, else ``monsoon-<stack name>``."""
+        if self.kubernetes is not None and self.kubernetes.namespace:
+            return self.kubernetes.namespace
+        return ("monsoon-" + re.sub(r"[^a-z0-9-]+", "-", self.name.lower())).strip("-")[:63].rstrip("-")
 
     def provider_of(self, service: str) -> str:
         return self.services[service].provider or self.provider
@@ -471,6 +520,21 @@ def _merge_compose(doc: LocatedDoc) -> None:
     doc.data["compose"] = str(path)
 
 
+def _check_images(doc: LocatedDoc) -> None:
+    """A container or pod service without an image, or a pod service whose name is no DNS label: at its line
+    (the model's own check, which says the same, can only point at the file)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    services = data.get("services") if isinstance(data.get("services"), dict) else {}
+    for name, svc in services.items():
+        svc = svc if isinstance(svc, dict) else {}
+        provider = svc.get("provider") or data.get("provider") or "process"
+        if provider in ("docker", "kubernetes") and not svc.get("image"):
+            raise _fail(doc, ("services", name), f"a {provider} service needs image")
+        if provider == "kubernetes" and not DNS_LABEL.match(str(name)):
+            raise _fail(doc, ("services", name), "a kubernetes service's name is a DNS label (lower-case letters, "
+                        "digits, '-'): it names the Deployment and its container")
+
+
 def load_stack(name_or_path: str | Path) -> StackSpec:
     doc = load_located(_resolve("stack", name_or_path))
     for key in doc.data if isinstance(doc.data, dict) else ():   # before the placeholders: a misspelt section
@@ -480,6 +544,7 @@ def load_stack(name_or_path: str | Path) -> StackSpec:
     if isinstance(doc.data, dict) and doc.data.get("compose"):
         _merge_compose(doc)
     _check_templates(doc)
+    _check_images(doc)
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))
     spec = validate(doc, StackSpec)

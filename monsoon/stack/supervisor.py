@@ -34,6 +34,8 @@ from monsoon.stack.ports import StackError, allocate_ports
 from monsoon.stack.ready import START_HEADER, _ready_once, this_start
 from monsoon.stack.reaper import OWNER_ENV
 from monsoon.stack import containers as ctr
+from monsoon.stack import cluster
+from monsoon.stack import pods as kpods
 
 
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
@@ -81,6 +83,7 @@ class Service:
     sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
     started: float | None = None  # time.monotonic() of the last spawn (the kernel log is read from there on)
     container: bool = False     # provider: docker (proc is a containers.ContainerProc)
+    pod: bool = False           # provider: kubernetes (proc is a pods.PodProc; kubelet restarts it)
 
     @property
     def pid(self) -> int | None:
@@ -152,6 +155,8 @@ class Stack:
         self.services: dict[str, Service] = {}
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self._kube: "kpods.Kube | None" = None      # provider: kubernetes: the cluster's API
+        self._mirror: Any = None                     # the cluster's port mirror (host 127.0.0.1:P -> node 127.0.0.1:P)
 
     # --- templates
     def render(self, value: str, service_dir: Path | None = None) -> str:
@@ -184,6 +189,7 @@ class Stack:
                 if req.path and not Path(render(req.path, ctx, {})).exists():
                     problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
         problems += self._preflight_containers()
+        problems += self._preflight_pods()
         if problems:
             raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
 
@@ -206,6 +212,66 @@ class Stack:
                 problems.append(f"service {n!r} needs image {image}: build monsoon's images with `make images`")
         return problems
 
+    def _preflight_pods(self) -> list[str]:
+        names = self.spec.pods()
+        if not names:
+            return []
+        try:
+            self._kube = self._kube or kpods.Kube()
+            self._kube.core.list_namespace(limit=1, _request_timeout=5)
+        except Exception as e:
+            why = str(e).splitlines()[0] if isinstance(e, StackError) else f"the API server does not answer ({type(e).__name__})"
+            return [f"services {', '.join(names)} run as pods but {why}; start the cluster with `monsoon cluster up`"]
+        return []
+
+    def _start_pods(self) -> None:
+        """Images into the cluster, the run's namespace, and the port mirror for every port of the stack."""
+        if not self.spec.pods():
+            return
+        c = cluster.Cluster()       # the cluster monsoon starts (monsoon cluster up)
+        have = set(c.images())
+        for image in sorted({self.spec.services[n].image for n in self.spec.pods()}):
+            if kpods.image_ref(image) in have:     # imported by an earlier run (make k8s / make images re-import)
+                continue
+            t0 = time.monotonic()
+            try:
+                c.import_image(image)
+            except Exception as e:
+                raise StackError(f"image {image} cannot be imported into the cluster: {e}") from None
+            self.on_event("op", op="image-import", image=image, seconds=round(time.monotonic() - t0, 3))
+        ns = self.spec.kube_namespace()
+        try:
+            self._kube.ensure_namespace(ns, self.run_id)
+        except kpods.PodError:
+            raise
+        except Exception as e:
+            raise StackError(f"namespace {ns} cannot be created: {type(e).__name__}: {e}") from None
+        self.on_event("op", op="namespace", namespace=ns, event="created")
+        try:
+            self._mirror = c.forward(sorted(self.ports.values()))
+        except Exception as e:
+            raise StackError(f"the ports {sorted(self.ports.values())} cannot be mirrored into the cluster's node: "
+                             f"{e}") from None
+
+    def _stop_pods(self) -> None:
+        if self._kube is None or not self.spec.pods():
+            return
+        ns = self.spec.kube_namespace()
+        t0 = time.monotonic()
+        try:
+            gone = self._kube.delete_namespace(ns)
+        except Exception as e:
+            gone = False
+            self.on_event("op", op="namespace", namespace=ns, event="delete-failed", error=str(e)[:200])
+        self.on_event("op", op="namespace", namespace=ns, event="deleted" if gone else "still-there",
+                      seconds=round(time.monotonic() - t0, 3))
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            try:
+                mirror.stop()
+            except Exception:
+                pass
+
     def start(self) -> "Stack":
         """Start every service in dependency order, each once ready.
 
@@ -220,6 +286,7 @@ class Stack:
             self.ctx = self._base_ctx()
             self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports, attempt=attempt)
             try:
+                self._start_pods()
                 for name in self.spec.start_order():
                     self._start_service(name)
                 return self
@@ -243,7 +310,10 @@ class Stack:
         sdir = self.dir / "services" / name
         sdir.mkdir(parents=True, exist_ok=True)
         container = self.spec.provider_of(name) == "docker"
-        env = {} if container else dict(os.environ)    # a container has its image's environment, not ours
+        pod = self.spec.provider_of(name) == "kubernetes"
+        env = {} if container or pod else dict(os.environ)    # a container has its image's environment, not ours
+        if env:   # a process's (not a container's or pod's): stacks/bin/run-* find monsoon's cache here, installed or not
+            env.setdefault("MONSOON_CACHE", str(CACHE))
         try:
             env.update({k: self.render(v, sdir) for k, v in spec.env_for(self.profile).items()})
             env.update({k: self.render(v, sdir) for k, v in self.env_overrides.get(name, {}).items()})
@@ -253,7 +323,22 @@ class Stack:
         env[OWNER_ENV] = str(os.getpid())     # the monsoon process that owns the run (heal --all skips live runs)
         env["MONSOON_SERVICE"] = name
         cmd = [self.render(c, sdir) for c in spec.command]
-        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log", container=container)
+        return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log", container=container, pod=pod)
+
+    def _podproc(self, svc: Service) -> "kpods.PodProc":
+        spec = svc.spec
+        try:
+            volumes = [self.render(v, svc.dir) for v in spec.volumes]
+        except KeyError as e:
+            raise StackError(f"service {svc.name!r}: unknown placeholder in volumes: {e}") from None
+        ns = self.spec.kube_namespace()
+        manifest = kpods.deployment_manifest(
+            namespace=ns, run_id=self.run_id, service=svc.name, image=spec.image, command=svc.command, env=svc.env,
+            workdir=svc.dir, mem_limit=spec.mem_limit_for(self.profile), cpus=spec.cpus, volumes=volumes,
+            probe=kpods.readiness_probe(spec.ready, lambda v: self.render(v, svc.dir)), stop_timeout=spec.stop_timeout)
+        timeout = self.spec.kubernetes.ready_timeout if self.spec.kubernetes else 120.0
+        return kpods.PodProc(kube=self._kube, namespace=ns, run_id=self.run_id, service=svc.name, manifest=manifest,
+                             log_path=svc.log_path, start_timeout=timeout * self.scale)
 
     def _container(self, svc: Service) -> "ctr.ContainerProc":
         spec = svc.spec
@@ -271,7 +356,16 @@ class Stack:
         with open(svc.log_path, "ab") as log:
             log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: {' '.join(svc.command)}\n".encode())
             log.flush()
-            if svc.container:
+            if svc.pod:
+                if svc.proc is None:        # kept before it starts: stop() deletes a half-started Deployment
+                    svc.proc = self._podproc(svc)
+                try:
+                    svc.proc.start()
+                except StackError:
+                    raise
+                except Exception as e:
+                    raise StackError(f"service {svc.name!r}: pod did not start: {type(e).__name__}: {e}") from None
+            elif svc.container:
                 if svc.proc is None:        # kept before it starts: stop() removes a half-started container
                     svc.proc = self._container(svc)
                 try:
@@ -291,6 +385,8 @@ class Stack:
         svc.started = time.monotonic()
         svc.sent = None
         extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
+        if svc.pod:
+            extra = {"pod": svc.proc.name, "uid": svc.proc.uid, "image": svc.spec.image}
         self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts, **extra)
 
     def _start_service(self, name: str) -> None:
@@ -322,7 +418,8 @@ class Stack:
                 if first:
                     raise self._died(svc, t0)
                 return False
-            if _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
+            if (not svc.pod or ready.log or svc.proc.ready()) and \
+                    _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
                 self.on_event("service", service=svc.name, event="ready", after_s=round(time.monotonic() - t0, 3))
                 return True
             time.sleep(0.1)
@@ -374,10 +471,15 @@ class Stack:
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
             if svc.container:
                 ev.update(container_exit(proc, code, svc.sent, cause, oom))
+            elif svc.pod:
+                ev.update(pod_exit(proc, code, svc.sent, cause, oom))
             elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
                 ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
             self.on_event("service", service=svc.name, event="exit", **ev)
+            if svc.pod:     # kubelet restarts it (restartPolicy: Always), or the Deployment makes a new pod
+                self._await_pod(svc)
+                continue
             policy = self.restart_overrides.get(svc.name, svc.spec.restart)
             if policy == "no" or (policy == "on-failure" and code == 0):
                 return
@@ -394,6 +496,26 @@ class Stack:
             self.on_event("service", service=svc.name, event="restart", n=svc.starts)
             self._wait_ready(svc, first=False)
 
+    def _await_pod(self, svc: Service) -> None:
+        """After a pod's exit: its next instance (kubelet's restart, or a new pod), reported as start + restart."""
+        try:
+            if not svc.proc.resume(self._stopping):
+                return
+        except Exception as e:
+            self.on_event("service", service=svc.name, event="restart-failed", error=str(e)[:300])
+            self._stopping.wait(5)
+            return
+        with open(svc.log_path, "ab") as log:
+            log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: pod {svc.proc.name} "
+                      f"(uid {svc.proc.uid}, restartCount {svc.proc.instance[1]})\n".encode())
+        svc.starts += 1
+        svc.started = time.monotonic()
+        svc.sent = None
+        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts, pod=svc.proc.name,
+                      uid=svc.proc.uid, restart_count=svc.proc.instance[1], image=svc.spec.image)
+        self.on_event("service", service=svc.name, event="restart", n=svc.starts, by="kubelet")
+        self._wait_ready(svc, first=False)
+
     # --- capabilities
     def pid(self, service: str) -> int | None:
         return self.services[service].pid
@@ -405,6 +527,8 @@ class Stack:
                 svc.sent = int(sig)
             if not svc.container:
                 os.killpg(svc.proc.pid, sig)
+            elif svc.pod:
+                svc.proc.signal(sig)
             elif sig == signal.SIGSTOP:     # a container is frozen whole (the cgroup freezer), not signalled
                 svc.proc.pause()
             elif sig == signal.SIGCONT:
@@ -437,12 +561,13 @@ class Stack:
             svc = self.services[name]
             if svc.proc is None:
                 continue
-            if svc.container:
+            if svc.container or svc.pod:
                 svc.proc.stop(svc.spec.stop_timeout)
                 self.on_event("service", service=name, event="stop", code=svc.proc.returncode)
                 continue
             _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
             self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
+        self._stop_pods()
         for svc in self.services.values():
             if svc.supervisor and svc.supervisor is not threading.current_thread():
                 svc.supervisor.join(timeout=5)
@@ -462,6 +587,24 @@ def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause
         ev.update(oom=True, cause=f"OOMKilled: the kernel killed the container over its memory limit (exit {code})")
     elif code == 137 and not oom and sent is None:
         ev["cause"] = "SIGKILL (exit 137), not by the OOM killer (State.OOMKilled false)"
+    return ev
+
+
+def pod_exit(proc: "kpods.PodProc", code: int, sent: int | None, cause: str, oom: bool) -> dict:
+    """What a pod's exit adds to the process fields: the pod's own word (lastState.terminated.reason) wins."""
+    t = proc.terminations[-1] if proc.terminations else {}
+    ev: dict[str, Any] = {"pod": proc.name, "uid": proc.uid, "reason": t.get("reason")}
+    if code > 128:
+        try:
+            ev["signal"] = signal.Signals(code - 128).name
+        except ValueError:
+            pass
+    if t.get("oom_killed"):
+        ev.update(oom=True, cause=f"OOMKilled: the kernel killed the pod's container over its memory limit (exit {code})")
+    elif t.get("reason") == "pod deleted":
+        ev["cause"] = "the pod was deleted (its Deployment makes a new one)"
+    elif code == 137 and not oom and sent is None:
+        ev["cause"] = "SIGKILL (exit 137), not by the OOM killer (reason not OOMKilled)"
     return ev
 
 

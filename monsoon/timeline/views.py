@@ -52,7 +52,7 @@ def fault_windows(events) -> list[Window]:
         if h is not None and h.get("final") and failed:
             planned = failed[0]["intended"] if failed[0].get("intended") is not None else failed[0]["effective"]
             late = round(max(0.0, h["effective"] - planned), 3)
-        out.append(Window(e["name"], e["kind"], e["target"], e["window"], t0 + e["effective"],
+        out.append(Window(e["name"], e["kind"], e.get("service") or e["target"], e["window"], t0 + e["effective"],
                           None if h is None else t0 + h["effective"], e.get("landed"),
                           None if h is None else h.get("landed"), e.get("evidence") or {},
                           {} if h is None else h.get("evidence") or {}, late))

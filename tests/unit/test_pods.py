@@ -1,0 +1,166 @@
+"""Stacks in Kubernetes form (provider: kubernetes): the spec, the Deployments rendered from it, how a pod's
+instance is judged ended, and the refusal of a NetworkChaos delay on a kernel without sch_netem. Pure logic:
+no cluster (tests/integration/test_kubernetes_story.py runs them on one)."""
+import gzip
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from monsoon.faults.kube import kernel_refusal, netem_missing
+from monsoon.spec.fault import FaultSpec
+from monsoon.spec.stack import load_stack
+from monsoon.spec.yamlio import SpecError
+from monsoon.stack.pods import (deployment_manifest, image_ref, judge, k8s_quantity, namespace_manifest,
+                                readiness_probe)
+from monsoon.stack.reaper import RUN_LABEL
+
+
+def render_of(ports):
+    def r(v: str) -> str:
+        for k, p in ports.items():
+            v = v.replace("{port:" + k + "}", str(p))
+        return v
+    return r
+
+
+def test_the_kubernetes_stacks_name_their_namespace_and_watch_the_platform_pod():
+    for name, ns in (("inmemory-k8s", "monsoon-inmemory-k8s"), ("kafka-k8s", "monsoon-kafka-k8s")):
+        s = load_stack(name)
+        assert s.pods() == list(s.services) and s.kube_namespace() == ns
+        # filled in: no_oom reads the platform pod's lastState.terminated.reason
+        assert s.observe.kubernetes.namespace == ns
+        assert s.observe.kubernetes.label_selector == {"monsoon.io/service": "platform"}
+
+
+def test_a_deployment_from_the_inmemory_stack_has_the_limit_probe_and_restart_policy(tmp_path):
+    s = load_stack("inmemory-k8s")
+    svc = s.services["platform"]
+    ports = {"mqtt": 1883, "http": 18080, "postgres": 15432}
+    d = deployment_manifest(namespace=s.kube_namespace(), run_id="r-1", service="platform", image=svc.image,
+                            command=list(svc.command), env={"TB_QUEUE_TYPE": "in-memory"}, workdir=tmp_path,
+                            mem_limit=svc.mem_limit_for("quick"), probe=readiness_probe(svc.ready, render_of(ports)))
+    assert d["kind"] == "Deployment" and d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
+    pod = d["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["restartPolicy"] == "Always" and pod["hostNetwork"] is True
+    assert c["imagePullPolicy"] == "Never" and c["image"] == "monsoon/platform"
+    assert c["resources"]["limits"]["memory"] == "200Mi"
+    assert c["readinessProbe"]["httpGet"] == {"host": "127.0.0.1", "port": 18080, "path": "/health", "scheme": "HTTP"}
+    assert d["spec"]["template"]["metadata"]["labels"][RUN_LABEL] == "r-1"
+    assert d["spec"]["selector"]["matchLabels"] == {RUN_LABEL: "r-1", "monsoon.io/service": "platform"}
+    assert {"name": "TB_QUEUE_TYPE", "value": "in-memory"} in c["env"]
+    assert any(e["name"] == "MONSOON_POD_UID" and e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+               for e in c["env"])
+    assert c["workingDir"] == str(tmp_path) and pod["volumes"][0]["hostPath"]["path"] == str(tmp_path)
+    ns = namespace_manifest("monsoon-inmemory-k8s", "r-1", owner_pid=42)
+    assert ns["metadata"]["labels"][RUN_LABEL] == "r-1" and ns["metadata"]["labels"]["monsoon.io/owner-pid"] == "42"
+
+
+def test_probes_quantities_and_image_references():
+    from monsoon.spec.stack import ReadySpec
+    r = render_of({"kafka": 9092})
+    assert readiness_probe(ReadySpec(tcp="127.0.0.1:{port:kafka}"), r)["tcpSocket"] == {"host": "127.0.0.1",
+                                                                                          "port": 9092}
+    assert readiness_probe(ReadySpec(log="started"), r) is None
+    assert readiness_probe(None, r) is None
+    assert (k8s_quantity("256m"), k8s_quantity("1g"), k8s_quantity("1000k")) == ("256Mi", "1024Mi", "1024000")
+    assert image_ref("monsoon/platform") == "docker.io/monsoon/platform:latest"
+    assert image_ref("busybox:1") == "docker.io/library/busybox:1"
+    assert image_ref("registry.k8s.io/pause:3.6") == "registry.k8s.io/pause:3.6"
+
+
+def pod(uid, restarts, state=None, last=None, deleting=False):
+    meta = {"uid": uid, "name": "platform-abc"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-26T18:00:00Z"
+    return {"metadata": meta, "status": {"containerStatuses": [
+        {"name": "platform", "restartCount": restarts, "state": state or {"running": {}}, "lastState": last or {}}]}}
+
+
+def test_an_instance_ends_by_a_kubelet_restart_a_termination_or_its_pod_going():
+    inst = ("u1", 0)
+    assert judge(pod("u1", 0), inst, "platform") is None
+    oom = judge(pod("u1", 1, last={"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                  "finishedAt": "2026-11-26T18:00:01Z"}}), inst, "platform")
+    assert (oom["exit_code"], oom["oom_killed"], oom["reason"]) == (137, 1, "OOMKilled")
+    crash = judge(pod("u1", 0, state={"terminated": {"exitCode": 1, "reason": "Error"}}), inst, "platform")
+    assert (crash["exit_code"], crash["oom_killed"]) == (1, 0)
+    for gone in (judge(None, inst, "platform"), judge(pod("u1", 0, deleting=True), inst, "platform")):
+        assert (gone["exit_code"], gone["reason"]) == (137, "pod deleted")
+
+
+def write_stack(tmp_path, body):
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent("""\
+        name: s
+        provider: kubernetes
+        services:
+        """) + body + textwrap.dedent("""\
+        devices: {port: "{port:mqtt}"}
+        provisioning: none
+        storage: {dsn: "postgresql://x@127.0.0.1:{port:pg}/p", loss_query: "SELECT 1"}
+        observe: {service: platform}
+        """))
+    return p
+
+
+@pytest.mark.parametrize("body, key, words", [
+    ("  platform:\n    command: [x, '{port:mqtt}', '{port:pg}']\n", "services.platform", "needs image"),
+    ("  Platform_1:\n    image: i\n    command: [x, '{port:mqtt}', '{port:pg}']\n", "services.Platform_1",
+     "DNS label"),
+])
+def test_a_bad_kubernetes_service_names_file_line_and_key(tmp_path, body, key, words):
+    with pytest.raises(SpecError) as e:
+        load_stack(write_stack(tmp_path, body))
+    assert e.value.key.startswith(key) and words in str(e.value) and e.value.line is not None
+    assert "\n" not in str(e.value)
+
+
+def test_a_bad_namespace_names_its_line(tmp_path):
+    p = write_stack(tmp_path, "  platform:\n    image: i\n    command: [x, '{port:mqtt}', '{port:pg}']\n")
+    p.write_text(p.read_text().replace("provider: kubernetes\n", "provider: kubernetes\nkubernetes: {namespace: Bad_NS}\n"))
+    with pytest.raises(SpecError) as e:
+        load_stack(p)
+    assert (e.value.line, e.value.key) == (3, "kubernetes.namespace") and "Bad_NS" in str(e.value)
+
+
+def kernel(tmp_path: Path, config: str | None, modules: str = "") -> dict:
+    cfg = tmp_path / "config.gz"
+    if config is not None:
+        with gzip.open(cfg, "wt") as f:
+            f.write(config)
+    (tmp_path / "modules").write_text(modules)
+    (tmp_path / "lib").mkdir(exist_ok=True)
+    return {"config": str(cfg), "modules": str(tmp_path / "modules"), "lib_modules": str(tmp_path / "lib")}
+
+
+def latency_fault():
+    return FaultSpec(name="delay", kind="network-latency", backend="chaos-mesh",
+                     target={"namespace": "monsoon-kafka-k8s", "labelSelector": {"monsoon.io/service": "platform"}},
+                     params={"latency_ms": 200, "jitter_ms": 10}, schedule={"at": 5, "duration": 20})
+
+
+def test_network_chaos_delay_is_refused_in_one_line_naming_sch_netem_when_the_kernel_lacks_it(tmp_path):
+    where = kernel(tmp_path, "CONFIG_NET_SCH_TBF=y\n# CONFIG_NET_SCH_NETEM is not set\n")
+    line = kernel_refusal(latency_fault(), **where)
+    assert line and "sch_netem" in line and "\n" not in line and line.startswith("delay:")
+    # a pod kill needs no kernel module
+    kill = FaultSpec(name="k", kind="pod-kill", backend="chaos-mesh", target=latency_fault().target.kube.model_dump(
+        by_alias=True), schedule={"at": 5, "duration": 5})
+    assert kernel_refusal(kill, **where) is None
+
+
+@pytest.mark.parametrize("config, modules, lib_file", [
+    ("CONFIG_NET_SCH_NETEM=y\n", "", None),                                   # built in
+    ("CONFIG_NET_SCH_NETEM=m\n", "sch_netem 24576 0 - Live 0x0\n", None),     # loaded
+    (None, "", "kernel/net/sched/sch_netem.ko.xz"),                           # on disk, loadable
+])
+def test_netem_is_found_built_in_loaded_or_on_disk(tmp_path, config, modules, lib_file):
+    where = kernel(tmp_path, config, modules)
+    if lib_file:
+        f = tmp_path / "lib" / lib_file
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"")
+    assert netem_missing(**where) is None
+    assert kernel_refusal(latency_fault(), **where) is None
