@@ -62,13 +62,16 @@ segment's slope is extrapolated (monsoon's choice).
 """
 from __future__ import annotations
 from bisect import bisect_left
+from dataclasses import dataclass, field
 
 import bisect
 import builtins
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
-from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
+from monsoon.rundir import ACKED_FILE, STORED_FILE
+from monsoon.timeline.columnar import run_file_exists
+from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows, silences
 
 
 _max = builtins.max  # ``max`` is a check parameter below
@@ -362,7 +365,8 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     peak = max(v for _, v in series)
     lost = vanished_across_death(run, series, tol)
     if lost is not None:
-        return _vanished_verdict(what, {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}, lost)
+        return _vanished_verdict(run, what, {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}, lost, series,
+                                 end, anchor, tol, grace)
     after = [(t, v) for t, v in series if t >= end]
     figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
     if not after:
@@ -434,7 +438,7 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
         figures["recovery_s_mean"] = round(sum(done) / len(done), 1)
     lost = vanished_across_death(run, series, tol)
     if lost is not None:
-        return _vanished_verdict(what, figures, lost)
+        return _vanished_verdict(run, what, figures, lost, series, None, "fault window", tol, grace)
     slow = [(w, r) for w, r, _ in recs if r is not None and r > seconds]
     if slow:
         w, r = max(slow, key=lambda x: x[1])
@@ -475,6 +479,18 @@ def _drain_figures(run: RunData, what: str, tol: float) -> dict:
 VANISH_GAP_S = 5.0      # the backlog sample before a death must be this recent to say what the death took
 
 
+@dataclass(frozen=True)
+class Vanish:
+    """A backlog that a service death took: the last backlog sample before the death, and what it became."""
+    exit: dict
+    t_before: float
+    before: float            # the last backlog seen before the death
+    after: float             # the first one after it
+    verdict: str             # FAIL: lost; UNKNOWN: not seen draining, and nothing tells whether it did
+    evidence: str = ""       # how the gap before the death was judged ('' when the sample before it was fresh)
+    figures: dict = field(default_factory=dict)
+
+
 def _fastest_drain(run: RunData, series: list[tuple[float, float]]) -> float:
     """The fastest the backlog could have drained, msg/s: the calibrated capacity when the run has one, and
     never less than the steepest fall seen between two samples of this run."""
@@ -486,17 +502,87 @@ def _fastest_drain(run: RunData, series: list[tuple[float, float]]) -> float:
     return max(float(cap or 0.0), seen, 0.0)
 
 
-def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: float) -> tuple[dict, float, float] | None:
-    """``(exit, before, after)`` for the first service death across which the backlog vanished: above twice
-    the tolerance in the last sample before the death, and at or below the tolerance, or a tenth of what it
-    was, in the first sample after. A dead service processes nothing, so such a drop is the backlog lost, not
-    drained; wherever in the run the death happens (during the burst, in a fault window, or in the recovery),
-    and whatever caused it (an OOM, a crash, an injected kill). The last sample must be recent (at most
-    ``VANISH_GAP_S`` before the death), or so large that even the fastest drain (:func:`_fastest_drain`) could
-    not have emptied it in the gap: a JVM thrashing towards its OutOfMemoryError stops answering its metrics
-    (real TB: 11 s without a sample before the death, at 132,639 queued)."""
+def _acks_between(run: RunData, a: float, b: float) -> int:
+    """Messages the fleet had acknowledged (so the platform had taken in) in the load seconds ending in (a, b]."""
+    return sum(int(e.get("acked") or 0) for e in run.events.of("load") if a < float(e["t"]) <= b)
+
+
+def _consumed_between(run: RunData, a: float, b: float) -> tuple[float, float, str] | None:
+    """What the platform's own counters say it consumed from ``a`` to its death at ``b``: (consumed, until, which
+    counter), from the stored count (an exact or incremental count, not an estimate) or the Kafka committed
+    offsets; a counter counts only with a reading at or before ``a`` and one within ``VANISH_GAP_S`` after ``b``
+    (the first after the death: what it counts past the death only makes the consumption larger). None when no
+    counter covers the gap."""
+    stored = [(float(e["t"]), float(e["stored"])) for e in run.events.of("sample", collector="storage")
+              if isinstance(e.get("stored"), (int, float)) and e.get("counted", "exact") in ("exact", "incremental")]
+    kafka = [(t, c) for t, _, c in _totals(kafka_samples(run.events))]
+    for counter, pts in (("the stored count", stored), ("the Kafka committed offsets", kafka)):
+        lo = [v for t, v in pts if t <= a]
+        hi = next(((t, v) for t, v in pts if t >= b), None)
+        if lo and hi is not None and hi[0] - b <= VANISH_GAP_S:
+            return max(0.0, hi[1] - lo[-1]), hi[0], counter
+    return None
+
+
+def _accounting_loss(run: RunData) -> int | None:
+    """Acked messages the run's accounting (acked vs stored, after a drain that settled) finds never stored;
+    None when it cannot say (no acked or stored dataset, or the drain did not settle: late is not lost)."""
+    drain = run.events.first("drain")
+    if drain is None or not drain.get("drained"):
+        return None
+    if not (run_file_exists(run.dir / ACKED_FILE) and run_file_exists(run.dir / STORED_FILE)):
+        return None
+    return int(run.accounting.acked_lost)
+
+
+def _unseen(run: RunData, series: list[tuple[float, float]], t0: float, before: float, death: dict,
+            tol: float) -> tuple[str, str, dict] | None:
+    """A backlog last seen at ``t0`` (``before`` queued), not seen again before ``death``: was it drained in the
+    gap? Only the platform's own counters can say so; without them it counts as vanished (FAIL) when the
+    run's accounting finds acked messages never stored, or when even the fastest drain could not have emptied
+    it; else nobody can tell (UNKNOWN). None: the counters show it drained. Returns (verdict, evidence,
+    figures)."""
+    td = float(death["t"])
+    gap = td - t0
+    silent = [s for s in silences(run.events) if s.start < td and (s.end is None or s.end > t0)]
+    why = f"no {'queue depth' if not silent else silent[0].collector} sample for {gap:.0f}s before the death" + \
+        (f" ({silent[0].collector} silent from t={silent[0].start:.0f}s: {silent[0].reason[:80]})" if silent else "")
+    figures: dict = {"unseen_s": round(gap, 1)}
+    counted = _consumed_between(run, t0, td)
+    if counted is not None:
+        consumed, until, counter = counted
+        acks = _acks_between(run, t0, until)
+        left = before + acks - consumed
+        figures.update(consumed_in_gap=consumed, acked_in_gap=acks, backlog_at_death=max(0.0, round(left)))
+        if left <= 2 * tol:
+            return None
+        return FAIL, (f"{why}; in it {counter} rose by {consumed:,.0f} while the fleet had {acks:,} acked: about "
+                      f"{left:,.0f} still queued at the death"), figures
+    lost = _accounting_loss(run)
+    if lost is not None:
+        figures["acked_lost"] = lost
+        if lost <= 2 * tol:
+            return None    # everything acked was stored: whatever was queued was drained
+        return FAIL, (f"{why}, and no counter of the platform covers the gap; the accounting finds {lost:,} "
+                      f"acked messages never stored"), figures
+    fastest = _fastest_drain(run, series)
+    if before - fastest * gap > 2 * tol:
+        return FAIL, (f"{why}; even the fastest drain ({fastest:,.0f} msg/s) could not have emptied it in "
+                      f"that time"), figures
+    return UNKNOWN, (f"{why}, and no counter of the platform (stored count, committed offsets) nor the "
+                     f"accounting tells whether it drained in between"), figures
+
+
+def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: float) -> Vanish | None:
+    """The first service death across which the backlog vanished: above twice the tolerance in the last sample
+    before the death, and at or below the tolerance, or a tenth of what it was, in the first sample after. A
+    dead service processes nothing, so such a drop is the backlog lost, not drained; wherever in the run the
+    death happens (during the burst, in a fault window, or in the recovery), and whatever caused it (an OOM, a
+    crash, an injected kill). When the last sample is older than ``VANISH_GAP_S`` (a JVM thrashing towards its
+    OutOfMemoryError stops answering its metrics: real TB, 11 s and 31 s without a sample before the death), a
+    backlog not seen draining is not drained (:func:`_unseen`): only the platform's own counters can show that
+    it was, and without them the verdict is FAIL or UNKNOWN, never a recovery."""
     ts = [t for t, _ in series]
-    fastest = None
     for e in run.events.of("service", event="exit"):
         i = bisect_left(ts, e["t"])
         if i == 0 or i >= len(series):
@@ -504,19 +590,58 @@ def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: 
         (t0, before), (_, after) = series[i - 1], series[i]
         if not (before > 2 * tol and after <= max(tol, before / 10)):
             continue
-        gap = e["t"] - t0
-        if gap > VANISH_GAP_S:
-            fastest = _fastest_drain(run, series) if fastest is None else fastest
-            if before - fastest * gap <= 2 * tol:
-                continue
-        return e, before, after
+        if e["t"] - t0 <= VANISH_GAP_S:
+            return Vanish(e, t0, before, after, FAIL)
+        judged = _unseen(run, series, t0, before, e, tol)
+        if judged is None:
+            continue
+        return Vanish(e, t0, before, after, *judged)
     return None
 
 
-def _vanished_verdict(what: str, figures: dict, lost: tuple[dict, float, float]) -> Verdict:
-    e, before, after = lost
-    figures = {**figures, "emptied_by_crash": 1, "backlog_vanished": before}
-    return Verdict("lag_recovers_within", FAIL, figures,
-                   f"{what} was {before:,.0f} when {e['service']} died ({e.get('cause') or 'exit ' + str(e.get('code'))})"
-                   f" at t={e['t']:.0f}s and {after:,.0f} once it was back — the backlog vanished with the process: "
-                   f"lost, not drained, so this is no recovery")
+def _second_life(run: RunData, series: list[tuple[float, float]], v: Vanish, end: float | None, anchor: str,
+                 tol: float, grace: float) -> tuple[str, dict]:
+    """What the restarted service did with the backlog it built again, reported apart from the first life's."""
+    td = float(v.exit["t"])
+    back = next((float(e["t"]) for e in run.events.of("service", event="ready", service=v.exit.get("service"))
+                 if e["t"] >= td), None)
+    later = [(t, x) for t, x in series if t > td]
+    if not later:
+        return "", {}
+    peak = max(x for _, x in later)
+    figures: dict = {"second_life_peak": peak}
+    start = max(end, later[0][0]) if end is not None else later[0][0]
+    rec, _ = settled_at(later, start, tol, grace)
+    where = f" (back at t={back:.0f}s)" if back is not None else ""
+    if rec is None:
+        return (f"; apart from that, the second life{where} queued up to {peak:,.0f} and was still "
+                f"{later[-1][1]:,.0f} when sampling ended"), figures
+    after = f"{rec - end:.1f}s after the {anchor}" if end is not None else f"at t={rec:.0f}s"
+    if end is not None:
+        figures["second_life_recovery_s"] = round(rec - end, 1)
+    return f"; apart from that, the second life{where} queued up to {peak:,.0f} and fell to <= {tol:,.0f} {after}", figures
+
+
+def _vanished_verdict(run: RunData, what: str, figures: dict, v: Vanish, series: list[tuple[float, float]],
+                      end: float | None = None, anchor: str = "burst end", tol: float = 0.0,
+                      grace: float = 10) -> Verdict:
+    e, before, after = v.exit, v.before, v.after
+    cause = e.get('cause') or 'exit ' + str(e.get('code'))
+    if not v.evidence:     # the sample before the death was fresh (the message of runs before the gap rule)
+        figures = {**figures, "emptied_by_crash": 1, "backlog_vanished": before}
+        return Verdict("lag_recovers_within", FAIL, figures,
+                       f"{what} was {before:,.0f} when {e['service']} died ({cause})"
+                       f" at t={e['t']:.0f}s and {after:,.0f} once it was back — the backlog vanished with the process: "
+                       f"lost, not drained, so this is no recovery")
+    second, more = _second_life(run, series, v, end, anchor, tol, grace)
+    figures = {**figures, **v.figures, **more}
+    head = (f"{what} was {before:,.0f} at t={v.t_before:.0f}s, last seen before {e['service']} died ({cause}) at "
+            f"t={e['t']:.0f}s, and {after:,.0f} once it was back: {v.evidence}")
+    if v.verdict == FAIL:
+        figures.update(emptied_by_crash=1, backlog_vanished=figures.get("backlog_at_death", before))
+        return Verdict("lag_recovers_within", FAIL, figures,
+                       f"{head} — a backlog not seen draining is not drained: it vanished with the process, lost, so "
+                       f"this is no recovery{second}")
+    figures["backlog_unseen"] = before
+    return Verdict("lag_recovers_within", UNKNOWN, figures,
+                   f"{head} — a backlog not seen draining is not a recovery{second}")

@@ -6,16 +6,23 @@ import time
 from typing import Any
 
 from monsoon.observe.collectors import Collector
+from monsoon.timeline.views import SILENCE_MIN_S
 
 
 class Sampler:
-    """Runs collectors at a fixed period, each in its own thread, into a timeline."""
+    """Runs collectors at a fixed period, each in its own thread, into a timeline.
+
+    Silence is a signal: a collector that gives no answer (errors only, or a call that hangs) for
+    ``SILENCE_MIN_S`` or more leaves a ``silence`` event (``collector``, ``start`` = its last answer,
+    ``end`` = its next one, ``reason``), written when it answers again or when sampling stops (``open``)."""
 
     def __init__(self, timeline, collectors: list[Collector], period: float = 1.0):
         self.timeline, self.collectors, self.period = timeline, collectors, period
         self.latest: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._answered: dict[str, float] = {}       # collector -> timeline t of its last answer
+        self._why: dict[str, str] = {}              # collector -> the first error since that answer
 
     def start(self) -> "Sampler":
         for c in self.collectors:
@@ -24,16 +31,32 @@ class Sampler:
             self._threads.append(t)
         return self
 
+    def _now(self) -> float:
+        now = getattr(self.timeline, "now", None)
+        return now() if callable(now) else time.monotonic()
+
+    def _answered_now(self, name: str) -> None:
+        """``name`` answered (values, or nothing to sample this second): close a silence it leaves behind."""
+        now, last = self._now(), self._answered.get(name)
+        if last is not None and now - last >= SILENCE_MIN_S:
+            self.timeline.add("silence", collector=name, start=round(last, 3), end=round(now, 3),
+                              reason=self._why.get(name) or f"no answer for {now - last:.0f}s")
+        self._answered[name] = now
+        self._why.pop(name, None)
+
     def _loop(self, c: Collector) -> None:
         next_t = time.monotonic()
+        self._answered.setdefault(c.name, self._now())
         while not self._stop.is_set():
             try:
                 values = c.sample()
+                self._answered_now(c.name)
                 if values is not None:            # None: the collector had nothing to sample this second
                     self.latest[c.name] = values
                     self.timeline.add("sample", collector=c.name, **values)
             except Exception as e:  # a down service is data, not a crash
                 self.latest[c.name] = {"error": str(e)[:200]}
+                self._why.setdefault(c.name, f"{type(e).__name__}: {str(e)[:200]}")
                 self.timeline.add("sample", collector=c.name, error=f"{type(e).__name__}: {str(e)[:200]}")
             next_t += self.period
             delay = next_t - time.monotonic()
@@ -55,6 +78,14 @@ class Sampler:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
+        now = self._now()
+        for name, last in list(self._answered.items()):   # silent until the end: marked open
+            if now - last >= SILENCE_MIN_S:
+                try:
+                    self.timeline.add("silence", collector=name, start=round(last, 3), end=round(now, 3),
+                                      reason=self._why.get(name) or f"no answer for {now - last:.0f}s", open=True)
+                except Exception:
+                    pass
         for c in self.collectors:
             try:
                 c.close()

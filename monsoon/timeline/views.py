@@ -100,3 +100,64 @@ FAULT_GRACE_S = 60.0     # after a fault's heal: a restarted platform reconnects
 def fault_spans(events, grace_s: float = FAULT_GRACE_S) -> list[tuple[float, float]]:
     """Every injected fault window, from its inject to ``grace_s`` after its heal (to the end: never healed)."""
     return [(w.start, (w.end if w.end is not None else float("inf")) + grace_s) for w in fault_windows(events)]
+
+
+SILENCE_MIN_S = 5.0      # a collector without an answer for this long is silent: what it measures was not seen
+RESTING = ("storage",)   # collectors that may skip seconds on purpose (an exact count resting during the load)
+
+
+@dataclass(frozen=True)
+class Silence:
+    collector: str
+    start: float                 # its last answer before the silence (timeline seconds)
+    end: float | None            # its first answer after it (None: it never answered again)
+    reason: str                  # the error it gave, or "no answer"
+
+
+def silences(events, min_s: float = SILENCE_MIN_S) -> list[Silence]:
+    """Every stretch of at least ``min_s`` seconds in which a collector gave no answer: the marks the sampler
+    recorded (``silence`` events: from, until, which collector, why), and, for runs without them or a collector
+    stuck in its call, the stretches its samples show: errors only (refused, timed out), or no sample at all
+    between two answers (not for a collector that rests on purpose, :data:`RESTING`). Overlapping stretches of
+    one collector are merged. What a silent collector measures was not seen there: never read it as fine."""
+    spans: dict[str, list[tuple[float, float | None, str]]] = {}
+    for e in events.of("silence"):
+        if isinstance(e.get("start"), (int, float)):
+            end = e.get("end")
+            spans.setdefault(str(e.get("collector")), []).append(
+                (float(e["start"]), float(end) if isinstance(end, (int, float)) else None,
+                 str(e.get("reason") or "no answer")))
+    by: dict[str, list[dict]] = {}
+    for e in events.of("sample"):
+        by.setdefault(str(e.get("collector")), []).append(e)
+    for name, samples in by.items():
+        last_ok: float | None = None
+        err: str | None = None
+        for s in samples:
+            t = float(s["t"])
+            if s.get("error") is not None:
+                err = err or str(s["error"])
+                continue
+            if last_ok is not None and t - last_ok >= min_s and (err is not None or name not in RESTING):
+                spans.setdefault(name, []).append((last_ok, t, err or "no answer"))
+            last_ok, err = t, None
+        if err is not None and last_ok is not None and float(samples[-1]["t"]) - last_ok >= min_s:
+            spans.setdefault(name, []).append((last_ok, None, err))
+    out = []
+    for name, ss in spans.items():
+        ss.sort(key=lambda x: x[0])
+        merged: list[list] = []
+        for a, b, why in ss:
+            if merged and (merged[-1][1] is None or a <= merged[-1][1]):
+                if merged[-1][1] is not None:
+                    merged[-1][1] = None if b is None else max(merged[-1][1], b)
+                continue
+            merged.append([a, b, why])
+        out += [Silence(name, a, b, why) for a, b, why in merged if b is None or b - a >= min_s]
+    return sorted(out, key=lambda s: (s.start, s.collector))
+
+
+def silent_during(silent: list[Silence], a: float, b: float, collector: str | None = None) -> list[Silence]:
+    """The silences (of ``collector``, else any) that overlap [a, b]."""
+    return [s for s in silent if (collector is None or s.collector == collector)
+            and s.start < b and (s.end is None or s.end > a)]
