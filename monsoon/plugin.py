@@ -28,6 +28,8 @@ MARKERS = {
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",
     "chaos": "chaos: scenario that injects faults (monsoon); select with -m chaos",
     "docker": "docker: scenario on a container stack (provider: docker); select with -m docker",
+    "kubernetes": "kubernetes: scenario on a stack in Kubernetes form (provider: kubernetes) in monsoon's cluster; "
+                  "select with -m kubernetes",
     "cassandra": "cassandra: scenario on a Cassandra stack (kafka-cassandra, cassandra-ack); select with -m cassandra",
     "integration": "integration: monsoon self-test on real services (Kafka, Postgres, the reference platform)",
 }

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+from contextlib import ExitStack, contextmanager
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
 from monsoon.spec.stack import SERVICE_POD_LABEL, ReadySpec
+from monsoon.stack import cluster, dockerd
 from monsoon.stack.cluster import Cluster
 from monsoon.stack.containers import mem_bytes
 from monsoon.stack.ports import StackError
@@ -240,6 +242,8 @@ def judge(pod: dict | None, instance: tuple[str, int], container: str) -> dict |
         return termination(last.get("terminated"))
     if state.get("terminated"):
         return termination(state["terminated"])
+    if state.get("waiting") and last.get("terminated"):    # ended, and kubelet holds the restart back (back-off)
+        return termination(last["terminated"])
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return {"finished_at": None, "exit_code": 137, "oom_killed": 0, "reason": "pod deleted"}
     return None
@@ -487,3 +491,40 @@ def reap_namespaces(run_id: str | None = None, timeout: float = 120.0) -> list[s
 def namespace_census(run_id: str) -> list[str]:
     return [f"namespace {ns['metadata']['name']} ({(ns.get('status') or {}).get('phase', '?')})"
             for ns in run_namespaces(run_id)]
+
+
+# ------------------------------------------------------------------ the cluster for the stories
+
+class ClusterUnavailable(Exception):
+    """The cluster cannot run here (one line naming what is missing: scenarios skip with it)."""
+
+
+@contextmanager
+def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
+    """The cluster (with Chaos Mesh) for stacks in Kubernetes form, started here when it is not running and
+    stopped on the way out if it was; monsoon's Docker daemon for importing images; ``KUBECONFIG`` pointed at
+    the cluster and ``namespaces`` added to ``MONSOON_KUBE_NAMESPACES`` meanwhile (both put back after)."""
+    why = cluster.skip_reason(chaos_mesh=True)
+    if why:
+        raise ClusterUnavailable(why)
+    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "MONSOON_KUBE_NAMESPACES")}
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(dockerd.ensure())
+        except dockerd.DockerdError as e:
+            raise ClusterUnavailable(f"no Docker daemon to import images from: {str(e).splitlines()[0]}") from None
+        started = cluster.ensure_up(chaos_mesh=True)
+        if started:
+            stack.callback(cluster.down, True)
+        c = cluster.Cluster()
+        os.environ["KUBECONFIG"] = str(c.kubeconfig)
+        have = [x.strip() for x in (saved["MONSOON_KUBE_NAMESPACES"] or "").split(",") if x.strip()]
+        os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+        try:
+            yield c
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -86,6 +86,9 @@ def test_an_instance_ends_by_a_kubelet_restart_a_termination_or_its_pod_going():
     assert (oom["exit_code"], oom["oom_killed"], oom["reason"]) == (137, 1, "OOMKilled")
     crash = judge(pod("u1", 0, state={"terminated": {"exitCode": 1, "reason": "Error"}}), inst, "platform")
     assert (crash["exit_code"], crash["oom_killed"]) == (1, 0)
+    backoff = judge(pod("u1", 0, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                        last={"terminated": {"exitCode": 137, "reason": "OOMKilled"}}), inst, "platform")
+    assert (backoff["exit_code"], backoff["oom_killed"]) == (137, 1)
     for gone in (judge(None, inst, "platform"), judge(pod("u1", 0, deleting=True), inst, "platform")):
         assert (gone["exit_code"], gone["reason"]) == (137, "pod deleted")
 

@@ -1,0 +1,80 @@
+"""The burst and pod-kill stories on stacks in Kubernetes form (provider: kubernetes): the reference platform,
+Kafka and Postgres as pods of monsoon's single-node cluster, Chaos Mesh killing a pod under load.
+
+Run:  pytest -m kubernetes pytest/                 all of them
+      pytest -m burst pytest/ -k kubernetes        the two x10 floods on pods
+      pytest -m chaos pytest/ -k kubernetes        Chaos Mesh's pod-kill on kafka-k8s, and the refused delay
+The module starts the cluster with Chaos Mesh (`monsoon cluster up --chaos-mesh`) unless it runs, and stops it at
+the end if it started it; without `make k8s` every test skips in one line naming the missing piece.
+
+* in-memory x10 on pods: the platform pod's container is killed by its memory limit (the pod's
+  lastState.terminated.reason: OOMKilled, k8s_oom_killed >= 1), kubelet restarts it, and the acked messages its
+  queue held are lost;
+* Kafka x10 on pods: lag, drained, nothing lost;
+* PodChaos pod-kill of the Kafka platform pod: landed by a new pod UID and a restart (not only AllInjected),
+  healed (the object gone), nothing acked lost, lag recovered;
+* NetworkChaos delay: refused before the load, in one line naming the missing kernel module sch_netem.
+"""
+import pytest
+
+from monsoon.stack.pods import ClusterUnavailable, cluster_for_stacks
+from monsoon.timeline.store import read_events
+
+pytestmark = pytest.mark.kubernetes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kube_cluster(pytestconfig):
+    if pytestconfig.getoption("--monsoon-dry-run"):
+        yield None
+        return
+    try:
+        with cluster_for_stacks(("monsoon-inmemory-k8s", "monsoon-kafka-k8s")) as c:
+            yield c
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.burst
+def test_inmemory_x10_on_pods_is_oomkilled_by_its_memory_limit(monsoon):
+    result = monsoon.run("inmemory-k8s", "burst-x10")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    oom = result.check("no_oom")
+    assert oom.verdict == "fail" and oom.figures.get("k8s_oom_killed", 0) >= 1, result.failure_message()
+    events = read_events(result.dir / "timeline.jsonl")
+    restarts = [e for e in events if e.get("event") == "restart" and e.get("service") == "platform"
+                and e.get("by") == "kubelet"]
+    assert restarts, "kubelet did not restart the OOMKilled platform pod: " + result.failure_message()
+    assert result.check("no_acked_loss").figures["acked_lost"] > 0, result.failure_message()
+
+
+@pytest.mark.burst
+def test_kafka_x10_on_pods_loses_nothing(monsoon):
+    monsoon.run("kafka-k8s", "burst-x10").assert_pass()
+
+
+@pytest.mark.chaos
+def test_kafka_pods_survive_a_chaos_mesh_pod_kill(monsoon):
+    result = monsoon.run("kafka-k8s", "pod-kill-chaos-mesh")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    result.assert_pass()
+    faults = [e for e in read_events(result.dir / "timeline.jsonl") if e.get("type") == "fault"]
+    inject = next(e for e in faults if e["phase"] == "inject")
+    ev = inject["evidence"]
+    assert inject["landed"] is True and ev["killed_uids"] and ev["new_uids"], ev
+    assert set(ev["new_uids"]).isdisjoint(ev["uids_before"]), ev
+    heal = next(e for e in faults if e["phase"] == "heal")
+    assert heal["landed"] is True and heal["evidence"]["present"] is False, heal
+
+
+@pytest.mark.chaos
+def test_network_chaos_delay_is_refused_before_the_load_naming_sch_netem(monsoon):
+    from monsoon.faults.kube import netem_missing
+    if netem_missing() is None:
+        pytest.skip("this kernel has sch_netem: nothing to refuse")
+    with pytest.raises(Exception) as e:
+        monsoon.run("kafka-k8s", "network-latency-chaos-mesh")
+    line = str(e.value)
+    assert "sch_netem" in line and "refused before the load" in line, line
