@@ -545,7 +545,7 @@ def _unseen(run: RunData, series: list[tuple[float, float]], t0: float, before: 
     td = float(death["t"])
     gap = td - t0
     silent = [s for s in silences(run.events) if s.start < td and (s.end is None or s.end > t0)]
-    why = f"no {'queue depth' if not silent else silent[0].collector} sample for {gap:.0f}s before the death" + \
+    why = f"not seen for {gap:.0f}s before the death" + \
         (f" ({silent[0].collector} silent from t={silent[0].start:.0f}s: {silent[0].reason[:80]})" if silent else "")
     figures: dict = {"unseen_s": round(gap, 1)}
     counted = _consumed_between(run, t0, td)

@@ -21,6 +21,7 @@ from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
 from monsoon.checks.oom import no_oom, no_unexpected_exit
 from monsoon.checks.slo import error_budget
+from monsoon.checks.serve import serves_throughout
 from monsoon.checks.stall import no_ingest_stall
 from monsoon.checks.torn import withhold
 from monsoon.timeline.store import Events
@@ -44,6 +45,7 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
     "latency_objective": latency_objective,
     "load_valid": load_valid,
     "no_ingest_stall": no_ingest_stall,
+    "serves_throughout": serves_throughout,
 }
 
 

@@ -30,8 +30,11 @@ def tb_inmemory_x10(tmp_path, storage: bool = True, accounting: bool = False) ->
     depth = [(130.0, 400.0), (150.0, 20000.0), (155.0, 5000.0), (186.0, 600.0), (190.0, 12000.0),
              (195.0, 30000.0), (200.0, 52000.0), (205.0, 66000.0), (210.0, 78743.0), (211.0, 81877.0),
              (300.7, 0.0), (310.0, 9000.0), (320.0, 18000.0), (330.0, 25361.0), (340.0, 20000.0),
-             (350.0, 12000.0), (360.0, 5000.0), (369.0, 1200.0), (380.0, 0.0), (400.0, 0.0), (420.0, 0.0)]
-    b.lag(depth, collector="metrics", field="queue_depth")
+             (350.0, 12000.0), (360.0, 5000.0), (368.0, 1800.0), (369.0, 1400.0), (380.0, 0.0), (400.0, 0.0), (420.0, 0.0)]
+    dense = [(t + 0.7, v0 + (v1 - v0) * (t + 0.7 - t0) / (t1 - t0))       # 1 Hz after the restart, as scraped
+             for (t0, v0), (t1, v1) in zip(depth[10:], depth[11:]) for t in range(int(t0), int(t1))
+             if t0 < t + 0.7 < t1]
+    b.lag(sorted(depth + dense), collector="metrics", field="queue_depth")
     for t in range(212, 242, 2):        # the scrape times out: TB answers nothing
         b.ev("sample", float(t), collector="metrics", error="ReadTimeout: read timed out. (read timeout=0.8)")
     b.ev("service", 242.0, service="platform", event="exit", code=3, oom=True,

@@ -1,0 +1,90 @@
+"""serves_throughout: a stack alive (or dead) serving nothing while the load offers work fails, naming the service
+and why; on reduced copies of real runs."""
+from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
+from monsoon.checks.registry import CHECKS, validate_check
+from monsoon.checks.serve import serves_throughout
+from tests.unit.helpers import RunBuilder
+from tests.unit.test_silence import tb_inmemory_x10
+
+MB = 1024 * 1024
+
+
+def run(b: RunBuilder) -> RunData:
+    return RunData(b.write())
+
+
+def test_thrashing_thingsboard_acking_nothing_before_its_oom_fails_with_the_evidence(tmp_path):
+    b = tb_inmemory_x10(tmp_path)
+    for t in range(186, 212):     # heap samples until the scrape goes silent: at its max
+        b.metrics(float(t), heap_used=382.0 * MB, heap_max=384.0 * MB, gc_seconds=10.0 + 0.8 * (t - 186))
+    v = serves_throughout(run(b), max_silent_s=10)
+    assert v.verdict == FAIL, v.message
+    # acks fall to 300 of 15,000 at t=205 and stay there until TB is back at t=300
+    assert "platform served" in v.message and "of 1,4" in v.message
+    assert "platform died at t=242s (java.lang.OutOfMemoryError (JVM exit 3)), ready again at t=298s" in v.message
+    assert "heap at its max (382 of 384 MB)" in v.message and "metrics silent from t=211s" in v.message
+    assert v.figures["silent_stretches"] == 1 and v.figures["longest_silent_s"] == 95.0
+
+
+def hung_second_life(tmp_path) -> RunBuilder:
+    """Reduced copy of inmemory-docker x10: killed at its 200 MB limit, the restarted container sat at 200 of
+    200 MB for 117 s acking 117 messages (metrics silent, no second kill)."""
+    b = RunBuilder(tmp_path, base_rate=400).phases(10, 40, 60).service_start()
+    for sec in range(0, 110):
+        offered = 4000 if 10 <= sec < 50 else 400
+        b.load(sec, offered, offered if sec < 30 else (1 if sec % 40 == 0 else 0))
+    b.ev("service", 31.0, service="platform", event="exit", code=137, oom=True, cause="OOMKilled (docker)")
+    b.ev("service", 32.0, service="platform", event="restart", n=2)
+    b.ev("service", 40.0, service="platform", event="ready")
+    for t in range(0, 110):
+        b.ev("sample", float(t), collector="cgroup", service="platform", available=1, pid=1, cgroup="/c",
+             oom_kills=0, limit_hits=0, cgroups={"/c": {"version": 2, "oom_kill": 0, "limit_hits": 0, "shared": 0,
+                                                         "usage_mb": 199.9 if t >= 42 else 120.0,
+                                                         "limit_mb": 200.0, "anon_mb": 190.0}})
+    for t in range(0, 110):
+        if 31 <= t < 110 and t >= 42:
+            b.ev("sample", float(t), collector="metrics", error="ReadTimeout: timed out")
+        elif t < 31:
+            b.metrics(float(t), queue_depth=100.0)
+    return b
+
+
+def test_a_hung_second_life_at_its_memory_limit_is_named(tmp_path):
+    v = serves_throughout(run(hung_second_life(tmp_path)), max_silent_s=10)
+    assert v.verdict == FAIL, v.message
+    assert "platform at its memory limit (200 of 200 MB)" in v.message and "alive" in v.message
+    assert "metrics silent from t=30s" in v.message
+    assert v.figures["memory_limit_stall_s"] >= 60
+
+
+def test_a_stack_that_acks_the_whole_burst_passes(tmp_path):
+    # Kafka x10: the platform acks as fast as the fleet sends, Kafka absorbs the flood
+    b = RunBuilder(tmp_path, base_rate=400).phases(10, 60, 60).service_start()
+    for sec in range(130):
+        offered = 4000 if 10 <= sec < 70 else 400
+        b.load(sec, offered, int(offered * (0.6 if sec in (11, 12) else 0.99)))
+    v = serves_throughout(run(b), max_silent_s=10)
+    assert v.verdict == PASS and v.figures["unserved_seconds"] == 0, v.message
+
+
+def test_silence_inside_a_fault_window_and_its_settle_time_is_not_judged(tmp_path):
+    b = RunBuilder(tmp_path, base_rate=400).service_start()
+    b.ev("fault-plan", 0.0)
+    b.ev("fault", 20.0, name="pod-kill", kind="pod-kill", target="platform", window=1, phase="inject",
+         effective=20.0, landed=True)
+    b.ev("fault", 25.0, name="pod-kill", kind="pod-kill", target="platform", window=1, phase="heal",
+         effective=25.0, landed=True)
+    for sec in range(200):
+        b.load(sec, 400, 0 if 20 <= sec < 60 else 400)
+    assert serves_throughout(run(b), max_silent_s=10).verdict == PASS
+    b.load(150, 400, 0).load(151, 400, 0)          # two silent seconds: under the limit
+    for sec in range(160, 175):                     # fifteen: over it, outside any window
+        b.load(sec, 400, 3)
+    v = serves_throughout(run(b), max_silent_s=10)
+    assert v.verdict == FAIL and "for 15s from t=160s" in v.message and "no sign why" in v.message
+
+
+def test_serves_throughout_is_registered_validated_and_unknown_without_load(tmp_path):
+    assert CHECKS["serves_throughout"] is serves_throughout
+    validate_check("serves_throughout", {"max_silent_s": 10})
+    assert serves_throughout(run(RunBuilder(tmp_path)), max_silent_s=10).verdict == UNKNOWN
