@@ -16,7 +16,8 @@ stored     stored rate, msg/s (from the cumulative ``stored`` count)
 =========  ===========================================================
 
 Like Jepsen's plots, each one shades the burst phases (orange) and fault
-windows (purple), and marks service exits (red) and restarts (green, dashed)
+windows (purple), and, lighter and grey, the stretches a collector gave no answer (its silence: what it measures
+was not seen there), and marks service exits (red) and restarts (green, dashed)
 with vertical lines.  A plot whose data is missing still renders, saying
 "no data", so a report never fails on a partial run.
 
@@ -55,7 +56,7 @@ from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
 from monsoon.report import sidebyside
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.timeline.store import Events
-from monsoon.timeline.views import fault_windows
+from monsoon.timeline.views import fault_windows, silences
 
 
 MAX_POINTS = 2000
@@ -70,7 +71,7 @@ TITLES = {
     "gc": "GC time (% of wall time)",
     "stored": "Stored rate (msg/s)",
 }
-BURST_COLOR, FAULT_COLOR = "#ff9f1c", "#8e44ad"
+BURST_COLOR, FAULT_COLOR, SILENCE_COLOR = "#ff9f1c", "#8e44ad", "#7f7f7f"
 EXIT_COLOR, OOM_COLOR, RESTART_COLOR = "#d62728", "#8b0000", "#2ca02c"
 FIG_W, FIG_H, DPI = 12.8, 2.8, 100
 MARGINS = dict(left=0.06, right=0.93, top=0.84, bottom=0.17)  # equal for every plot, so time axes line up
@@ -123,7 +124,7 @@ class Window:
     name: str
     start: float
     end: float | None
-    kind: str  # "burst" | "phase" | "fault"
+    kind: str  # "burst" | "phase" | "fault" | "silence" (a collector that gave no answer)
 
 
 @dataclass
@@ -159,6 +160,8 @@ def windows_of(ev: Events) -> list[Window]:
                               "burst" if "burst" in name.lower() else "phase"))
     for w in fault_windows(ev):
         out.append(Window(f"{w.name}#{w.window}" if w.window else w.name, w.start, w.end, "fault"))
+    for s in silences(ev):
+        out.append(Window(f"{s.collector} silent", s.start, s.end, "silence"))
     return out
 
 
@@ -267,13 +270,17 @@ class Plotter:
             elif w.kind == "fault":
                 ax.axvspan(x0, x1, facecolor=FAULT_COLOR, alpha=0.16, hatch="//", edgecolor=FAULT_COLOR,
                            linewidth=0, zorder=0)
+            elif w.kind == "silence":      # what was not seen there: lighter than a fault, grey, cross-hatched
+                ax.axvspan(x0, x1, facecolor=SILENCE_COLOR, alpha=0.10, hatch="xx", edgecolor=SILENCE_COLOR,
+                           linewidth=0, zorder=0)
             else:
                 ax.axvline(x0, color="#999999", linewidth=0.6, linestyle=":", zorder=1)
         shown = [w for w in self.windows if self.t0 <= w.start <= self.t1]
         if len(shown) <= 12:  # phase / fault names along the top
             for w in shown:
                 ax.text(w.start / self.div, 1.0, " " + w.name, transform=ax.get_xaxis_transform(), fontsize=7,
-                        va="bottom", ha="left", color=FAULT_COLOR if w.kind == "fault" else "#555555", clip_on=False)
+                        va="bottom", ha="left", color={"fault": FAULT_COLOR, "silence": SILENCE_COLOR}.get(w.kind, "#555555"),
+                        clip_on=False)
         for m in self.markers:
             color = {"oom": OOM_COLOR, "exit": EXIT_COLOR, "restart": RESTART_COLOR}[m.kind]
             ax.axvline(m.t / self.div, color=color, linewidth=1.4 if m.kind != "restart" else 1.1,

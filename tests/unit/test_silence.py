@@ -31,8 +31,8 @@ def tb_inmemory_x10(tmp_path, storage: bool = True, accounting: bool = False) ->
              (195.0, 30000.0), (200.0, 52000.0), (205.0, 66000.0), (210.0, 78743.0), (211.0, 81877.0),
              (300.7, 0.0), (310.0, 9000.0), (320.0, 18000.0), (330.0, 25361.0), (340.0, 20000.0),
              (350.0, 12000.0), (360.0, 5000.0), (368.0, 1800.0), (369.0, 1400.0), (380.0, 0.0), (400.0, 0.0), (420.0, 0.0)]
-    dense = [(t + 0.7, v0 + (v1 - v0) * (t + 0.7 - t0) / (t1 - t0))       # 1 Hz after the restart, as scraped
-             for (t0, v0), (t1, v1) in zip(depth[10:], depth[11:]) for t in range(int(t0), int(t1))
+    dense = [(t + 0.7, v0 + (v1 - v0) * (t + 0.7 - t0) / (t1 - t0))       # scraped at 1 Hz, but for the silence
+             for (t0, v0), (t1, v1) in zip(depth, depth[1:]) if t1 - t0 < 60 for t in range(int(t0), int(t1))
              if t0 < t + 0.7 < t1]
     b.lag(sorted(depth + dense), collector="metrics", field="queue_depth")
     for t in range(212, 242, 2):        # the scrape times out: TB answers nothing
@@ -149,3 +149,13 @@ def test_the_sampler_marks_a_collector_that_stops_answering(monkeypatch):
     assert len(marks) == 1 and marks[0]["collector"] == "metrics" and marks[0]["reason"].startswith("TimeoutError")
     assert marks[0]["end"] - marks[0]["start"] >= 0.3
     assert [(x.collector, x.reason[:12]) for x in silences(Events(tl.events), min_s=0.3)] == [("metrics", "TimeoutError")]
+
+
+def test_the_report_shades_a_silence_apart_from_the_fault_windows(tmp_path):
+    from monsoon.report.html import Plotter, windows_of
+    ev = Events.load(tb_inmemory_x10(tmp_path).write() / "timeline.jsonl")
+    got = [(w.name, w.start, w.end, w.kind) for w in windows_of(ev) if w.kind == "silence"]
+    assert got == [("metrics silent", 211.0, 300.7, "silence")]
+    fig, ax = Plotter(ev)._axes("backlog")
+    spans = [p for p in ax.patches if p.get_hatch() == "xx"]
+    assert len(spans) == 1 and spans[0].get_facecolor()[3] < 0.16   # lighter than a fault window
