@@ -157,6 +157,7 @@ class Stack:
         self._lock = threading.Lock()
         self._kube: "kpods.Kube | None" = None      # provider: kubernetes: the cluster's API
         self._mirror: Any = None                     # the cluster's port mirror (host 127.0.0.1:P -> node 127.0.0.1:P)
+        self._namespace: str | None = None           # the namespace this stack created (stop deletes only that)
 
     # --- templates
     def render(self, value: str, service_dir: Path | None = None) -> str:
@@ -242,6 +243,7 @@ class Stack:
         ns = self.spec.kube_namespace()
         try:
             self._kube.ensure_namespace(ns, self.run_id)
+            self._namespace = ns
         except kpods.PodError:
             raise
         except Exception as e:
@@ -254,9 +256,15 @@ class Stack:
                              f"{e}") from None
 
     def _stop_pods(self) -> None:
-        if self._kube is None or not self.spec.pods():
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            try:
+                mirror.stop()
+            except Exception:
+                pass
+        ns, self._namespace = self._namespace, None
+        if self._kube is None or ns is None:
             return
-        ns = self.spec.kube_namespace()
         t0 = time.monotonic()
         try:
             gone = self._kube.delete_namespace(ns)
@@ -265,12 +273,6 @@ class Stack:
             self.on_event("op", op="namespace", namespace=ns, event="delete-failed", error=str(e)[:200])
         self.on_event("op", op="namespace", namespace=ns, event="deleted" if gone else "still-there",
                       seconds=round(time.monotonic() - t0, 3))
-        mirror, self._mirror = self._mirror, None
-        if mirror is not None:
-            try:
-                mirror.stop()
-            except Exception:
-                pass
 
     def start(self) -> "Stack":
         """Start every service in dependency order, each once ready.
