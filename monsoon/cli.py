@@ -18,6 +18,7 @@ from monsoon.faults.resolve import kube_namespaces
 from monsoon.history import commands as history_commands
 from monsoon.history.hooks import record as record_history
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
+from monsoon import settings
 from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
@@ -226,6 +227,15 @@ def shipped_spec_files() -> list[Path]:
                   if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
+def project_spec_files() -> list[Path]:
+    """Every YAML file in the user's spec folders (``--project``'s stacks/, experiments/, fault-profiles/), not
+    monsoon's own; none in monsoon's checkout."""
+    cur = settings.current()
+    own = {(settings.ROOT / sub).resolve() for sub in settings.FOLDERS.values()}
+    folders = [d for kind in settings.FOLDERS for d in cur.spec_dirs(kind) if d.is_dir() and d.resolve() not in own]
+    return sorted({p for d in folders for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()})
+
+
 def _shown(path: str | Path) -> str:
     """A path as the user would type it: relative to the current directory when under it."""
     p = Path(path)
@@ -287,7 +297,9 @@ def validate_cli(args) -> int:
     if args.stack is not None:
         pairs.append((args.stack, args.experiment))
     if not files and not pairs:
-        files, pairs = shipped_spec_files(), list(SCENARIO_PAIRS)
+        files = project_spec_files()   # the user's project, when it has specs of its own
+        if not files:
+            files, pairs = shipped_spec_files(), list(SCENARIO_PAIRS)
     printed: set[str] = set()
 
     def report(line: str) -> None:
@@ -390,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
                                  "works on saved runs and specs.")
+    ap.add_argument("--project", type=Path, default=None, metavar="DIR",
+                    help="the user's project: stacks/, experiments/, fault-profiles/ and runs/ under DIR are found "
+                         "first (default: the current directory upwards to a pyproject.toml, pytest.ini, setup.cfg "
+                         "or tox.ini; else the current directory)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
     a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
@@ -488,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
                 history_commands.add_scheduled_run):
         add(sub)
     args = ap.parse_args(argv)
+    if args.project is not None:
+        settings.configure(project=args.project.resolve())
     handler = {"history": history_commands.history_cli, "signoff": history_commands.signoff_cli,
                "schedule": history_commands.schedule_cli, "scheduled-run": history_commands.scheduled_run_cli}
     if args.cmd in handler:

@@ -1,11 +1,8 @@
-"""Where monsoon lives: the repository root and the cache of downloaded and built parts (``MONSOON_CACHE``)."""
+"""monsoon's own files (``REPO``: the checkout, or the package data of an installed monsoon) and the cache.
+
+Kept for the modules and tests that name them; where things are is decided in :mod:`monsoon.settings`."""
 from __future__ import annotations
-import os
 
-from pathlib import Path
+from monsoon.settings import ROOT as REPO, cache_dir
 
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-CACHE = Path(os.environ.get("MONSOON_CACHE", REPO / ".cache"))
+CACHE = cache_dir()

@@ -1,26 +1,28 @@
 """monsoon's pytest plugin: markers, options, the ``monsoon`` fixture, the sign-off checklist.
 
 Only hooks, options and fixtures live here; the logic is in plain modules.
+
+The ``pytest11`` entry point loads this module in every pytest process, used or not: at import and at
+configure it imports nothing heavy (only :mod:`monsoon.settings` and the hook specs) and changes nothing global.
+The session (and with it the runner, the load engine, Kafka, matplotlib, ...) is built the first time a test asks
+for the ``monsoon`` fixture; only then is SIGTERM turned into an interrupt, and the previous handler is put
+back at ``pytest_unconfigure``. ``-p no:monsoon`` switches the plugin off.
 """
 from __future__ import annotations
 
+import signal
 import threading
 from contextlib import ExitStack
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from monsoon import hookspec
-from monsoon.checks.registry import register_check
-from monsoon.history.compare import CompareError, parse_baseline, parse_rules
-from monsoon.history.hooks import check_regressions, record
-from monsoon.report.checklist import describe_interruption
-from monsoon.report.result import DryRunSkipped, ExperimentResult, RunFailed, StackUnavailable
-from monsoon.run.shield import sigterm_as_interrupt
-from monsoon.session import MonsoonSession
-from monsoon.spec.base import PROFILES
-from monsoon.stack import dockerd
-from monsoon.spec.yamlio import SpecError
+from monsoon import hookspec, settings
+from monsoon.settings import PROFILES
+
+if TYPE_CHECKING:
+    from monsoon.report.result import ExperimentResult
+    from monsoon.session import MonsoonSession
 
 
 MARKERS = {
@@ -33,7 +35,9 @@ MARKERS = {
     "cassandra": "cassandra: scenario on a Cassandra stack (kafka-cassandra, cassandra-ack); select with -m cassandra",
     "integration": "integration: monsoon self-test on real services (Kafka, Postgres, the reference platform)",
 }
-SESSION_KEY = pytest.StashKey[MonsoonSession]()
+SESSION_KEY = pytest.StashKey["MonsoonSession"]()
+MAKE_SESSION = pytest.StashKey[Any]()        # builds the session on first use (the ``monsoon`` fixture)
+RESTORE = pytest.StashKey[list]()            # what pytest_unconfigure puts back: settings, the SIGTERM handler
 SOAK_DESELECTED = pytest.StashKey[int]()
 COMPARE_KEY = pytest.StashKey[tuple]()   # (baseline: "last" | run id, rules) of --monsoon-compare(-fail)
 
@@ -44,7 +48,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="durations profile of every experiment: quick (minutes), nightly, full (hours). "
                      "Default: ini monsoon_profile or quick.")
     g.addoption("--monsoon-runs-dir", default=None,
-                help="where run directories go (default: ini monsoon_runs_dir or <repo>/runs)")
+                help="where run directories go (default: ini monsoon_runs_dir, else MONSOON_RUNS_DIR, else "
+                     "<rootdir>/runs)")
+    g.addoption("--monsoon-specs", action="append", default=None, metavar="DIR",
+                help="look stacks, experiments and fault profiles up by name in DIR (its stacks/, experiments/, "
+                     "fault-profiles/, or DIR itself) before <rootdir>'s and monsoon's own; repeatable. "
+                     "Default: ini monsoon_specs")
     g.addoption("--monsoon-run-id", default=None, help="use this run id instead of a timestamped one")
     g.addoption("--monsoon-dry-run", action="store_true", default=False,
                 help="validate every stack, experiment and fault, print what would be started and injected "
@@ -64,6 +73,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "<runs>/history.sqlite)")
     parser.addini("monsoon_profile", "default --monsoon-profile", default="quick")
     parser.addini("monsoon_runs_dir", "default --monsoon-runs-dir", default="")
+    parser.addini("monsoon_specs", "default --monsoon-specs: folders of specs, relative to the rootdir",
+                  type="paths", default=[])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,15 +84,28 @@ def pytest_configure(config: pytest.Config) -> None:
     if profile not in PROFILES:
         raise pytest.UsageError(f"monsoon_profile = {profile!r}: choose one of {', '.join(PROFILES)}")
     runs = config.getoption("--monsoon-runs-dir") or config.getini("monsoon_runs_dir") or None
-    if runs and not Path(runs).is_absolute():
-        runs = str(config.rootpath / runs)
+    specs = config.getoption("--monsoon-specs") or config.getini("monsoon_specs")
+    # the user's project is the root: specs, runs and the recorded commit (put back at pytest_unconfigure)
+    config.stash[RESTORE] = [lambda prev=settings.configure(project=config.rootpath, specs=specs, runs=runs):
+                             settings.restore(prev)]
     compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
-    try:   # a bad expression is one line before anything starts
-        rules = parse_rules(fail_expr) if fail_expr else []
-        if compare_to is not None or rules:
+    if compare_to is not None or fail_expr:
+        from monsoon.history.compare import CompareError, parse_baseline, parse_rules
+        try:   # a bad expression is one line before anything starts
+            rules = parse_rules(fail_expr) if fail_expr else []
             config.stash[COMPARE_KEY] = (parse_baseline(compare_to or "last"), rules)
-    except CompareError as e:
-        raise pytest.UsageError(str(e)) from None
+        except CompareError as e:
+            raise pytest.UsageError(str(e)) from None
+    config.stash[MAKE_SESSION] = lambda: _make_session(config, profile)
+
+
+def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
+    """The session, built when a test first asks for it: the heavy imports happen here, and SIGTERM becomes
+    an interrupt from now until pytest_unconfigure."""
+    from monsoon.checks.registry import register_check
+    from monsoon.run.shield import sigterm_as_interrupt
+    from monsoon.session import MonsoonSession
+
     lock = threading.Lock()
 
     def progress(msg: str) -> None:
@@ -121,13 +145,24 @@ def pytest_configure(config: pytest.Config) -> None:
     def on_result(result, session) -> None:
         config.pluginmanager.hook.pytest_monsoon_result(result=result, session=session)
 
-    config.stash[SESSION_KEY] = MonsoonSession(profile=profile, runs_dir=runs,
-                                               run_id=config.getoption("--monsoon-run-id"), progress=progress,
-                                               dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
-                                               on_result=on_result, force=config.getoption("--monsoon-force"))
-    config.stash[SESSION_KEY].no_history = config.getoption("--monsoon-no-history")
+    session = MonsoonSession(profile=profile, run_id=config.getoption("--monsoon-run-id"), progress=progress,
+                             dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
+                             on_result=on_result, force=config.getoption("--monsoon-force"))
+    session.no_history = config.getoption("--monsoon-no-history")
+    config.stash[SESSION_KEY] = session
+    if threading.current_thread() is threading.main_thread():
+        before = signal.getsignal(signal.SIGTERM)
+        config.stash[RESTORE].append(lambda: signal.signal(signal.SIGTERM, before))
     sigterm_as_interrupt("monsoon")
     config.pluginmanager.hook.pytest_monsoon_add_checks(register=register_check)
+    return session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put back what the plugin changed: the SIGTERM handler of a run and the settings."""
+    for undo in reversed(config.stash.get(RESTORE, [])):
+        undo()
+    config.stash[RESTORE] = []
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -140,39 +175,52 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     fails with the numbers and no traceback; after a dry run it skips. Every result's headline figures go to
     the test's JUnit properties (``--junitxml``)."""
     session = pyfuncitem.config.stash.get(SESSION_KEY, None)
-    before = len(session.results) if session is not None else 0
+    if session is None:      # not a monsoon test: nothing of monsoon's is imported or caught
+        return (yield)
+    from monsoon.extras import MissingExtra
+    from monsoon.report.result import DryRunSkipped, RunFailed, StackUnavailable
+    from monsoon.spec.yamlio import SpecError
+    before = len(session.results)
+    fail = skip = None
     try:
         outcome = yield
-    except (SpecError, RunFailed) as e:
-        pytest.fail(str(e), pytrace=False)
+    except (SpecError, RunFailed, MissingExtra) as e:
+        fail = str(e)
     except (DryRunSkipped, StackUnavailable) as e:
-        pytest.skip(str(e))
+        skip = str(e)
     finally:
-        if session is not None:
-            for r in session.results[before:]:
-                pyfuncitem.user_properties.extend(junit_properties(r))
-    if session is not None and COMPARE_KEY in pyfuncitem.config.stash:   # --monsoon-compare: regressions fail
+        for r in session.results[before:]:
+            pyfuncitem.user_properties.extend(junit_properties(r))
+    # outside the except: one message, without "During handling of the above exception, another exception occurred"
+    if fail is not None:
+        pytest.fail(fail, pytrace=False)
+    if skip is not None:
+        pytest.skip(skip)
+    if COMPARE_KEY in pyfuncitem.config.stash:   # --monsoon-compare: regressions fail
+        from monsoon.history.compare import CompareError
+        from monsoon.history.hooks import check_regressions
         try:
             found = check_regressions(session.runs_dir, session.run_id, session.results[before:],
                                       *pyfuncitem.config.stash[COMPARE_KEY],
                                       force=pyfuncitem.config.getoption("--monsoon-force"), note=session.progress)
         except CompareError as e:
-            pytest.fail(str(e), pytrace=False)
+            found = [str(e)]
         if found:
             pytest.fail("\n".join(found), pytrace=False)
     return outcome
 
 
-def pytest_monsoon_result(result: ExperimentResult, session: MonsoonSession) -> None:
+def pytest_monsoon_result(result: "ExperimentResult", session: "MonsoonSession") -> None:
     """monsoon's own: each result goes into the run history as soon as it is judged."""
     if result.verdict == "skipped" or session.dry_run or getattr(session, "no_history", False):
         return
+    from monsoon.history.hooks import record
     warning = record(session.runs_dir, session.run_id, session.profile, [result.to_dict()], session.run_dir)
     if warning:
         session.progress(warning)
 
 
-def junit_properties(result: ExperimentResult) -> list[tuple[str, object]]:
+def junit_properties(result: "ExperimentResult") -> list[tuple[str, object]]:
     """``monsoon.<stack>.<experiment>.<figure>`` = value for the verdict and every headline figure."""
     key = f"monsoon.{result.stack}.{result.experiment}"
     return [(f"{key}.verdict", result.verdict)] + [(f"{key}.{k}", v) for k, v in result.headline().items()]
@@ -192,9 +240,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def docker_daemon():
+def docker_daemon(pytestconfig: pytest.Config):
     """A Docker daemon for container stacks (provider: docker): DOCKER_HOST's, or monsoon's private one started
-    for the session and stopped after it; the test skips in one line when there is none to start."""
+    for the session and stopped after it; the test skips in one line when there is none to start. A dry run
+    (``--monsoon-dry-run``) starts none: it yields None (the scenarios only print what they would start)."""
+    if pytestconfig.getoption("--monsoon-dry-run"):
+        yield None
+        return
+    from monsoon.stack import dockerd
     with ExitStack() as stack:
         try:
             host = stack.enter_context(dockerd.ensure())
@@ -204,9 +257,10 @@ def docker_daemon():
 
 
 @pytest.fixture
-def monsoon(request: pytest.FixtureRequest) -> MonsoonSession:
+def monsoon(request: pytest.FixtureRequest) -> "MonsoonSession":
     """The monsoon session: ``monsoon.run(stack, experiment)`` runs an experiment and returns its result."""
-    return request.config.stash[SESSION_KEY]
+    session = request.config.stash.get(SESSION_KEY, None)
+    return session if session is not None else request.config.stash[MAKE_SESSION]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -222,6 +276,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     _, md = written
     terminalreporter.section("monsoon sign-off checklist")
     if session.interrupted:
+        from monsoon.report.checklist import describe_interruption
         i = session.interrupted
         terminalreporter.write_line(f"monsoon: the session was {describe_interruption(i)} in {i['stack']} / "
                                     f"{i['experiment']}: every fault was healed and every process stopped; "

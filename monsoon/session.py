@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 from monsoon.faults.resolve import describe
 from monsoon.load.shapes import check_shape
 from monsoon.observe.progress import Progress
-from monsoon.paths import REPO
+from monsoon import settings
 from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
 from monsoon.report.write import write as write_report
 from monsoon.run.calibrate import calibration_dir as default_calibration_dir, resolve_experiment, saved_capacity
@@ -77,7 +77,7 @@ class MonsoonSession:
                  progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None,
                  on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None, force: bool = False):
         self.profile = profile
-        self.runs_dir = Path(runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
+        self.runs_dir = settings.runs_dir(runs_dir)
         self.run_id = run_id or new_run_id()
         self.progress = progress
         self.results: list[ExperimentResult] = []

@@ -17,6 +17,7 @@ from monsoon.history import schedule as sched
 from monsoon.history import signoff as so
 from monsoon.history.store import HistoryStore, default_location
 from monsoon.history.views import as_json, as_text
+from monsoon import settings
 from monsoon.paths import REPO
 from monsoon.spec.yamlio import SpecError
 
@@ -24,7 +25,7 @@ EXAMPLE_POLICY = REPO / "docs" / "signoff.yaml"
 
 
 def runs_dir(arg: Path | None) -> Path:
-    return Path(arg or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
+    return settings.runs_dir(arg)
 
 
 def _runs_arg(p: argparse.ArgumentParser) -> None:

@@ -20,18 +20,22 @@ import time
 from pathlib import Path
 
 from monsoon.history.store import EXPERIMENT, HistoryStore, Row
-from monsoon.paths import REPO
+from monsoon import settings
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.spec.stack import jar_sha256, load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.timeline.tail import TAIL_CHUNK
 
 
-@functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
+    """The HEAD commit of the user's project (the settings' project directory), or None outside git."""
+    return _git_commit(str(settings.current().project_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _git_commit(project: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        out = subprocess.run(["git", "-C", project, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None

@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import psycopg
-from cassandra.query import SimpleStatement, tuple_factory
-
+from monsoon.extras import need
 from monsoon.stack.ready import cql_cluster
+
+
+def _query():
+    """cassandra-driver's query module, imported when a Cassandra store is read (``monsoon[cassandra]``)."""
+    return need("cassandra.query", "cassandra", "storage.kind: cassandra")
 
 
 def split_contact_points(points: Iterable[str]) -> tuple[list[str], int]:
@@ -48,7 +52,7 @@ class CassandraSource:
         self.names_dsn, self.names_query, self.timeout = names_dsn, names_query, timeout
 
     def _cluster(self):
-        return cql_cluster(self.hosts, self.port, timeout=self.timeout, row_factory=tuple_factory)
+        return cql_cluster(self.hosts, self.port, timeout=self.timeout, row_factory=_query().tuple_factory)
 
     def _names(self) -> dict[str, str]:
         if not self.names_query:
@@ -61,7 +65,7 @@ class CassandraSource:
         cluster = self._cluster()
         try:
             session = cluster.connect(self.keyspace)
-            rs = session.execute(SimpleStatement(self.cql, fetch_size=self.fetch_size))
+            rs = session.execute(_query().SimpleStatement(self.cql, fetch_size=self.fetch_size))
             columns = list(rs.column_names)
             return self.write(path, *_rows(columns, rs, names))
         finally:

@@ -47,7 +47,7 @@ from rich.table import Table
 
 from monsoon.load.shapes import Stage, Stages
 from monsoon.observe.progress import Progress
-from monsoon.paths import REPO
+from monsoon import settings
 from monsoon.run.harness import LoadHarness, StackEvents
 from monsoon.rundir import TIMELINE_FILE, new_run_id
 from monsoon.spec.stack import jar_sha256, load_stack
@@ -241,7 +241,7 @@ def calibration_dir(runs_dir: Path | str | None = None) -> Path:
     if os.environ.get(DIR_ENV):
         return Path(os.environ[DIR_ENV])
     if runs_dir is None:
-        runs_dir = os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs"
+        runs_dir = settings.runs_dir()
     return Path(runs_dir) / CALIBRATION_DIR
 
 
@@ -568,7 +568,7 @@ def cli(args) -> int:
     except ValueError as e:
         print(f"monsoon calibrate: {e}", file=sys.stderr)
         return 2
-    runs = Path(args.runs_dir or os.environ.get("MONSOON_RUNS_DIR") or REPO / "runs")
+    runs = settings.runs_dir(args.runs_dir)
     run_id = args.run_id or new_run_id()
     out = runs / run_id / f"calibrate-{stack_spec.name}"
     save = None if args.no_save else calibration_file(calibration_dir(runs), stack_spec.name)

@@ -9,11 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError
 
-from monsoon.paths import REPO
+from monsoon import settings
+from monsoon.settings import PROFILES
 from monsoon.spec.yamlio import LocatedDoc, SpecError
-
-
-PROFILES = ("quick", "nightly", "full")
 
 
 class _Frozen(BaseModel):
@@ -36,21 +34,26 @@ def _per_profile(value: Any, profile: str, key: str) -> Any:
     return value
 
 
-FOLDERS = {"stack": REPO / "stacks", "experiment": REPO / "experiments", "fault profile": REPO / "fault-profiles"}
-
-
 def _resolve(kind: str, name_or_path: str | Path, folder: Path | None = None) -> Path:
-    """A spec file: a path as given, else ``<folder>/<name>.yaml`` (the kind's folder by default); a missing
-    name is a SpecError listing the names there are."""
+    """A spec file: a path as given, else ``<folder>/<name>.yaml`` (``folder`` given), else the first
+    ``<dir>/<name>.yaml`` of the settings' search path (the user's project first, then monsoon's own); a missing
+    name is a SpecError listing the folders searched and the names there are."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
-    folder = FOLDERS[kind] if folder is None else folder
-    cand = folder / f"{name_or_path}.yaml"
-    if not cand.exists():
-        avail = sorted(x.stem for x in folder.glob("*.yaml"))
-        raise SpecError(cand, None, "", f"no {kind} named {name_or_path!r} (available: {', '.join(avail) or 'none'})")
-    return cand
+    folders = [folder] if folder is not None else settings.current().spec_dirs(kind)
+    for d in folders:
+        cand = d / f"{name_or_path}.yaml"
+        if cand.is_file():
+            return cand
+    avail = sorted({x.stem for d in folders for x in d.glob("*.yaml")})
+    searched = "" if len(folders) == 1 else f"; searched {', '.join(str(d) for d in folders)}"
+    raise SpecError(folders[0] / f"{name_or_path}.yaml", None, "",
+                    f"no {kind} named {name_or_path!r} (available: {', '.join(avail) or 'none'}{searched})")
+
+
+FOLDERS = {kind: settings.ROOT / sub for kind, sub in settings.FOLDERS.items()}
+"""The folders of the specs monsoon ships (``monsoon validate`` with no argument checks every file in them)."""
 
 
 def _fail(doc: LocatedDoc, path: tuple, msg: str) -> SpecError:

@@ -12,7 +12,8 @@ from pydantic import PrivateAttr, Field, field_validator, model_validator
 
 import math
 
-from monsoon.spec.base import FOLDERS, _Frozen, _fail, _invalid, _per_profile, _resolve
+from monsoon import settings
+from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadProfile, PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
 from monsoon.spec.stack import StackSpec
@@ -259,13 +260,20 @@ def workers_problem(n_devices: int, workers: int, key: str = "load.workers") -> 
 
 
 def experiments_marked(mark: str, pattern: str = "*.yaml", folder: Path | None = None) -> list[str]:
-    """Names of the experiments in ``folder`` (default ``experiments/``) matching ``pattern`` whose ``marks``
-    include ``mark``, for a scenario's parametrization. It reads only the ``marks`` key and never raises: a
-    file that cannot be read is listed too, so the one scenario that runs it reports its error (file, line,
-    key) while the others still run."""
-    folder = FOLDERS["experiment"] if folder is None else folder
+    """Names of the experiments in ``folder`` matching ``pattern`` whose ``marks`` include ``mark``, for a
+    scenario's parametrization (default folder: the user's, ``monsoon_specs`` and the project's ``experiments/``,
+    first one wins a name; monsoon's own when the user has none). It reads only the ``marks`` key and never
+    raises: a file that cannot be read is listed too, so the one scenario that runs it reports its error (file,
+    line, key) while the others still run."""
+    folders = settings.current().spec_dirs("experiment") if folder is None else [folder]
+    if folder is None and len(folders) > 1:   # the last one is monsoon's own
+        users = folders[:-1]
+        folders = users if any(any(d.glob(pattern)) for d in users) else folders[-1:]
+    files: dict[str, Path] = {}
+    for d in reversed(folders):   # the first folder wins a name
+        files.update((p.stem, p) for p in d.glob(pattern))
     out = []
-    for p in sorted(folder.glob(pattern)):
+    for p in (files[k] for k in sorted(files)):
         try:
             doc = load_located(p)
             marks = doc.data.get("marks", ()) if isinstance(doc.data, dict) else ()

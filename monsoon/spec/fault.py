@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
-from monsoon.paths import REPO
+from monsoon.settings import ROOT
 from monsoon.spec.base import _Frozen, _resolve
 from monsoon.spec.yamlio import SpecError, load_located, validate
 
 
-PROFILES_DIR = REPO / "fault-profiles"
+PROFILES_DIR = ROOT / "fault-profiles"   # the ones monsoon ships
 KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 # a Kubernetes label key/value, loosely: [prefix/]name
 LABEL_RE = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
@@ -300,7 +300,7 @@ class FaultSpec(_Frozen):
 # -------------------------------------------------------------------- loading
 
 
-def load_fault(name_or_path: str | Path, *, folder: Path = PROFILES_DIR,
+def load_fault(name_or_path: str | Path, *, folder: Path | None = None,
                services: set[str] | None = None, **overrides: Any) -> FaultSpec:
     """Load and validate one fault profile.
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from monsoon.spec.base import FOLDERS
+from monsoon.settings import FOLDERS
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
@@ -36,11 +36,12 @@ def kind_of(doc: LocatedDoc) -> str:
         best = max(overlap.values())
         if best and list(overlap.values()).count(best) == 1:
             return next(k for k, n in overlap.items() if n == best)
-        where = next((k for k, f in FOLDERS.items() if f == Path(doc.path).resolve().parent), None)
+        folder = Path(doc.path).resolve().parent.name
+        where = next((k for k, sub in FOLDERS.items() if sub == folder), None)
         hint = ""
         if where is not None:
             marker = next(m for m, k in MARKERS.items() if k == where)
-            hint = f"; it is in {FOLDERS[where].name}/: is {marker}: missing?"
+            hint = f"; it is in {folder}/: is {marker}: missing?"
         raise SpecError(doc.path, 1, "<top>", f"cannot tell what this file is: {how}, and it has none of them{hint}")
     kinds = " and ".join(f"{m}: ({'an' if MARKERS[m][0] in 'aeiou' else 'a'} {MARKERS[m]})" for m in found)
     raise SpecError(doc.path, doc.line_of((found[1],)), found[1],

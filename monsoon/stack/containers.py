@@ -20,20 +20,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monsoon.extras import need
 from monsoon.stack.dockerd import docker_host
 from monsoon.stack.reaper import OWNER_LABEL, RUN_ID_LABEL, SERVICE_LABEL
 
-# testcontainers' Ryuk needs a port mapping, which a daemon with --bridge=none cannot give: monsoon reaps by label
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-
-import docker  # noqa: E402
-from testcontainers.core.container import DockerContainer  # noqa: E402  (after the Ryuk setting)
+WHAT = "a container stack (provider: docker)"
 
 
 def client():
-    """A docker-py client of the daemon monsoon uses (``dockerd.docker_host``)."""
+    """A docker-py client of the daemon monsoon uses (``dockerd.docker_host``); docker-py is imported now
+    (``monsoon[containers]``), not when monsoon is."""
+    docker = need("docker", "containers", WHAT)
     host = docker_host()
     return docker.DockerClient(base_url=host) if host else docker.from_env()
+
+
+def _testcontainer(image: str, host: str | None, **kw):
+    """A testcontainers ``DockerContainer`` on ``host``, without Ryuk (it needs a port mapping, which a daemon
+    with --bridge=none cannot give: monsoon reaps by label). Set on testcontainers' own configuration when a
+    container stack starts, not in the environment of every process that imports monsoon."""
+    need("docker", "containers", WHAT)
+    tc = need("testcontainers.core.container", "containers", WHAT)
+    need("testcontainers.core.config", "containers", WHAT).testcontainers_config.ryuk_disabled = True
+    client_kw = {"environment": {**os.environ, "DOCKER_HOST": host}} if host else {}
+    return tc.DockerContainer(image, docker_client_kw=client_kw, **kw)
 
 
 def mem_bytes(size: str) -> int:
@@ -59,10 +69,7 @@ class ContainerProc:
             kw["mem_limit"] = kw["memswap_limit"] = mem_bytes(mem_limit)   # no swap: over the limit is an OOM kill
         if cpus:
             kw["nano_cpus"] = int(cpus * 1e9)
-        host = docker_host()
-        if host and not os.environ.get("DOCKER_HOST"):
-            os.environ["DOCKER_HOST"] = host     # testcontainers' client reads it (docker.from_env)
-        self.tc = DockerContainer(image, command=command or None, env=env, name=name, **kw)
+        self.tc = _testcontainer(image, docker_host(), command=command or None, env=env, name=name, **kw)
         self.tc.with_volume_mapping(str(workdir), str(workdir), "rw")
         for v in volumes:
             parts = v.split(":")

@@ -6,9 +6,8 @@ import re
 from pathlib import Path
 from typing import Callable
 import requests
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-from cassandra.policies import DCAwareRoundRobinPolicy
 
+from monsoon.extras import need
 from monsoon.spec.stack import ReadySpec
 from monsoon.stack.ports import port_open
 
@@ -59,9 +58,14 @@ def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
         cluster.shutdown()
 
 
-def cql_cluster(hosts: list[str], port: int, *, timeout: float = 5.0, row_factory=None) -> Cluster:
+def cql_cluster(hosts: list[str], port: int, *, timeout: float = 5.0, row_factory=None):
     """A cassandra-driver Cluster for monsoon's own short sessions: protocol v5 (Cassandra 4+/5; no downgrade
-    dance), DC-aware round robin, ``timeout`` per request."""
+    dance), DC-aware round robin, ``timeout`` per request. cassandra-driver is imported now
+    (``monsoon[cassandra]``), not when monsoon is."""
+    cluster_mod = need("cassandra.cluster", "cassandra", "a Cassandra stack")
+    Cluster, ExecutionProfile = cluster_mod.Cluster, cluster_mod.ExecutionProfile
+    EXEC_PROFILE_DEFAULT = cluster_mod.EXEC_PROFILE_DEFAULT
+    DCAwareRoundRobinPolicy = need("cassandra.policies", "cassandra", "a Cassandra stack").DCAwareRoundRobinPolicy
     profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=timeout,
                                **({"row_factory": row_factory} if row_factory else {}))
     return Cluster(hosts, port=port, protocol_version=5, connect_timeout=min(timeout, 5),

@@ -1,0 +1,188 @@
+"""monsoon in the user's own repository: a plugin that is quiet where it is not used, specs found by name in the
+user's project, errors printed once, and pins that agree with the package's ranges (issue 25)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from monsoon import settings
+from monsoon.spec.base import _resolve
+from monsoon.spec.yamlio import SpecError
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("docker", "testcontainers", "confluent_kafka", "cassandra", "matplotlib", "kubernetes", "pyarrow",
+         "monsoon.session", "monsoon.stack")
+
+PROBE = r"""
+import json, os, signal, sys
+import pytest
+env, term = dict(os.environ), signal.getsignal(signal.SIGTERM)
+rc = pytest.main(sys.argv[1:])
+print("PROBE " + json.dumps({
+    "rc": int(rc), "plugin": "monsoon.plugin" in sys.modules,
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in HEAVY or m in HEAVY),
+    "env": sorted(k for k in set(os.environ) ^ set(env)) + sorted(k for k in env if os.environ.get(k) != env[k]),
+    "sigterm_restored": signal.getsignal(signal.SIGTERM) == term}))
+"""
+
+
+def probe(folder: Path, *args: str) -> dict:
+    """pytest.main in a fresh interpreter (the plugin through its pytest11 entry point), then what it left."""
+    code = f"HEAVY = {HEAVY!r}\n" + PROBE
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}   # not the outer run's
+    r = subprocess.run([sys.executable, "-c", code, "-p", "no:cacheprovider", *args], cwd=folder, env=env,
+                       capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    assert line, r.stdout + r.stderr
+    return {**json.loads(line[6:]), "out": r.stdout}
+
+
+def unrelated(tmp_path: Path) -> Path:
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    return tmp_path
+
+
+def test_an_unrelated_pytest_run_imports_nothing_heavy_and_changes_nothing(tmp_path):
+    got = probe(unrelated(tmp_path), "-q", "test_plain.py")
+    assert got["rc"] == 0 and got["plugin"], got["out"]        # loaded (its option group is there) ...
+    assert got["heavy"] == [] and got["env"] == [] and got["sigterm_restored"], got   # ... and quiet
+
+
+def test_the_plugin_can_be_switched_off(tmp_path):
+    got = probe(unrelated(tmp_path), "-q", "-p", "no:monsoon", "test_plain.py")
+    assert got["rc"] == 0 and not got["plugin"], got
+
+
+def test_start_up_with_and_without_the_plugin_is_printed(tmp_path):
+    """A printed figure (no timed assertion): the median of 3 `pytest --collect-only` start-ups each way."""
+    unrelated(tmp_path)
+
+    def median(*extra: str) -> float:
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *extra,
+                            "test_plain.py"], cwd=tmp_path, capture_output=True, check=True, timeout=300)
+            ts.append(time.perf_counter() - t0)
+        return sorted(ts)[1]
+
+    with_, without = median(), median("-p", "no:monsoon")
+    print(f"\nunrelated pytest start-up: {with_:.2f} s with monsoon's plugin, {without:.2f} s with -p no:monsoon")
+    assert with_ > 0 and without > 0
+
+
+STACK = (REPO / "stacks" / "inmemory.yaml").read_text().replace("name: inmemory", "name: mystack")
+EXP = (REPO / "experiments" / "burst-x3.yaml").read_text().replace("name: burst-x3", "name: my-x3")
+
+
+def user_project(root: Path) -> Path:
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    (root / "stacks").mkdir()
+    (root / "stacks" / "mystack.yaml").write_text(STACK)
+    (root / "experiments").mkdir()
+    (root / "experiments" / "my-x3.yaml").write_text(EXP)
+    return root
+
+
+def test_a_dry_run_in_the_users_project_finds_its_specs_and_monsoons_by_name_and_gives_back_sigterm(tmp_path):
+    root = user_project(tmp_path)
+    (root / "test_mine.py").write_text(
+        "def test_mine(monsoon):\n    monsoon.run('mystack', 'my-x3')\n\n"
+        "def test_shipped(monsoon):\n    monsoon.run('inmemory', 'burst-x3')\n")
+    got = probe(root, "-q", "-rs", "--monsoon-dry-run", "test_mine.py")
+    assert got["rc"] == 0 and "2 passed" in got["out"], got["out"]
+    assert "DRY RUN mystack / my-x3 (quick)" in got["out"] and "DRY RUN inmemory / burst-x3" in got["out"]
+    extras = {m.split(".")[0] for m in got["heavy"]} & {"docker", "testcontainers", "cassandra", "kubernetes"}
+    assert not extras, extras                          # the extras are imported when a run needs them, not before
+    assert got["sigterm_restored"] and got["env"] == [], got       # the run's SIGTERM handler is given back
+    assert not (root / "runs").exists()                               # a dry run writes no run directory
+
+
+def test_the_project_is_found_upwards_and_its_specs_come_first(tmp_path):
+    root = user_project(tmp_path)
+    (root / "stacks" / "inmemory.yaml").write_text(STACK.replace("name: mystack", "name: inmemory"))
+    deep = root / "a" / "b"
+    deep.mkdir(parents=True)
+    assert settings.find_project(deep) == root.resolve()
+    with settings.using(project=settings.find_project(deep)):
+        assert _resolve("stack", "mystack") == root.resolve() / "stacks" / "mystack.yaml"
+        assert _resolve("stack", "inmemory") == root.resolve() / "stacks" / "inmemory.yaml"   # the user's wins
+        assert _resolve("stack", "kafka") == settings.ROOT / "stacks" / "kafka.yaml"          # then monsoon's
+        assert settings.current().runs_dir == root.resolve() / "runs"
+        with pytest.raises(SpecError, match=r"no stack named 'nope' \(available: .*inmemory.*mystack"):
+            _resolve("stack", "nope")
+
+
+def test_monsoon_specs_folders_come_before_the_project(tmp_path):
+    root = user_project(tmp_path)
+    (root / "specs" / "stacks").mkdir(parents=True)
+    (root / "specs" / "stacks" / "mystack.yaml").write_text(STACK)
+    with settings.using(project=root, specs=["specs"]):
+        assert _resolve("stack", "mystack") == root / "specs" / "stacks" / "mystack.yaml"
+    assert settings.current().specs == ()     # given back
+
+
+def test_a_spec_error_under_pytest_is_printed_once(pytester, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nload:\n  devices: 0\n  base_rate: 10\n  shape: {kind: steady}\n"
+                   "profiles: {quick: {warmup: 5}}\nchecks: [no_oom]\n")
+    pytester.makepyfile(f"def test_x(monsoon):\n    monsoon.run('inmemory', {str(bad)!r})\n")
+    out = pytester.runpytest(f"--monsoon-runs-dir={tmp_path / 'runs'}").stdout.str()
+    assert out.count("load.devices: Input should be greater than 0") == 1, out
+    assert "During handling of the above exception" not in out and "Traceback" not in out, out
+
+
+def test_a_dry_run_starts_no_docker_daemon(pytester, tmp_path):
+    pytester.makepyfile("""
+        import pytest
+        pytestmark = pytest.mark.usefixtures("docker_daemon")
+        def test_x(docker_daemon):
+            assert docker_daemon is None
+    """)
+    pytester.runpytest("--monsoon-dry-run").assert_outcomes(passed=1)
+
+
+# ------------------------------------------------------------------ the package's dependencies
+
+
+def requirement(line: str) -> tuple[str, str]:
+    m = re.match(r"^\s*([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(.*)$", line)
+    return m.group(1).lower().replace("_", "-"), m.group(2).strip()
+
+
+def satisfies(version: str, spec: str) -> bool:
+    """``version`` against a PEP 440 specifier set of ==, >=, <, <= and ~= (what pyproject uses)."""
+    from packaging.specifiers import SpecifierSet
+    return version in SpecifierSet(spec)
+
+
+def test_the_pins_in_requirements_txt_fall_in_pyprojects_ranges():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    ranges = dict(requirement(d) for d in project["dependencies"])
+    for extra, deps in project["optional-dependencies"].items():
+        ranges.update(requirement(d) for d in deps)
+    pins = dict(requirement(ln) for ln in (REPO / "requirements.txt").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#"))
+    for name, spec in ranges.items():
+        assert name in pins, f"{name} is a dependency of monsoon but has no pin in requirements.txt"
+        assert satisfies(pins[name].removeprefix("=="), spec), f"requirements.txt pins {name}{pins[name]}, pyproject allows {spec}"
+    assert {"docker", "testcontainers"} <= set(requirement(d)[0] for d in project["optional-dependencies"]["containers"])
+    assert "cassandra-driver" in set(requirement(d)[0] for d in project["optional-dependencies"]["cassandra"])
+
+
+def test_paho_mqtt_range_is_what_the_load_engine_accepts():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    spec = dict(requirement(d) for d in project["dependencies"])["paho-mqtt"]
+    src = (REPO / "monsoon" / "load" / "mqtt.py").read_text()
+    accepted = re.search(r'__version__\.startswith\("(\d+\.\d+)\."\)', src).group(1)   # what load/mqtt.py accepts
+    assert satisfies(f"{accepted}.0", spec) and satisfies(f"{accepted}.99", spec)
+    major, minor = map(int, accepted.split("."))
+    assert not satisfies(f"{major}.{minor + 1}.0", spec) and not satisfies(f"{major}.{minor - 1}.0", spec)
