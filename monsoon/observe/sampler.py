@@ -23,6 +23,7 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self._answered: dict[str, float] = {}       # collector -> timeline t of its last answer
         self._why: dict[str, str] = {}              # collector -> the first error since that answer
+        self._seq: dict[str, int] = {}              # collector -> samples written (the drain's "fresh")
 
     def start(self) -> "Sampler":
         for c in self.collectors:
@@ -53,6 +54,7 @@ class Sampler:
                 self._answered_now(c.name)
                 if values is not None:            # None: the collector had nothing to sample this second
                     self.latest[c.name] = values
+                    self._seq[c.name] = self._seq.get(c.name, 0) + 1
                     self.timeline.add("sample", collector=c.name, **values)
             except Exception as e:  # a down service is data, not a crash
                 self.latest[c.name] = {"error": str(e)[:200]}
@@ -91,6 +93,10 @@ class Sampler:
                 c.close()
             except Exception:
                 pass
+
+    def seq(self, collector: str) -> int:
+        """How many samples ``collector`` has written: a reading is fresh when this has moved."""
+        return self._seq.get(collector, 0)
 
     def value(self, collector: str, key: str) -> Any:
         return self.latest.get(collector, {}).get(key)

@@ -2,6 +2,11 @@
 
 The signs, best first: the backlog (Kafka consumer lag, or the platform's queue-depth metric) at zero with the
 stored count steady; or, for a stack with neither, the stored count (its ``count_query``) no longer growing.
+"Steady" is judged on fresh counts only: a count query slower than the drain's 1 s look leaves the same reading
+in place, and the same reading seen twice is not a count that stopped growing (the drain ended while the stored
+count was still rising: 130,087 -> 136,087 in its last second, on real ThingsBoard). Every other backlog the
+stack declares (a metrics signal named ``*_pending`` or ``*_backlog``, e.g. ThingsBoard's ``sql_ts_pending``:
+writes queued in front of storage) must be empty too.
 The ``drain`` event says which sign ended the wait (``signal``), or that the stack gives none, so a loss check
 can tell "lost" from "not yet stored" and say why when it cannot.
 
@@ -34,9 +39,25 @@ class Drain:
             return self.sampler.value("kafka", "lag")
         return self.sampler.value("metrics", "queue_depth")
 
+    def pending(self) -> dict[str, float]:
+        """The other backlogs the stack declares: metrics signals named ``*_pending`` or ``*_backlog``."""
+        vals = (getattr(self.sampler, "latest", None) or {}).get("metrics") or {}
+        return {k: v for k, v in vals.items() if k.endswith(("_pending", "_backlog")) and isinstance(v, (int, float))}
+
+    def _fresh(self, collector: str, seen: dict) -> bool:
+        """Whether ``collector`` has written a sample since the last look (a sampler that cannot say: always)."""
+        seq = getattr(self.sampler, "seq", None)
+        if seq is None:
+            return True
+        n = seq(collector)
+        fresh = n != seen.get(collector)
+        seen[collector] = n
+        return fresh
+
     def wait(self, timeout: float, stop: threading.Event) -> dict:
         t0 = time.monotonic()
         last_stored, stable = None, 0
+        looked: dict[str, int] = {}
         seen: set[str] = set()
         backlog = None
         self.sampler.drain_begins()      # the storage count turns exact (cheap or resting during the load)
@@ -51,8 +72,17 @@ class Drain:
                     seen.add(self.backlog_signal)
                 seen.add("stored count")
                 continue
-            stable = stable + 1 if (stored is not None and stored == last_stored) else 0
+            fresh = self._fresh("storage", looked)
+            if stored is None or stored != last_stored:
+                stable = 0
+            elif fresh:                               # the same count again, from a new sample: steady
+                stable += 1
             last_stored = stored
+            pending = {k: v for k, v in self.pending().items() if v > 0}
+            if pending:                               # writes still queued in front of storage: not settled
+                seen.add(", ".join(sorted(pending)))
+                stable = 0
+                backlog = backlog if backlog is not None and backlog > 0 else sum(pending.values())
             if backlog is not None:
                 seen.add(self.backlog_signal)
             if stored is not None:

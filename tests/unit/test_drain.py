@@ -100,3 +100,38 @@ def test_the_storage_count_is_cheap_during_the_load_and_exact_from_the_drain():
     est.drain_begins()
     inc.drain_begins()
     assert (est.plan(), inc.plan()) == ("exact", "exact")
+
+
+class SlowCount(Sampler):
+    """A stored count whose query takes ``every`` seconds: the same reading stays in place between samples."""
+
+    def __init__(self, clock, script, every):
+        super().__init__(clock, script)
+        self.every = every
+
+    def seq(self, collector):
+        return (int(self.clock.t) - 1) // self.every if collector == "storage" else int(self.clock.t)
+
+    def value(self, collector, key):
+        if collector != "storage":
+            return super().value(collector, key)
+        seq, n = self.script.get((collector, key)), (int(self.clock.t) - 1) // self.every
+        return seq[min(n, len(seq) - 1)] if seq else None
+
+
+def test_a_slow_count_read_twice_is_not_a_steady_count(clock):
+    # real TB: the drain ended while the stored count still rose (130,087 -> 136,087 in its last second)
+    s = SlowCount(clock, {("kafka", "lag"): [0], ("storage", "stored"): [130087, 136087, 140000, 140000, 140000,
+                                                                          140000]}, every=3)
+    d = Drain(s, has_kafka=True).wait(120, threading.Event())
+    assert d["drained"] and d["waited_s"] == 13.0      # three fresh counts of 140,000 (samples at 7, 10, 13 s), not 3 s
+
+
+def test_writes_still_queued_in_front_of_storage_keep_the_drain_waiting(clock):
+    s = Sampler(clock, {("metrics", "queue_depth"): [0], ("storage", "stored"): [5, 5, 5, 5, 5, 5]})
+    s.latest = {"metrics": {"queue_depth": 0, "sql_ts_pending": 127000}}
+    d = Drain(s, has_kafka=False).wait(10, threading.Event())
+    assert d == {"drained": False, "waited_s": 10.0, "backlog": 127000,
+                 "signal": "queue depth, sql_ts_pending, stored count"}
+    s.latest["metrics"]["sql_ts_pending"] = 0
+    assert Drain(s, has_kafka=False).wait(10, threading.Event())["drained"]
