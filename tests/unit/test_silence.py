@@ -159,3 +159,14 @@ def test_the_report_shades_a_silence_apart_from_the_fault_windows(tmp_path):
     fig, ax = Plotter(ev)._axes("backlog")
     spans = [p for p in ax.patches if p.get_hatch() == "xx"]
     assert len(spans) == 1 and spans[0].get_facecolor()[3] < 0.16   # lighter than a fault window
+
+
+def test_monsoon_analyze_gives_the_corrected_verdicts_on_the_saved_run(tmp_path):
+    from monsoon.cli import analyze
+    b = tb_inmemory_x10(tmp_path / "run" / "tb--x10", accounting=True)
+    b.events[0].update(stack="tb", experiment="x10", checks=[
+        {"name": "lag_recovers_within", "params": {"seconds": 300}},
+        {"name": "serves_throughout", "params": {"max_silent_s": 10}}, {"name": "no_acked_loss", "params": {}}])
+    b.write()
+    got = {c["name"]: c["verdict"] for r in analyze(tmp_path / "run")["results"] for c in r["checks"]}
+    assert got == {"lag_recovers_within": FAIL, "serves_throughout": FAIL, "no_acked_loss": FAIL}
