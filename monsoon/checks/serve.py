@@ -119,9 +119,8 @@ def serves_throughout(run: RunData, max_silent_s: float = 10, min_fraction: floa
     bad = [s for s in stretches if s[1] - s[0] > max_silent_s]
     if not bad:
         return Verdict(name, PASS, figures,
-                       f"acked >= {min_fraction:.0%} of the offered load in every stretch of {max_silent_s:g}s "
-                       f"({len(judged)} load seconds judged outside fault windows; longest short of it "
-                       f"{longest:.0f}s)")
+                       f"acked >= {min_fraction:.0%} of the offered load but for stretches of at most {longest:.0f}s "
+                       f"(limit {max_silent_s:g}s; {len(judged)} load seconds judged outside fault windows)")
     figures["silent_stretches"] = len(bad)
     silent, stalls = silences(run.events), limit_stalls(run)
     parts = []
