@@ -167,3 +167,38 @@ def test_netem_is_found_built_in_loaded_or_on_disk(tmp_path, config, modules, li
         f.write_bytes(b"")
     assert netem_missing(**where) is None
     assert kernel_refusal(latency_fault(), **where) is None
+
+
+class FakeCore:
+    """list_namespace / read_namespace / delete_namespace over a dict of namespaces (name -> labels)."""
+
+    def __init__(self, namespaces):
+        self.ns = dict(namespaces)
+
+    def list_namespace(self, label_selector, **_):
+        key, _, value = label_selector.partition("=")
+        items = [{"metadata": {"name": n, "labels": lab}, "status": {"phase": "Active"}} for n, lab in self.ns.items()
+                 if key in lab and (not value or lab[key] == value)]
+        return type("L", (), {"items": items})()
+
+    def read_namespace(self, name, **_):
+        if name not in self.ns:
+            raise type("E", (Exception,), {"status": 404})()
+        return {"metadata": {"name": name, "labels": self.ns[name]}}
+
+    def delete_namespace(self, name, **_):
+        self.ns.pop(name, None)
+
+
+def test_reap_deletes_the_namespaces_of_one_run_and_heal_all_sees_their_owners(monkeypatch):
+    from monsoon.stack import pods
+    core = FakeCore({"monsoon-kafka-k8s": {RUN_LABEL: "r-dead", "monsoon.io/owner-pid": "999999999"},
+                     "monsoon-inmemory-k8s": {RUN_LABEL: "r-live", "monsoon.io/owner-pid": "1"},
+                     "kube-system": {}})
+    kube = pods.Kube.__new__(pods.Kube)
+    kube.core, kube.plain = core, (lambda o: o)
+    monkeypatch.setattr(pods, "_kube_or_none", lambda: kube)
+    assert pods.namespace_owners() == {"r-dead": 999999999, "r-live": 1}
+    assert pods.namespace_census("r-dead") == ["namespace monsoon-kafka-k8s (Active)"]
+    assert pods.reap_namespaces("r-dead") == ["monsoon-kafka-k8s"]
+    assert set(core.ns) == {"monsoon-inmemory-k8s", "kube-system"} and pods.namespace_census("r-dead") == []
