@@ -6,6 +6,7 @@ them to stacks, experiments and run directories.
 """
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -19,27 +20,34 @@ from monsoon.spec.base import _resolve
 from monsoon.spec.experiment import ExperimentSpec, FaultRef
 from monsoon.spec.fault import FaultSpec, check_target
 from monsoon.spec.stack import StackSpec
-from monsoon.spec.yamlio import SpecError, load_located, validate
+from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
 KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"
 
 
 def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None = None,
-                  where: tuple[str | Path, int | None, str] | None = None) -> FaultSpec:
+                  where: tuple[str | Path, int | None, str] | None = None,
+                  line_in_entry: Callable[[tuple], int | None] | None = None) -> FaultSpec:
     """The fault profile ``ref.profile`` with the experiment's overrides for ``profile``, validated.
 
-    ``where`` (file, line, key) of the experiment's entry: errors in an override
-    are reported there, errors of the profile itself at the profile's line.
+    The profile is first validated on its own, as ``monsoon validate`` sees it (an override does not hide a
+    broken value of the profile). ``where`` (file, line, key) of the experiment's entry: an error in a value the
+    experiment overrides is reported at that override's line (``line_in_entry(("schedule", "duration"))``, the
+    line inside the entry), errors of the profile itself at the profile's line.
     """
+    overridden: set[tuple] = set()
     try:
         path = _resolve("fault profile", ref.profile)
         doc = load_located(path)
         if isinstance(doc.data, dict):
+            validate(LocatedDoc(doc.path, {**copy.deepcopy(doc.data), "source": str(path)}, doc.lines), FaultSpec)
             ov = ref.overrides(profile)
             for key in ("params", "schedule"):
                 if key in ov:
+                    overridden |= {(key, k) for k in ov[key]}
                     doc.data[key] = {**(doc.data.get(key) or {}), **ov.pop(key)}
+            overridden |= {(k,) for k in ov}
             doc.data.update(ov)
             doc.data.setdefault("source", str(path))
         spec = validate(doc, FaultSpec)
@@ -50,6 +58,11 @@ def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None
         if where is None:
             raise
         file, line, key = where
+        parts = tuple(e.key.split(".")) if e.key else ()
+        if parts and (parts[:1] in overridden or parts[:2] in overridden):   # the experiment's value is wrong
+            at = line_in_entry(parts) if line_in_entry is not None else None
+            raise SpecError(file, at or line, f"{key}.{e.key}",
+                            f"{e.message} (overrides fault profile {ref.profile!r})") from None
         raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}") from None
 
 
@@ -66,7 +79,8 @@ def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None
     out = []
     for i, ref in enumerate(exp.faults):
         line = exp.line_of(("faults", i))   # kept from load_experiment: no second read of the file
-        f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"))
+        f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"),
+                          line_in_entry=lambda p, i=i: exp.line_of(("faults", i, *p)))
         if f.backend in ("chaos-mesh", "litmus"):
             _check_kube(f, ref, namespaces, where=(exp.source, line, f"faults.{i}"))
         out.append(f)

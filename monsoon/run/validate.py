@@ -54,7 +54,8 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
     for profile in spec.profiles if spec.faults else ():
         seen: dict[str, int] = {}
         for i, ref in enumerate(spec.faults):
-            f = resolve_fault(ref, profile, where=(spec.source, spec.line_of(("faults", i)), f"faults.{i}"))
+            f = resolve_fault(ref, profile, where=(spec.source, spec.line_of(("faults", i)), f"faults.{i}"),
+                              line_in_entry=lambda p, i=i: spec.line_of(("faults", i, *p)))
             if f.name in seen:
                 raise spec.fail(("faults", i), f"fault name {f.name!r} is also the name of faults.{seen[f.name]}: "
                                 "give each fault a distinct name")

@@ -111,6 +111,12 @@ def load_located(path: Path | str) -> LocatedDoc:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         problem = " ".join(", ".join(str(x) for x in (e.context, e.problem) if x).split()) or " ".join(str(e).split())
+        opened = e.context_mark if "flow" in str(e.context or "") else None
+        if opened is not None and mark is not None and opened.line != mark.line:   # an unclosed [ or {: its line
+            bracket = text.splitlines()[opened.line][opened.column:opened.column + 1] if opened.line < len(
+                text.splitlines()) else ""
+            raise SpecError(path, opened.line + 1, "", f"invalid YAML: {bracket or 'a bracket'} opened here is not "
+                            f"closed ({problem} on line {mark.line + 1})") from None
         raise SpecError(path, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}") from None
     except yaml.reader.ReaderError as e:   # a character YAML does not allow (control characters, ...)
         char = f"#x{e.character:04x}" if isinstance(e.character, int) else repr(e.character)

@@ -125,7 +125,8 @@ def test_utf8_with_a_bom_and_utf16_or_32_with_one_are_read(tmp_path, capsys, enc
 @pytest.mark.parametrize("content, expected", [
     (b"\x00\x01\x02\xff\xfe\xfd" * 10, r":1: not UTF-8 text: byte 0xff at byte offset 3"),
     (b"name: x\nload: \x07\n", r":2: invalid YAML: character #x0007 is not allowed"),
-    (b"name: [x\n", r":2: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got '<stream end>'"),
+    (b"name: [x\n", r":1: invalid YAML: [ opened here is not closed (while parsing a flow sequence, expected ',' or ']', "
+                    r"but got '<stream end>' on line 2)"),
     (b"a: 1\n---\nb: 2\n", r":2: invalid YAML: expected a single document in the stream, but found another"),
     (b"name: !!python/object:os.system x\n", r":1: invalid YAML: could not determine a constructor"),
     (b"a: &x [*x]\n", r":1: invalid YAML: nested too deeply"),
@@ -212,8 +213,8 @@ def test_a_pair_names_an_unknown_env_service_and_an_unknown_fault_target(tmp_pat
     rc, lines, _ = pair(tmp_path, capsys, STACK,
                         EXPERIMENT + "faults:\n  - {profile: process-pause, target: kafka}\n")
     assert rc == 1 and len(lines) == 1
-    assert lines[0].startswith(f"{tmp_path / 'exp.yaml'}:9: faults.0: fault profile 'process-pause': ")
-    assert "unknown service 'kafka' (the stack has: app, db)" in lines[0]
+    assert lines[0].startswith(f"{tmp_path / 'exp.yaml'}:9: faults.0.target: ")   # the experiment's override
+    assert "unknown service 'kafka' (the stack has: app, db) (overrides fault profile 'process-pause')" in lines[0]
 
 
 def test_a_profile_the_experiment_lacks_is_named(tmp_path, capsys):

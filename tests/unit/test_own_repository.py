@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from monsoon import settings
+from monsoon.cli import validate_pair      # imported here: pytester's in-process runs must not be the first import
 from monsoon.spec.base import _resolve
-from monsoon.spec.yamlio import SpecError
+from monsoon.spec.yamlio import SpecError, load_located
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("docker", "testcontainers", "confluent_kafka", "cassandra", "matplotlib", "kubernetes", "pyarrow",
@@ -186,3 +187,46 @@ def test_paho_mqtt_range_is_what_the_load_engine_accepts():
     assert satisfies(f"{accepted}.0", spec) and satisfies(f"{accepted}.99", spec)
     major, minor = map(int, accepted.split("."))
     assert not satisfies(f"{major}.{minor + 1}.0", spec) and not satisfies(f"{major}.{minor - 1}.0", spec)
+
+
+# ------------------------------------------------------------------ bad input, blamed where it is written
+
+PAUSE = "name: pause\nkind: process-pause\ntarget: postgres\nbackend: process\nschedule:\n  at: 60\n  duration: {d}\n"
+PAUSING = (EXP.split("checks:")[0] + "checks: [no_oom]\nfaults:\n  - profile: process-pause\n"
+           "    schedule:\n      duration: {d}\n")
+
+
+def pair_errors(root: Path, profile_d, exp_d) -> list[str]:
+    (root / "fault-profiles").mkdir(exist_ok=True)
+    (root / "fault-profiles" / "process-pause.yaml").write_text(PAUSE.replace("{d}", str(profile_d)))
+    (root / "experiments" / "pausing.yaml").write_text(PAUSING.replace("{d}", str(exp_d)))
+    with settings.using(project=root):
+        return [str(e) for e in validate_pair("mystack", "pausing")]
+
+
+def test_a_broken_profile_value_is_caught_although_the_experiment_overrides_it(tmp_path):
+    root = user_project(tmp_path)
+    errors = pair_errors(root, -5, 5)
+    line = PAUSE.splitlines().index("  duration: {d}") + 1
+    assert errors and f"{root / 'fault-profiles' / 'process-pause.yaml'}:{line}: schedule.duration" in errors[0], errors
+
+
+def test_a_broken_override_is_blamed_on_the_experiments_line(tmp_path):
+    root = user_project(tmp_path)
+    errors = pair_errors(root, 5, -5)
+    line = PAUSING.splitlines().index("      duration: {d}") + 1
+    exp = root / "experiments" / "pausing.yaml"
+    assert errors and errors[0].startswith(f"{exp}:{line}: faults.0.schedule.duration: "), errors
+    assert "process-pause.yaml" not in errors[0].split("(overrides")[0], errors
+
+
+@pytest.mark.parametrize("text, line", [
+    ("name: x\nload:\n  devices: 1\n  shape: {kind: steady\nprofiles: {quick: {warmup: 5}}\n", 4),
+    ("name: x\nchecks: [no_oom,\n  no_acked_loss\n", 2),
+])
+def test_an_unclosed_bracket_is_reported_on_its_line(tmp_path, text, line):
+    p = tmp_path / "e.yaml"
+    p.write_text(text)
+    with pytest.raises(SpecError) as e:
+        load_located(p)
+    assert e.value.line == line and "opened here is not closed" in str(e.value), str(e.value)
