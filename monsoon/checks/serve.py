@@ -16,7 +16,7 @@ storage may lawfully store slower than it acks.
 from __future__ import annotations
 
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
-from monsoon.checks.oom import limit_stalls
+from monsoon.checks.oom import heap_headroom, limit_stalls
 from monsoon.timeline.views import fault_spans, silences
 
 MB = 1024 * 1024
@@ -68,6 +68,11 @@ def _evidence(run: RunData, svc: str, a: float, b: float, silent: list, stalls: 
         figures["heap_used_mb"], figures["heap_max_mb"] = round(peak / MB, 1), round(max(mx) / MB, 1)
         if peak >= 0.9 * max(mx):
             out.append(f"heap at its max ({peak / MB:,.0f} of {max(mx) / MB:,.0f} MB)")
+    if not any(w.startswith("heap at its max") for w in out):    # no heap metric then: the GC log may say
+        for h in heap_headroom(run)[0]:
+            if h.t is not None and a - 60.0 <= h.t <= b and h.pct < 10.0:
+                out.append(f"{h.service}'s heap after GC at {h.peak_after_gc_mb:,.0f} of {h.max_mb:,.0f} MB "
+                           f"at t={h.t:.0f}s (GC log)")
     gc = [(t, v) for t, v in ev.series("metrics", "gc_seconds") if a - 2.0 <= t <= b + 2.0]
     if len(gc) >= 2 and gc[-1][0] > gc[0][0] and gc[-1][1] >= gc[0][1]:
         share = (gc[-1][1] - gc[0][1]) / (gc[-1][0] - gc[0][0])

@@ -88,3 +88,16 @@ def test_serves_throughout_is_registered_validated_and_unknown_without_load(tmp_
     assert CHECKS["serves_throughout"] is serves_throughout
     validate_check("serves_throughout", {"max_silent_s": 10})
     assert serves_throughout(run(RunBuilder(tmp_path)), max_silent_s=10).verdict == UNKNOWN
+
+
+def test_without_heap_metrics_the_gc_log_names_the_full_heap(tmp_path):
+    from datetime import datetime, timezone
+    b = RunBuilder(tmp_path, base_rate=400).service_start()
+    b.events[0]["wall"] = datetime(2026, 11, 22, 3, 14, tzinfo=timezone.utc).timestamp() - 50.0   # t=60 at 03:14:10
+    b.gc_log("[2026-11-22T03:13:53.543+0000][0.018s][info][gc,init] Heap Max Capacity: 384M\n" + "\n".join(
+        f"[2026-11-22T03:14:{10 + i:06.3f}+0000][{i:.3f}s][info][gc          ] GC({i}) Pause Full (G1 Compaction "
+        f"Pause) 384M->{370 + i}M(384M) 900.0ms" for i in range(12)) + "\n")
+    for sec in range(100):
+        b.load(sec, 400, 400 if sec < 55 else 0)
+    v = serves_throughout(run(b), max_silent_s=10)
+    assert v.verdict == FAIL and "platform's heap after GC at 381 of 384 MB at t=71s (GC log)" in v.message, v.message
