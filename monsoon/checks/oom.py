@@ -451,6 +451,10 @@ def deaths(run: RunData) -> Deaths:
                    + (f", with no OOM evidence ({', '.join(seen)})" if seen else
                       ", with no OOM angle to tell (no cgroup samples, kernel log unreadable)" if code == 137 else ""))
             out.unexpected.append((e, why))
+    for e in ev.of("service", event="stop"):     # a death while it was being stopped is a death like any other
+        if e.get("oom") or e.get("code") == 3:
+            out.ooms.append((e, "exit 3 while being stopped (the JVM's ExitOnOutOfMemoryError code: an "
+                                "OutOfMemoryError during its graceful stop)"))
     out.restarts = [e for e in ev.of("service", event="restart") if ("restart", e["service"], e["t"]) not in explained]
     seen_inc: set[tuple[str, float]] = set(matched)
     for svc, cg in cgs.items():

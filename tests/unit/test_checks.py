@@ -295,3 +295,15 @@ def test_a_kafka_topic_that_never_existed_is_unknown_not_a_recovery(tmp_path):
     v = lag_recovers_within(run(b), seconds=60)
     assert v.verdict == UNKNOWN and "the Kafka topic was missing in 26 poll(s)" in v.message
     assert "missing data, not a zero" in v.message
+
+
+def test_an_oom_during_the_stacks_stop_is_counted_like_any_other(tmp_path):
+    # real TB, Kafka x10: a second OutOfMemoryError during its 10 s graceful stop (stop code 3)
+    b = RunBuilder(tmp_path).phases(10, 60, 30).service_start()
+    b.ev("service", 140.0, service="platform", event="stop", code=3)
+    b.ev("service", 140.5, service="postgres", event="stop", code=0)
+    v = no_oom(run(b))
+    assert v.verdict == FAIL and v.figures["oom_events"] == 1 and "while being stopped" in v.message
+    b2 = RunBuilder(tmp_path / "2").phases(10, 60, 30).service_start()
+    b2.ev("service", 140.0, service="platform", event="stop", code=143)
+    assert no_oom(run(b2)).verdict == PASS
