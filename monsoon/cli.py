@@ -18,7 +18,7 @@ from monsoon.faults.resolve import kube_namespaces
 from monsoon.history import commands as history_commands
 from monsoon.history.hooks import record as record_history
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
-from monsoon import settings
+from monsoon import hostsetup, scaffold, settings
 from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
@@ -473,6 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     kc.add_argument("action", choices=("up", "down", "status"))
     kc.add_argument("--chaos-mesh", action="store_true", help="up: also apply Chaos Mesh's CRDs and run "
                     "chaos-controller-manager")
+    ini = sub.add_parser("init", help="write a starting project: stacks/, experiments/, fault-profiles/, pytest/, "
+                         "conftest.py, requirements.txt, README.md (never overwrites a file)")
+    ini.add_argument("dir", type=Path, nargs="?", default=Path("."), help="the project folder (default: .)")
+    su = sub.add_parser("setup", help="install/build what the shipped stacks need, piece by piece (idempotent)",
+                        description="Pieces: " + ", ".join(hostsetup.PIECES) + " (debs = postgres). With none: all "
+                        "but images and k8s. Downloads and builds go to the cache (MONSOON_CACHE, else .cache in a "
+                        "checkout, else ~/.cache/monsoon); each refusal is one line naming what to install.")
+    su.add_argument("pieces", nargs="*", metavar="PIECE")
     d = sub.add_parser("demo", help="run the reference burst story (pytest -m burst pytest/) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
@@ -516,6 +524,17 @@ def main(argv: list[str] | None = None) -> int:
         return calibrate.cli(args)
     if args.cmd == "demo":
         return demo(args.pytest_args)
+    if args.cmd == "setup":
+        return hostsetup.setup(args.pieces)
+    if args.cmd == "init":
+        try:
+            written = scaffold.init(args.dir)
+        except scaffold.InitError as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(f"monsoon init: wrote {len(written)} files in {args.dir.resolve()}: "
+              + ", ".join(str(p.relative_to(args.dir)) for p in written))
+        return 0
 
     if args.cmd == "analyze":
         s = analyze(args.run_dir)

@@ -86,7 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     runs = config.getoption("--monsoon-runs-dir") or config.getini("monsoon_runs_dir") or None
     specs = config.getoption("--monsoon-specs") or config.getini("monsoon_specs")
     # the user's project is the root: specs, runs and the recorded commit (put back at pytest_unconfigure)
-    config.stash[RESTORE] = [lambda prev=settings.configure(project=config.rootpath, specs=specs, runs=runs):
+    project = config.rootpath if config.inipath else settings.find_project(config.rootpath)   # no ini: upwards
+    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs):
                              settings.restore(prev)]
     compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
     if compare_to is not None or fail_expr:

@@ -26,9 +26,36 @@ CHECKOUT: Path | None = (PACKAGE.parent if (PACKAGE.parent / "pyproject.toml").i
                          and (PACKAGE.parent / "stacks" / "bin").is_dir() else None)
 """monsoon's own source tree when monsoon runs from a checkout (``make venv``'s editable install), else None."""
 
-ROOT = CHECKOUT or PACKAGE / "_shipped"
+SHIPPED_STAMP = ".monsoon-shipped"
+
+
+def shipped_stamp() -> str:
+    """Which installed package a copy of the shipped files was made from (its path and its files' mtime)."""
+    return f"{PACKAGE}:{(PACKAGE / '_shipped').stat().st_mtime_ns if (PACKAGE / '_shipped').exists() else 0}\n"
+
+
+def shipped_copy() -> Path:
+    """Where ``monsoon setup platform`` copies the shipped files of an installed monsoon to build in them."""
+    return cache_dir() / "shipped"
+
+
+def _root() -> Path:
+    if CHECKOUT is not None:
+        return CHECKOUT
+    copy = shipped_copy()
+    try:
+        if (copy / SHIPPED_STAMP).read_text() == shipped_stamp():
+            return copy
+    except OSError:
+        pass
+    return PACKAGE / "_shipped"
+
+
+ROOT: Path
 """monsoon's own files (``{repo}`` in a stack): its stacks, experiments, fault profiles and service scripts.
-In a wheel they are package data under ``monsoon/_shipped/`` (symlinks to the checkout's top-level folders)."""
+In a checkout, the checkout. Installed, they are package data under ``monsoon/_shipped/`` (symlinks to the
+checkout's top-level folders, copied into the wheel), or the copy of them in the cache where ``monsoon setup
+platform`` built the reference platform (nothing is written into site-packages)."""
 
 FOLDERS = {"stack": "stacks", "experiment": "experiments", "fault profile": "fault-profiles"}
 PROJECT_MARKERS = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
@@ -50,6 +77,9 @@ def cache_dir() -> Path:
     if env:
         return Path(env)
     return CHECKOUT / ".cache" if CHECKOUT else Path.home() / ".cache" / "monsoon"
+
+
+ROOT = _root()
 
 
 @dataclass(frozen=True)

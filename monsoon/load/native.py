@@ -38,6 +38,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from monsoon import settings
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
 from monsoon.load.shapes import LoadShape
@@ -91,7 +92,9 @@ def ensure_loadgen() -> Path:
         if not os.access(p, os.X_OK):
             raise LoadgenBuildError(f"MONSOON_LOADGEN={env} is not an executable file")
         return p
-    binary = CRATE_DIR / "target" / "release" / BINARY_NAME
+    # the build: next to the crate in a checkout (make loadgen), in the cache when installed (never site-packages)
+    target = CRATE_DIR / "target" if settings.CHECKOUT is not None else settings.cache_dir() / "loadgen"
+    binary = target / "release" / BINARY_NAME
     if binary.exists() and not _sources_newer_than(binary):
         return binary
     cargo = _find_cargo()
@@ -101,13 +104,13 @@ def ensure_loadgen() -> Path:
             "which is not installed: install Rust (https://rustup.rs, or `apt-get install cargo`), "
             "or point MONSOON_LOADGEN at a prebuilt monsoon-loadgen binary"
         )
-    (CRATE_DIR / "target").mkdir(exist_ok=True)
-    with open(CRATE_DIR / "target" / ".build.lock", "w") as lock:  # parallel test workers build once
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".build.lock", "w") as lock:  # parallel test workers build once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if binary.exists() and not _sources_newer_than(binary):
             return binary
         r = subprocess.run(
-            [cargo, "build", "--release", "--locked"], cwd=CRATE_DIR,
+            [cargo, "build", "--release", "--locked", "--target-dir", str(target)], cwd=CRATE_DIR,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         if r.returncode != 0 or not binary.exists():

@@ -230,3 +230,47 @@ def test_an_unclosed_bracket_is_reported_on_its_line(tmp_path, text, line):
     with pytest.raises(SpecError) as e:
         load_located(p)
     assert e.value.line == line and "opened here is not closed" in str(e.value), str(e.value)
+
+
+# ------------------------------------------------------------------ monsoon init, monsoon setup
+
+
+def test_init_writes_a_project_that_validates_and_dry_runs_and_refuses_to_overwrite(tmp_path, capsys):
+    from monsoon.cli import main
+    assert main(["init", str(tmp_path)]) == 0
+    for rel in ("stacks/my-platform.yaml", "experiments/my-burst.yaml", "fault-profiles", "pytest/test_burst.py",
+                "conftest.py", "requirements.txt", "README.md", "pytest.ini"):
+        assert (tmp_path / rel).exists(), rel
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["init", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists" in err[0] and "nothing written" in err[0], err
+    assert before == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(["--project", str(tmp_path), "validate", "--stack", "my-platform", "--experiment", "my-burst"]) == 0
+    got = probe(tmp_path, "-q", "--monsoon-dry-run")
+    assert got["rc"] == 0 and "DRY RUN my-platform / my-burst (quick)" in got["out"], got["out"]
+
+
+def test_init_keeps_an_existing_pytest_configuration(tmp_path):
+    from monsoon import scaffold
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
+    written = {p.relative_to(tmp_path).as_posix() for p in scaffold.init(tmp_path)}
+    assert "pytest.ini" not in written and "stacks/my-platform.yaml" in written
+
+
+def test_setup_refuses_in_one_line(capsys, monkeypatch, tmp_path):
+    from monsoon import hostsetup
+    lines: list[str] = []
+    assert hostsetup.setup(["nope"], say=lines.append) == 2 and len(lines) == 1 and "kafka" in lines[0]
+    monkeypatch.setattr(hostsetup.settings, "ROOT", tmp_path)     # a tree without tools/build-k8s
+    lines.clear()
+    assert hostsetup.setup(["k8s"], say=lines.append) == 1
+    assert lines == ["monsoon setup k8s: tools/build-k8s is not there (the single-node Kubernetes cluster is built "
+                     "from a checkout of monsoon: `make k8s`)"]
+    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path))
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / ".fetched").touch()                      # done before: nothing is fetched again
+    lines.clear()
+    assert hostsetup.setup(["kafka"], say=lines.append) == 0 and lines == [
+        f"monsoon setup kafka: already in {tmp_path / 'kafka' / 'lib'}"]
