@@ -60,6 +60,25 @@ platform`` built the reference platform (nothing is written into site-packages).
 FOLDERS = {"stack": "stacks", "experiment": "experiments", "fault profile": "fault-profiles"}
 PROJECT_MARKERS = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 RUNS_ENV, CACHE_ENV = "MONSOON_RUNS_DIR", "MONSOON_CACHE"
+ENV = {   # every environment setting monsoon reads, in one place (labels a run gives its processes are not settings)
+    CACHE_ENV: "the cache of downloaded and built parts",
+    RUNS_ENV: "the runs directory (after --monsoon-runs-dir / monsoon_runs_dir)",
+    "MONSOON_HISTORY_URL": "postgresql://... : a shared run history instead of <runs>/history.sqlite",
+    "MONSOON_CALIBRATION_DIR": "calibration files (default <runs>/calibration)",
+    "MONSOON_CALIBRATION_MAX_AGE_DAYS": "how old a calibration may be (default 7)",
+    "MONSOON_LOADGEN": "a prebuilt monsoon-loadgen binary",
+    "MONSOON_KUBE_NAMESPACES": "the namespaces Kubernetes faults may touch (a,b)",
+    "MONSOON_DOCKERD_DIR": "monsoon's private Docker daemon's directory (default <cache>/dockerd)",
+    "MONSOON_K8S_DIR": "monsoon's single-node cluster's directory (default <cache>/k8s)",
+}
+
+
+def env(name: str) -> str | None:
+    """One of monsoon's environment settings (:data:`ENV`), read now (a run may set one for its children);
+    empty is unset."""
+    if name not in ENV:
+        raise KeyError(f"{name} is not one of monsoon's settings")
+    return os.environ.get(name) or None
 
 
 def find_project(start: Path | str | None = None) -> Path:

@@ -7,10 +7,10 @@ them to stacks, experiments and run directories.
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from monsoon import settings
 from monsoon.faults.base import FaultBackend, FaultError
 from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, kernel_refusal, local_cluster, one_window, render, to_yaml
@@ -105,7 +105,7 @@ def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
 
 def kube_namespaces() -> tuple[str, ...]:
     """The namespace allow-list for Kubernetes faults (``MONSOON_KUBE_NAMESPACES=a,b``; empty allows none)."""
-    return tuple(x.strip() for x in os.environ.get(KUBE_NAMESPACES_ENV, "").split(",") if x.strip())
+    return tuple(x.strip() for x in (settings.env(KUBE_NAMESPACES_ENV) or "").split(",") if x.strip())
 
 
 def build_backends(faults: list[FaultSpec], stack: Any, run_dir: Path) -> dict[str, FaultBackend]:

@@ -10,12 +10,13 @@ row with ``status`` ``skipped``/``missed``.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psycopg
+
+from monsoon import settings
 
 HISTORY_FILE = "history.sqlite"     # under the runs directory
 ENV_URL = "MONSOON_HISTORY_URL"     # postgresql://user@host:port/db: a shared Postgres instead
@@ -78,7 +79,7 @@ class Row:
 
 def default_location(runs_dir: Path) -> str:
     """Where the history is: ``MONSOON_HISTORY_URL`` or ``<runs_dir>/history.sqlite``."""
-    return os.environ.get(ENV_URL) or str(Path(runs_dir) / HISTORY_FILE)
+    return settings.env(ENV_URL) or str(Path(runs_dir) / HISTORY_FILE)
 
 
 class HistoryStore:

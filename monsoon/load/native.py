@@ -86,7 +86,7 @@ def ensure_loadgen() -> Path:
 
     ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary instead (e.g. in a container).
     """
-    env = os.environ.get("MONSOON_LOADGEN")
+    env = settings.env("MONSOON_LOADGEN")
     if env:
         p = Path(env)
         if not os.access(p, os.X_OK):

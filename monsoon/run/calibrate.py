@@ -238,8 +238,8 @@ def measure_step(index: int, target: float, seconds: list[dict], stored: list[tu
 
 def calibration_dir(runs_dir: Path | str | None = None) -> Path:
     """``$MONSOON_CALIBRATION_DIR``, else ``<runs_dir>/calibration`` (runs_dir: ``$MONSOON_RUNS_DIR`` or <repo>/runs)."""
-    if os.environ.get(DIR_ENV):
-        return Path(os.environ[DIR_ENV])
+    if settings.env(DIR_ENV):
+        return Path(settings.env(DIR_ENV))
     if runs_dir is None:
         runs_dir = settings.runs_dir()
     return Path(runs_dir) / CALIBRATION_DIR
@@ -251,7 +251,7 @@ def calibration_file(cal_dir: Path, stack: str) -> Path:
 
 def max_age_s() -> float:
     """``$MONSOON_CALIBRATION_MAX_AGE_DAYS`` (default 7) in seconds."""
-    raw = os.environ.get(MAX_AGE_ENV)
+    raw = settings.env(MAX_AGE_ENV)
     try:
         days = float(raw) if raw else DEFAULT_MAX_AGE_DAYS
     except ValueError:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from monsoon import settings
 from monsoon.paths import CACHE
 
 
@@ -34,7 +35,7 @@ class DockerdError(RuntimeError):
 
 
 def root() -> Path:
-    return Path(os.environ.get("MONSOON_DOCKERD_DIR", CACHE / "dockerd"))
+    return Path(settings.env("MONSOON_DOCKERD_DIR") or CACHE / "dockerd")
 
 
 def sock_path(d: Path | None = None) -> Path:

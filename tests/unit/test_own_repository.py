@@ -274,3 +274,24 @@ def test_setup_refuses_in_one_line(capsys, monkeypatch, tmp_path):
     lines.clear()
     assert hostsetup.setup(["kafka"], say=lines.append) == 0 and lines == [
         f"monsoon setup kafka: already in {tmp_path / 'kafka' / 'lib'}"]
+
+
+def test_every_monsoon_environment_setting_is_read_through_the_settings():
+    """No module reads a MONSOON_* setting from os.environ itself: monsoon/settings.py's ENV lists them all."""
+    reads = re.compile(r"os\.environ(?:\.get\(\s*[\"'](MONSOON_[A-Z_]+)|\[\s*[\"'](MONSOON_[A-Z_]+)[\"']\](?!\s*=[^=]))")
+    own = {"monsoon/settings.py", "monsoon/stack/cluster.py"}   # cluster.py: the Kubernetes helper's, in progress
+    found = [f"{p.relative_to(REPO)}: {m}" for p in sorted((REPO / "monsoon").rglob("*.py"))
+             if str(p.relative_to(REPO)) not in own for m in map("".join, reads.findall(p.read_text()))
+             if m not in ("MONSOON_RUN_ID",)]                # a run's label on its processes, not a setting
+    assert found == [], found
+    assert set(settings.ENV) >= {"MONSOON_CACHE", "MONSOON_RUNS_DIR", "MONSOON_HISTORY_URL", "MONSOON_LOADGEN"}
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    from monsoon.extras import MissingExtra
+    from monsoon.stack import containers
+    monkeypatch.setitem(sys.modules, "docker", None)          # as if monsoon[containers] were not installed
+    with pytest.raises(MissingExtra) as e:
+        containers.client()
+    assert str(e.value) == ("monsoon: a container stack (provider: docker) needs the 'containers' extra (docker is "
+                            "not installed): pip install 'monsoon[containers]'")
