@@ -157,6 +157,10 @@ def story_problems(summary: dict) -> list[str]:
 
 def demo(extra: list[str]) -> int:
     """Run the burst scenarios under pytest, print the checklist, and say whether the story was reproduced."""
+    if not (REPO / "pytest" / "test_burst_floods.py").is_file():   # an installed monsoon: no scenarios of its own
+        print("monsoon demo: monsoon's own scenarios run from a checkout of monsoon (make demo); in your project: "
+              "monsoon init, monsoon setup platform postgres, pytest -m burst", file=sys.stderr)
+        return 2
     run_id = new_run_id()
     cmd = [sys.executable, "-m", "pytest", "-m", "burst", str(REPO / "pytest" / "test_burst_floods.py"),   # the reference
            "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra]                               # story only
