@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from monsoon.paths import CACHE
+from monsoon.settings import env as setting
 from monsoon.stack import dockerd
 
 NETNS = "monsoon-k8s"
@@ -56,8 +57,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.6"
 BUSYBOX_IMAGE = "monsoon.local/busybox:1"
 CHAOS_NAMESPACE = "chaos-mesh"
 TAG_ENV = "MONSOON_K8S_CLUSTER"
-API_PORT_ENV = "MONSOON_K8S_API_PORT"
-DEFAULT_API_PORT = 16443
+API_PORT = 16443            # the host forwarder's port for the API server; any free port when it is taken
 # kubelet sets these VM-wide (it "protects kernel defaults" by changing them): recorded at up, restored at down
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # kubelet writes these whatever its --root-dir; removed at down when they were not there before up
@@ -75,7 +75,7 @@ class ClusterError(RuntimeError):
 
 def home() -> Path:
     """``<cache>/k8s``: what ``make k8s`` built."""
-    return Path(os.environ.get("MONSOON_K8S_DIR", CACHE / "k8s"))
+    return Path(setting("MONSOON_K8S_DIR") or CACHE / "k8s")
 
 
 def state_dir() -> Path:
@@ -703,9 +703,8 @@ def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
         (d / "hostpaths.json").write_text(json.dumps([p for p in HOST_PATHS if not Path(p).exists()]))
     ensure_pki(d)
     _netns_up()
-    port = int(os.environ.get(API_PORT_ENV, DEFAULT_API_PORT))
     try:
-        fwd = start_forwarder(d, [(port, NODE_IP, 443)], "forward-api")
+        fwd = start_forwarder(d, [(API_PORT, NODE_IP, 443)], "forward-api")
     except ClusterError:
         fwd = start_forwarder(d, [(0, NODE_IP, 443)], "forward-api")   # the default port is taken: any port
     port = next(iter(fwd.ports))
