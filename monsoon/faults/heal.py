@@ -10,6 +10,7 @@ from monsoon.faults.kube import KubeBackend, cluster_configured
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
 from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
+from monsoon.stack import cluster
 from monsoon.stack.containers import container_census, container_owners, reap_containers
 from monsoon.stack.pods import namespace_census, namespace_owners, reap_namespaces
 from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
@@ -154,7 +155,13 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             gone = reap_namespaces(rid)
             if gone:
                 done.append(f"{rid}: deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
+    if run_id is None and reap_processes:      # after the runs' namespaces: deleting them needs the cluster
+        why = cluster.left_behind()
+        if why:
+            done.append(f"monsoon's cluster ({why}): stopped " + ", ".join(cluster.down()))
     census: dict[str, list[str]] = {}
+    if run_id is None and cluster.left_behind():
+        census["k8s-cluster"] = cluster.census()
     for rid in sorted(ids):
         for b in backends:
             if reap_processes and b.name == "toxiproxy":
