@@ -625,15 +625,20 @@ def _wait(what: str, probe: Callable[[], bool], timeout: float, d: Path, log: st
     raise ClusterError(f"{what} not ready within {timeout:.0f}s{tail}")
 
 
-def _etcd_ok() -> bool:
+def _http_inside(port: int, path: str, expect: bytes) -> bool:
+    """True when plain HTTP GET ``path`` on the namespace's 127.0.0.1:``port`` answers with ``expect`` in it."""
     def probe() -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", 2379), timeout=1) as s:
-                s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-                return b'"health":"true"' in s.recv(4096)
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+                return expect in s.recv(4096)
         except OSError:
             return False
     return bool(_in_netns(probe))
+
+
+def _etcd_ok() -> bool:
+    return _http_inside(2379, "/health", b'"health":"true"')
 
 
 def node_ready(api: Api) -> bool:
@@ -769,16 +774,9 @@ def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
     argv, extra = daemon_argv("chaos-controller-manager", d, c.bindir)
     pid = _spawn(d, "chaos-controller-manager", argv, extra)
 
-    def serving() -> bool:                    # its metrics endpoint answers once the manager runs
-        def probe() -> bool:
-            try:
-                with socket.create_connection(("127.0.0.1", 10080), timeout=1) as s:
-                    s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-                    return b" 200 " in s.recv(64)
-            except OSError:
-                return False
-        return bool(_in_netns(probe))
-    _wait("chaos-controller-manager", serving, 60, d, "chaos-controller-manager", pid)
+    # its metrics endpoint answers once the manager runs
+    _wait("chaos-controller-manager", lambda: _http_inside(10080, "/metrics", b" 200 "), 60, d,
+          "chaos-controller-manager", pid)
     say(f"Chaos Mesh: {len(names)} CRDs and chaos-controller-manager in {time.monotonic() - t0:.1f}s")
 
 
