@@ -1,0 +1,97 @@
+"""Proof that monsoon works from a wheel, in the user's own repository (issue 25).
+
+In a temporary folder outside the checkout: build the wheel, install it into a fresh virtualenv (its dependencies
+from a wheelhouse in monsoon's cache, the pins of requirements.txt), run ``monsoon init``, build the reference
+platform into a cache of its own (``monsoon setup platform``), run the example scenario on the quick profile
+against the user's stack (``my-platform``) and a stack monsoon ships (``inmemory``), both found by name, and an
+unrelated test file in the same virtualenv. Checks the verdicts, that nothing was written into site-packages,
+and that the unrelated run passes with the plugin loaded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from monsoon import settings
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+WHEELHOUSE = settings.cache_dir() / "wheelhouse"     # the pinned dependencies as wheels, filled once
+
+
+def sh(cmd: list, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def snapshot(tree: Path) -> dict[str, int]:
+    return {str(p.relative_to(tree)): p.stat().st_mtime_ns for p in tree.rglob("*")}
+
+
+def test_the_wheel_in_a_fresh_virtualenv_runs_the_users_and_monsoons_stacks_by_name(tmp_path):
+    assert not tmp_path.resolve().is_relative_to(REPO)
+    t0 = time.monotonic()
+    # the wheel, from the files git knows (symlinks under monsoon/_shipped included), never in the checkout
+    src = tmp_path / "tree"      # (a bare name like "src" would be looked up on the package index)
+    files = sh(["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml", "monsoon", "stacks", "experiments",
+                "fault-profiles", "tools"], REPO).stdout.split()
+    src.mkdir()
+    subprocess.run(f"tar -cf - -T - | tar -xf - -C {src}", shell=True, input="\n".join(files), text=True, cwd=REPO,
+                   check=True)
+    sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist",
+        src], tmp_path)
+    wheel = next((tmp_path / "dist").glob("monsoon-*.whl"))
+    # a fresh virtualenv: monsoon from the wheel; its dependencies from the wheelhouse (the pinned versions)
+    venv = tmp_path / "venv"
+    sh([sys.executable, "-m", "venv", venv], tmp_path)
+    pip = [venv / "bin" / "python", "-m", "pip", "-q", "--disable-pip-version-check"]
+    pins = (REPO / "requirements.txt").read_text()
+    if not (WHEELHOUSE / ".requirements").is_file() or (WHEELHOUSE / ".requirements").read_text() != pins:
+        WHEELHOUSE.mkdir(parents=True, exist_ok=True)    # once per requirements.txt (~40 s, 130 MB of wheels)
+        sh([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+            "-w", WHEELHOUSE, "-r", REPO / "requirements.txt"], tmp_path, timeout=900)
+        (WHEELHOUSE / ".requirements").write_text(pins)
+    sh([*pip, "install", "--no-index", "--find-links", WHEELHOUSE, f"{wheel}[containers,cassandra]"], tmp_path)
+    built = time.monotonic() - t0
+    site = Path(sh([venv / "bin" / "python", "-c", "import monsoon, pathlib; print(pathlib.Path(monsoon.__file__)"
+                    ".parent.parent)"], tmp_path).stdout.strip())
+    assert (site / "monsoon" / "_shipped" / "stacks" / "inmemory.yaml").is_file()
+    assert os.access(site / "monsoon" / "_shipped" / "stacks" / "bin" / "run-postgres", os.X_OK)
+    before = snapshot(site)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MONSOON_", "VIRTUAL_ENV"))}
+    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", MONSOON_CACHE=str(tmp_path / "cache"))
+    proj = tmp_path / "proj"
+    sh(["monsoon", "init", proj], tmp_path, env)
+    setup = sh(["monsoon", "setup", "platform"], proj, env)
+    assert "monsoon setup platform: built" in setup.stdout, setup.stdout
+    (proj / "pytest" / "test_shipped.py").write_text(
+        "import pytest\n\n\n@pytest.mark.burst\ndef test_shipped(monsoon):\n"
+        "    monsoon.run('inmemory', 'my-burst').assert_pass()   # monsoon's stack, the user's experiment\n")
+    t1 = time.monotonic()
+    run = subprocess.run(["pytest", "-m", "burst", "-p", "no:cacheprovider", "--monsoon-run-id", "installed"],
+                         cwd=proj, env=env, capture_output=True, text=True, timeout=900)
+    ran = time.monotonic() - t1
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+    summary = json.loads((proj / "runs" / "installed" / "summary.json").read_text())
+    verdicts = {(r["stack"], r["experiment"]): r["verdict"] for r in summary["results"]}
+    assert verdicts == {("my-platform", "my-burst"): "pass", ("inmemory", "my-burst"): "pass"}, verdicts
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "test_plain.py").write_text("def test_plain():\n    assert sum([1, 2]) == 3\n")
+    plain = sh(["pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"], other, env)
+    assert "1 passed" in plain.stdout and not (other / "runs").exists()
+    assert "--monsoon-profile" in sh(["pytest", "-p", "no:cacheprovider", "--help"], other, env).stdout   # loaded
+
+    after = snapshot(site)
+    written = sorted(set(after) - set(before)) + sorted(k for k in before if k in after and after[k] != before[k])
+    assert written == [], f"written into site-packages: {written[:10]}"
+    print(f"\ninstalled proof: wheel + venv + install {built:.0f} s, the two quick scenarios {ran:.0f} s")
