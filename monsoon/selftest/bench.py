@@ -223,8 +223,11 @@ def child_python(port: int, rate: float, duration: float, devices: int, workdir:
             "elapsed_s": t.elapsed_s, "cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)}
 
 
+CHILD_MODULE = "monsoon.selftest.bench"   # this module, as ``python -m`` starts it for each measured child
+
+
 def run_child(args: list[str]) -> dict:
-    p = subprocess.run([sys.executable, "-m", "monsoon.bench", "--child", *args],
+    p = subprocess.run([sys.executable, "-m", CHILD_MODULE, "--child", *args],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
     if p.returncode != 0:
         raise RuntimeError(f"bench child {args[0]} failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -327,7 +330,7 @@ def per_msg(r: dict | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m monsoon.bench", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog=f"python -m {CHILD_MODULE}", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--quick", action="store_true", help="a smoke test: short phases, 2,000 connections")

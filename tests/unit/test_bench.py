@@ -77,3 +77,16 @@ def test_sink_utilisation_is_cpu_seconds_per_elapsed_second_of_each_process() ->
     assert u["sink_utilisation"] == [0.5, 0.125, 0.125]
     assert u["sink_utilisation_max"] == 0.5
     assert u["sink_cpu_s"] == 3.0 and u["sink_elapsed_s"] == 4.0
+
+
+def test_a_measured_child_runs_as_make_bench_load_starts_it():
+    """``run_child`` starts this module with ``python -m``: a paho child against a real sink acks every message.
+    (The module once moved and the children kept its old name; make bench-load failed while this file passed.)"""
+    from monsoon.load.native import ensure_loadgen
+    sinks = bench.Sinks(ensure_loadgen(), 1)
+    try:
+        r = bench.run_child(["paho", str(sinks.port), "300", "10"])
+    finally:
+        sinks.close()
+    assert r["acked"] == 300 and r["cpu_s"] > 0, r
+    assert bench.per_msg(r) > 0
