@@ -126,7 +126,10 @@ def test_pod_over_its_memory_limit_is_oom_killed(kube):
 def test_chaos_mesh_pod_kill_lands_and_heals(kube, monkeypatch):
     c, api, _ = kube
     monkeypatch.setenv("KUBECONFIG", str(c.kubeconfig))
-    uid = wait("the sleeper pod Running", lambda: running_uid(api, "app=sleeper"))
+    # Chaos Mesh's `mode: one` picks among every pod the selector matches, a Terminating one too (seen here: it
+    # "killed" the pod the previous test deleted, and nothing was replaced): wait until only the live one is left
+    uid = wait("one sleeper pod, Running",
+               lambda: len(pods(api, "app=sleeper")) == 1 and running_uid(api, "app=sleeper"))
     fault = FaultSpec(name="kill-sleeper", kind="pod-kill", backend="chaos-mesh",
                       target={"namespace": NS, "labelSelector": {"app": "sleeper"}}, params={},
                       schedule={"at": 0, "duration": 10})
