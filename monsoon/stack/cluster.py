@@ -42,9 +42,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from monsoon.paths import CACHE
 from monsoon.settings import env as setting
 from monsoon.stack import dockerd
+from monsoon.stack.nsforward import enter_netns
 
 NETNS = "monsoon-k8s"
 NODE = "monsoon-k8s"
@@ -313,7 +316,6 @@ def _run(*argv: str, check: bool = True, input: bytes | None = None, timeout: fl
 
 def _in_netns(fn: Callable[[], Any], name: str = NETNS) -> Any:
     """Run ``fn`` in a new thread that first enters the namespace (setns is per thread for network namespaces)."""
-    from monsoon.stack.nsforward import enter_netns
     box: dict[str, Any] = {}
 
     def body() -> None:
@@ -660,7 +662,6 @@ def running(c: Cluster | None = None) -> bool:
 
 
 def _write_yaml(path: Path, obj: dict) -> None:
-    import yaml
     path.write_text(yaml.safe_dump(obj, sort_keys=False))
 
 
@@ -747,7 +748,6 @@ def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
 
 
 def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
-    import yaml
     d = c.dir
     api = c.api()
     t0 = time.monotonic()
