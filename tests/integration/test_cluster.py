@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,31 @@ def test_node_ready_and_kubectl_reaches_it(kube):
                              capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == f"node/{cluster.NODE}", out.stderr
     assert {"registry.k8s.io/pause:3.6", "monsoon.local/busybox:1"} <= {i.split("docker.io/")[-1] for i in c.images()}
+
+
+def test_forward_mirrors_a_port_bound_inside_the_namespace(kube):
+    """What hostNetwork pods bind is on the namespace's loopback: c.forward() reaches it from the host's."""
+    c, _, _ = kube
+    port = 18089
+    server = subprocess.Popen([*c.nsenter_prefix(), sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(c.dir / "pki")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with c.forward([port]) as fwd:
+            assert list(fwd.ports) == [port]
+
+            def fetch():
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ca.crt", timeout=2) as r:
+                        return r.read()
+                except OSError:
+                    return None
+            body = wait("the server inside the namespace, through the forwarder", fetch, 30)
+            assert body == (c.dir / "pki" / "ca.crt").read_bytes()
+        assert not fwd.alive()
+    finally:
+        server.kill()
+        server.wait()
 
 
 def deployment(name: str) -> dict:
