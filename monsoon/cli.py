@@ -220,6 +220,8 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-cassandra", "burst-x10"), ("cassandra-ack", "pod-kill"), ("kafka-cassandra", "cassandra-slowdown"),
     ("kafka-cassandra", "cassandra-down"), ("cassandra-ack", "cassandra-node-kill"),
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
+    ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
+    ("kafka-k8s", "network-latency-chaos-mesh"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}

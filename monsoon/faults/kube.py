@@ -264,7 +264,8 @@ def cluster_configured() -> bool:
 
 def local_cluster() -> bool:
     """The configured cluster is the one ``monsoon cluster up`` runs on this machine (its node's kernel is ours)."""
-    return kubeconfig_path().resolve() == Cluster().kubeconfig.resolve() and kubeconfig_path().is_file()
+    kc = os.environ.get("KUBECONFIG")      # the cluster the faults are applied to (cluster_configured)
+    return bool(kc) and kubeconfig_path().resolve() == Cluster().kubeconfig.resolve() and kubeconfig_path().is_file()
 
 
 def kube_client(error: type[Exception] = RuntimeError):

@@ -82,7 +82,7 @@ def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None
         f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"),
                           line_in_entry=lambda p, i=i: exp.line_of(("faults", i, *p)))
         if f.backend in ("chaos-mesh", "litmus"):
-            _check_kube(f, ref, namespaces, where=(exp.source, line, f"faults.{i}"))
+            _check_kube(f, ref, _allowed(namespaces, stack), where=(exp.source, line, f"faults.{i}"))
         out.append(f)
     return out   # distinct names: checked by monsoon.run.validate.check_experiment
 
@@ -101,6 +101,15 @@ def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
                 else "")
         file, line, key = where
         raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}{hint}") from None
+
+
+def _allowed(namespaces: Iterable[str] | None, stack: Any) -> tuple[str, ...]:
+    """The allow-list, plus the namespace a stack in Kubernetes form creates for its own pods (monsoon's own)."""
+    out = tuple(kube_namespaces() if namespaces is None else namespaces)
+    spec = getattr(stack, "spec", stack)
+    if spec is not None and spec.pods() and spec.kube_namespace() not in out:
+        out += (spec.kube_namespace(),)
+    return out
 
 
 def kube_namespaces() -> tuple[str, ...]:
@@ -123,7 +132,7 @@ def build_backends(faults: list[FaultSpec], stack: Any, run_dir: Path) -> dict[s
         elif name == "cgroup":
             out[name] = CgroupBackend(stack=stack)
         else:
-            out[name] = KubeBackend(name, kube_namespaces(), out_dir=run_dir)
+            out[name] = KubeBackend(name, _allowed(None, stack), out_dir=run_dir)
     return out
 
 
