@@ -1,7 +1,8 @@
 """`pytest -m "chaos and not cassandra" --monsoon-profile=quick pytest/`, as a new user runs it: every chaos
 scenario (pod kill on both queues, Mongo and Infinispan slowdowns, the soak) on the embedded stacks. The Cassandra
 scenarios (pytest/test_cassandra.py, marked ``cassandra`` too) are left to tests/integration/test_cassandra_story.py,
-the container ones (``docker``) to tests/integration/test_containers.py.
+the container ones (``docker``) to tests/integration/test_containers.py, the pod ones (``kubernetes``) to
+tests/integration/test_kubernetes_story.py.
 
 It asserts what monsoon must report, not whether the reference platform meets every objective:
 each fault landed and healed with a clean census, the Kafka queue lost nothing acked on a pod
@@ -27,14 +28,15 @@ def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     # the real-ThingsBoard chaos scenario (pytest/test_thingsboard.py) runs only where its jar was built, and
     # takes ~6 min more: it is left to `pytest -m chaos pytest/ -k thingsboard`; the Cassandra ones have their
     # own story (test_cassandra_story.py)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos and not cassandra and not docker", "pytest/",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos and not cassandra and not docker and not kubernetes",
+                           "pytest/",
                            "-k", "not thingsboard", "--monsoon-profile=quick",
                            f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}", "-p", "no:cacheprovider",
                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     took = time.monotonic() - t0
     out = proc.stdout + proc.stderr
     print(out[-6000:])
-    print(f"pytest -m 'chaos and not cassandra and not docker' (quick) took {took:.0f}s")
+    print(f"pytest -m 'chaos and not cassandra and not docker and not kubernetes' (quick) took {took:.0f}s")
     summary = json.loads((runs / run_id / "summary.json").read_text())
     by = {(r["stack"], r["experiment"]): r for r in summary["results"]}
     fig = {k: {c["name"]: c["figures"] for c in r["checks"]} for k, r in by.items()}

@@ -72,7 +72,7 @@ def test_interrupted_run_leaves_nothing_behind(tmp_path, stack, sig):
     s = analyze(runs / run_id)
     assert s["interrupted"]["signal"] == name and s["results"][0]["verdict"] == "unknown"
     assert s["results"][0]["stack"] == stack and {c["name"] for c in s["results"][0]["checks"]} == \
-        {"no_oom", "no_unexpected_exit", "no_acked_loss", "lag_recovers_within", "load_valid"}
+        {"no_oom", "no_unexpected_exit", "no_acked_loss", "lag_recovers_within", "load_valid", "serves_throughout"}
     # the load was cut short: the generator's self-check can't call that load valid
     assert next(c for c in s["results"][0]["checks"] if c["name"] == "load_valid")["verdict"] == "unknown"
     assert dataset_state(parts_dir(exp_dir / "acked.csv")).rows > 0   # the fleet's parts, flushed before the signal
