@@ -327,12 +327,15 @@ class Stack:
         cmd = [self.render(c, sdir) for c in spec.command]
         return Service(name, spec, cmd, env, sdir, self.dir / "logs" / f"{name}.log", container=container, pod=pod)
 
-    def _podproc(self, svc: Service) -> "kpods.PodProc":
-        spec = svc.spec
+    def _volumes(self, svc: Service) -> list[str]:
+        """The service's volumes with their placeholders rendered (a container's binds, a pod's hostPaths)."""
         try:
-            volumes = [self.render(v, svc.dir) for v in spec.volumes]
+            return [self.render(v, svc.dir) for v in svc.spec.volumes]
         except KeyError as e:
             raise StackError(f"service {svc.name!r}: unknown placeholder in volumes: {e}") from None
+
+    def _podproc(self, svc: Service) -> "kpods.PodProc":
+        spec, volumes = svc.spec, self._volumes(svc)
         ns = self.spec.kube_namespace()
         manifest = kpods.deployment_manifest(
             namespace=ns, run_id=self.run_id, service=svc.name, image=spec.image, command=svc.command, env=svc.env,
@@ -343,11 +346,7 @@ class Stack:
                              log_path=svc.log_path, start_timeout=timeout * self.scale)
 
     def _container(self, svc: Service) -> "ctr.ContainerProc":
-        spec = svc.spec
-        try:
-            volumes = [self.render(v, svc.dir) for v in spec.volumes]
-        except KeyError as e:
-            raise StackError(f"service {svc.name!r}: unknown placeholder in volumes: {e}") from None
+        spec, volumes = svc.spec, self._volumes(svc)
         return ctr.ContainerProc(image=spec.image, command=svc.command, env=svc.env,
                                  name=ctr.container_name(self.run_id, svc.name),
                                  labels=ctr.labels_for(self.run_id, svc.name), log_path=svc.log_path,
