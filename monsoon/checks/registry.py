@@ -16,6 +16,7 @@ from typing import Any, Callable
 from monsoon.checks.base import RunData, UNKNOWN, Verdict
 from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
 from monsoon.checks.lag import consumer_not_stalled, lag_bounded, lag_recovers_within
+from monsoon.checks.gc import gc_time_below
 from monsoon.checks.load import load_valid
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
@@ -39,6 +40,7 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
     "error_budget": error_budget,
     "no_memory_leak": no_memory_leak,
     "gc_time_fraction": gc_time_fraction,
+    "gc_time_below": gc_time_below,
     "no_thread_leak": no_thread_leak,
     "faults_landed": faults_landed,
     "throughput_drop": throughput_drop,

@@ -44,6 +44,7 @@ FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
     "error_budget": (("budget_consumed_pct", "both"), ("worst_burn_rate", "checklist")),
     "no_memory_leak": (("heap_slope_mb_per_h", "checklist"), ("rss_slope_mb_per_h", "checklist")),
     "gc_time_fraction": (("worst_gc_fraction", "checklist"),),
+    "gc_time_below": (("gc_over_s", "checklist"), ("worst_gc_fraction", "checklist")),
     "no_thread_leak": (("threads_per_reconnect", "checklist"),),
     "faults_landed": (("faults_injected", "both"), ("faults_landed", "both"), ("faults_healed", "both"),
                       ("faults_left_in_place", "headline"), ("max_downtime_s", "both")),

@@ -18,7 +18,10 @@ in-memory queue above capacity fills the heap and dies of OOM).  A step fails wh
                      target (less is the queue's own batching: ThingsBoard commits a Kafka pack at a
                      time, so its lag saw-tooths by a few hundred at any rate);
 * ``latency-knee``   the step's p99 ack latency exceeded ``latency_k`` x the first step's p99 and
-                     the absolute floor ``latency_floor_ms``.
+                     the absolute floor ``latency_floor_ms``;
+* ``gc``             (only when ``gc_fraction`` is set, ``--gc-fraction``) the observed JVM spent more than
+                     that fraction of the step's measured window in GC (its ``gc_seconds`` counter): saturated
+                     by GC, as Eclipse Ditto's benchmark read it, even while every rate still kept up.
 
 Capacity = the target of the highest step the stack kept up with (:func:`decide`, pure).
 
@@ -60,7 +63,7 @@ CALIBRATION_DIR = "calibration"
 DEFAULT_MAX_AGE_DAYS = 7.0
 MAX_AGE_ENV = "MONSOON_CALIBRATION_MAX_AGE_DAYS"
 DIR_ENV = "MONSOON_CALIBRATION_DIR"
-CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee")
+CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee", "gc")
 
 
 # ------------------------------------------------------------------ pure logic
@@ -75,6 +78,7 @@ class Criteria:
     slope_fraction: float = 0.05      # backlog growth: slope > this x target ...
     slope_min: float = 20.0           # ... and > this many msg/s ...
     backlog_floor_s: float = 0.5      # ... to a backlog of more than this many seconds of the target
+    gc_fraction: float | None = None  # GC saturation: more than this fraction of the window in GC (None: off)
 
 
 @dataclass
@@ -93,6 +97,7 @@ class Step:
     backlog_end: float | None = None
     p99_ms: float | None = None        # median of the window's per-second p99 ack latencies
     exits: int = 0                     # exits / restarts of the service under test in the step
+    gc_fraction: float | None = None   # the window's GC time / wall time (None: no gc_seconds samples)
     ok: bool | None = None             # filled by judge / decide
     criterion: str | None = None
     reason: str = ""
@@ -109,7 +114,7 @@ class Step:
         d = asdict(self)
         d["send_rate"] = round(self.send_rate, 1)
         d["ack_rate"] = round(self.ack_rate, 1)
-        for k in ("stored_rate", "backlog_slope", "backlog_end", "p99_ms", "target", "seconds"):
+        for k in ("stored_rate", "backlog_slope", "backlog_end", "p99_ms", "target", "seconds", "gc_fraction"):
             if isinstance(d[k], float):
                 d[k] = round(d[k], 2)
         return d
@@ -146,6 +151,9 @@ def judge_step(step: Step, baseline_p99_ms: float | None, crit: Criteria = Crite
             and step.p99_ms > crit.latency_floor_ms):
         return "latency-knee", (f"p99 {step.p99_ms:,.0f} ms > {crit.latency_k:g} x the first step's "
                                 f"{baseline_p99_ms:,.0f} ms (and > {crit.latency_floor_ms:g} ms)")
+    if crit.gc_fraction is not None and step.gc_fraction is not None and step.gc_fraction > crit.gc_fraction:
+        return "gc", (f"saturated by GC: {step.gc_fraction:.0%} of the window in GC "
+                      f"(> {crit.gc_fraction:.0%})")
     return None, ""
 
 
@@ -214,10 +222,22 @@ def slope(points: list[tuple[float, float]]) -> float | None:
     return sum((t - mt) * (v - mv) for t, v in points) / den
 
 
+def gc_window_fraction(points: list[tuple[float, float]]) -> float | None:
+    """GC time / wall time over (t, cumulative gc_seconds) samples (a drop is a counter reset); None with
+    fewer than two samples or no time spread."""
+    pts = sorted(points)
+    if len(pts) < 2 or pts[-1][0] - pts[0][0] <= 0:
+        return None
+    inc = sum(b - a if b >= a else b for (_, a), (_, b) in zip(pts, pts[1:]))
+    return max(0.0, inc / (pts[-1][0] - pts[0][0]))
+
+
 def measure_step(index: int, target: float, seconds: list[dict], stored: list[tuple[float, float]],
-                 backlog: list[tuple[float, float]], exits: int = 0) -> Step:
+                 backlog: list[tuple[float, float]], exits: int = 0,
+                 gc: list[tuple[float, float]] | None = None) -> Step:
     """A :class:`Step` from the measured window's per-second load stats (``load`` events / SecondStats
-    fields) and the (t, value) samples of the storage count and the backlog inside the window."""
+    fields) and the (t, value) samples of the storage count, the backlog and the GC-time counter inside
+    the window."""
     st = Step(index, float(target), float(len(seconds)))
     for s in seconds:
         st.scheduled += int(s.get("scheduled", 0))
@@ -231,6 +251,7 @@ def measure_step(index: int, target: float, seconds: list[dict], stored: list[tu
     st.backlog_slope = slope(backlog)
     st.backlog_end = backlog[-1][1] if backlog else None
     st.exits = exits
+    st.gc_fraction = gc_window_fraction(gc or [])
     return st
 
 
@@ -354,6 +375,75 @@ class RecordingTimeline(Timeline):
                     and isinstance(e.get(key), (int, float))]
 
 
+def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: list[Step], *, label: str,
+         progress: Progress, stop: threading.Event, exits: list[float], payload=None,
+         phase_prefix: str = "") -> bool:
+    """The ladder of :class:`Params` on a started ``stack``: connect a fleet (its acked and latency logs in
+    ``out_dir``, its phases ``<phase_prefix>step..``), send the steps, judge each (appended to ``steps``, also
+    as ``calibration-step`` events) and stop at the first one not kept up.  ``exits``: timeline times of the
+    service's exits (:class:`StackEvents`).  True when every step of the ladder was measured."""
+    halt = threading.Event()             # ours: set at the first failing step
+    rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
+    step_s, settle, warm = int(params.step_seconds), int(params.settle_seconds), int(params.warmup_seconds)
+    shape = Stages(((Stage(f"{phase_prefix}warmup", float(warm), rates[0]),) if warm else ())
+                   + tuple(Stage(f"{phase_prefix}step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
+    first = len(steps)                   # the steps of this ladder start here (a sweep keeps one list per size)
+    mine: list[Step] = []
+    load = LoadHarness(tl)
+    try:
+        load.start(stack, device_prefix=params.device_prefix, devices=params.devices, shape=shape,
+                   qos=params.qos, out_dir=out_dir, payload=payload)
+        fleet, sampler, t0 = load.fleet, load.sampler, load.t0
+        backlog_key = ("kafka", "lag") if stack.spec.observe.kafka else ("metrics", "queue_depth")
+        progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
+                 f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step"
+                 + (f", after a {warm}s warm-up at {rates[0]:,.0f} msg/s (not judged)" if warm else ""))
+        per_sec: dict[int, dict] = {}
+
+        def evaluate(i: int) -> bool:
+            """Judge step i (its window is over); True to go on."""
+            a, b = warm + i * step_s + settle, warm + (i + 1) * step_s
+            secs = [per_sec[s] for s in range(a, b) if s in per_sec]
+            ta, tb = t0 + a, t0 + b + 0.5
+            st = measure_step(first + i, rates[i], secs, tl.series("storage", "stored", ta, tb),
+                              tl.series(*backlog_key, ta, tb),
+                              exits=sum(1 for x in exits if t0 + warm + i * step_s <= x <= tb),
+                              gc=tl.series("metrics", "gc_seconds", ta - 1.0, tb))
+            crit, reason = judge_step(st, mine[0].p99_ms if mine else st.p99_ms, params.criteria)
+            st.ok, st.criterion, st.reason = crit is None, crit, reason
+            steps.append(st)
+            mine.append(st)
+            tl.add("calibration-step", **st.to_dict())
+            progress(f"[{label}] step {i}: target {st.target:7,.0f}/s sent {st.send_rate:7,.0f}/s "
+                     f"acked {st.ack_rate:7,.0f}/s stored {_f(st.stored_rate)}/s "
+                     f"backlog slope {_f(st.backlog_slope)}/s p99 {_f(st.p99_ms)}ms"
+                     + ("" if st.gc_fraction is None else f" gc {st.gc_fraction:.0%}") + " -> "
+                     + ("kept up" if crit is None else f"NOT kept up ({crit}: {reason})"))
+            return crit is None
+
+        def on_second(s) -> None:
+            per_sec[s.t] = load.record_second(s)
+            # step i's window is [warm + i*step, warm + (i+1)*step); judge it one second into the next step
+            u = s.t - warm
+            if u % step_s == 0 and u >= step_s:
+                i = u // step_s - 1
+                if len(mine) == i and not halt.is_set() and not evaluate(i):
+                    halt.set()     # stop at the first step not kept up: never stay above capacity
+            if stop.is_set():
+                halt.set()
+
+        totals = fleet.run(halt, on_second)
+        tl.add("op", op="load-end", sent=totals.sent, acked=totals.acked, late=totals.late)
+        if len(mine) == len(rates) - 1 and all(x.ok for x in mine) and not stop.is_set():
+            time.sleep(1.5)        # one more sample after the last step's end
+            evaluate(len(rates) - 1)
+        fleet.close()
+        sampler.stop()
+        return len(mine) == len(rates)
+    finally:
+        load.close()
+
+
 def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick", params: Params = Params(),
               progress: Progress = print, stop: threading.Event | None = None,
               save_to: Path | None = None) -> dict:
@@ -362,11 +452,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stop = stop or threading.Event()     # the caller's: interrupts the ramp
-    halt = threading.Event()             # ours: set at the first failing step
     rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
-    step_s, settle, warm = int(params.step_seconds), int(params.settle_seconds), int(params.warmup_seconds)
-    shape = Stages(((Stage("warmup", float(warm), rates[0]),) if warm else ())
-                   + tuple(Stage(f"step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
     label = f"{stack_spec.name}/calibrate"
     steps: list[Step] = []
     error: str | None = None
@@ -380,63 +466,16 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
         on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
         exits = on_event.exits
 
-        load = LoadHarness(tl)
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())}), "
                      f"profile {profile}")
             with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
-                load.start(stack, device_prefix=params.device_prefix, devices=params.devices, shape=shape,
-                           qos=params.qos, out_dir=out_dir)
-                fleet, sampler, t0 = load.fleet, load.sampler, load.t0
-                backlog_key = ("kafka", "lag") if stack_spec.observe.kafka else ("metrics", "queue_depth")
-                progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
-                         f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step"
-                         + (f", after a {warm}s warm-up at {rates[0]:,.0f} msg/s (not judged)" if warm else ""))
-                per_sec: dict[int, dict] = {}
-
-                def evaluate(i: int) -> bool:
-                    """Judge step i (its window is over); True to go on."""
-                    a, b = warm + i * step_s + settle, warm + (i + 1) * step_s
-                    secs = [per_sec[s] for s in range(a, b) if s in per_sec]
-                    ta, tb = t0 + a, t0 + b + 0.5
-                    st = measure_step(i, rates[i], secs, tl.series("storage", "stored", ta, tb),
-                                      tl.series(*backlog_key, ta, tb),
-                                      exits=sum(1 for x in exits if t0 + warm + i * step_s <= x <= tb))
-                    crit, reason = judge_step(st, steps[0].p99_ms if steps else st.p99_ms, params.criteria)
-                    st.ok, st.criterion, st.reason = crit is None, crit, reason
-                    steps.append(st)
-                    tl.add("calibration-step", **st.to_dict())
-                    progress(f"[{label}] step {i}: target {st.target:7,.0f}/s sent {st.send_rate:7,.0f}/s "
-                             f"acked {st.ack_rate:7,.0f}/s stored {_f(st.stored_rate)}/s "
-                             f"backlog slope {_f(st.backlog_slope)}/s p99 {_f(st.p99_ms)}ms -> "
-                             + ("kept up" if crit is None else f"NOT kept up ({crit}: {reason})"))
-                    return crit is None
-
-                def on_second(s) -> None:
-                    per_sec[s.t] = load.record_second(s)
-                    # step i's window is [warm + i*step, warm + (i+1)*step); judge it one second into the next step
-                    u = s.t - warm
-                    if u % step_s == 0 and u >= step_s:
-                        i = u // step_s - 1
-                        if len(steps) == i and not halt.is_set() and not evaluate(i):
-                            halt.set()     # stop at the first step not kept up: never stay above capacity
-                    if stop.is_set():
-                        halt.set()
-
-                totals = fleet.run(halt, on_second)
-                tl.add("op", op="load-end", sent=totals.sent, acked=totals.acked, late=totals.late)
-                if len(steps) == len(rates) - 1 and all(x.ok for x in steps) and not stop.is_set():
-                    time.sleep(1.5)        # one more sample after the last step's end
-                    evaluate(len(rates) - 1)
-                finished[0] = len(steps) == len(rates)
-                fleet.close()
-                sampler.stop()
+                finished[0] = ramp(stack, tl, params, out_dir, steps, label=label, progress=progress, stop=stop,
+                                   exits=exits)
         except Exception as e:   # the stack failed: the record says so
             error = f"{type(e).__name__}: {e}"
             tl.add("op", op="error", error=error)
             progress(f"[{label}] ERROR {error}")
-        finally:
-            load.close()
 
     failed = next((s for s in steps if not s.ok), None)
     dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,
@@ -546,6 +585,9 @@ def add_arguments(p) -> None:
                    help="latency knee: p99 > K x the first step's p99 (default 5)")
     p.add_argument("--latency-floor-ms", type=float, default=d.criteria.latency_floor_ms,
                    help="... and above this many ms (default 250)")
+    p.add_argument("--gc-fraction", type=float, default=None,
+                   help="also stop at a step whose window the JVM spent more than this fraction of in GC "
+                   "(its gc_seconds metric; e.g. 0.2; default: off)")
     p.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"),
                    help="the stack's per-profile settings to start it with, e.g. its heap (default quick)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
@@ -564,7 +606,8 @@ def cli(args) -> int:
                         step_seconds=args.step_seconds, settle_seconds=args.settle_seconds,
                         warmup_seconds=args.warmup_seconds, devices=args.devices,
                         criteria=Criteria(tolerance=args.tolerance, latency_k=args.latency_k,
-                                          latency_floor_ms=args.latency_floor_ms))
+                                          latency_floor_ms=args.latency_floor_ms,
+                                          gc_fraction=args.gc_fraction))
     except ValueError as e:
         print(f"monsoon calibrate: {e}", file=sys.stderr)
         return 2

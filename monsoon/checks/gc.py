@@ -1,0 +1,126 @@
+"""Garbage-collection time as the sign of saturation: *when* and *for how long* a JVM spent more than a
+fraction of its wall time collecting.
+
+Eclipse Ditto's benchmark read saturation off GC time ("attempting more results in high garbage
+collection time and drop in performance").  ``gc_time_fraction`` (``monsoon/checks/memory.py``) judges a
+whole phase's average; a few seconds of thrashing inside a long phase average away there.  This check looks
+at the signal over time:
+
+* the source is the JVM's own cumulative GC-time counter, scraped into the ``metrics`` samples as
+  ``gc_seconds`` (``jvm_gc_pause_seconds_sum`` on ThingsBoard's Micrometer, ``jvm_gc_collection_seconds_sum``
+  on the Prometheus simpleclient of the reference platform); a drop is a counter reset (a restarted JVM),
+  counted from zero as Prometheus' ``increase`` does;
+* the GC fraction at sample time ``t`` is the counter's increase over the trailing ``window_s`` seconds
+  divided by the wall time those samples span (a single young pause in one second is not saturation);
+* a *stretch* is a run of consecutive samples whose fraction is above ``fraction``, trimmed to the sample
+  intervals inside it that were above ``fraction`` themselves (the window decides whether, the intervals when).
+
+The verdict fails when the stretches add up to more than ``max_seconds`` (default 0: any), and names each
+stretch (start and end on the timeline, the phase it began in, its worst fraction).  Without at least two
+``gc_seconds`` samples it is unknown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+
+
+@dataclass(frozen=True)
+class Stretch:
+    start: float          # timeline seconds
+    end: float
+    worst: float          # the highest windowed GC fraction inside it
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def gc_rate_series(points: list[tuple[float, float]], window_s: float = 5.0) -> list[tuple[float, float, float]]:
+    """``[(t, window_start, fraction)]``: per sample (from the second on), the GC counter's increase over the
+    trailing ``window_s`` seconds (at least one sample interval) / the wall time it spans. Resets count from 0."""
+    pts = sorted((float(t), float(v)) for t, v in points)
+    inc = [0.0]                                   # cumulative increase, reset-aware
+    for (_, a), (_, b) in zip(pts, pts[1:]):
+        inc.append(inc[-1] + (b - a if b >= a else b))
+    out: list[tuple[float, float, float]] = []
+    j = 0
+    for i in range(1, len(pts)):
+        t = pts[i][0]
+        while j < i - 1 and pts[j + 1][0] <= t - window_s:
+            j += 1
+        # j: the latest sample at or before t - window_s (or i - 1 when the samples are sparse)
+        span = t - pts[j][0]
+        if span <= 0:
+            continue
+        out.append((t, pts[j][0], max(0.0, (inc[i] - inc[j]) / span)))
+    return out
+
+
+def gc_stretches(points: list[tuple[float, float]], fraction: float, window_s: float = 5.0) -> list[Stretch]:
+    """Runs of consecutive samples whose trailing-window GC fraction (:func:`gc_rate_series`) is above
+    ``fraction``; overlapping runs merge.  A run's bounds are trimmed to the sample intervals inside it that
+    were themselves above ``fraction`` (the window only decides *whether*; the intervals say *when*)."""
+    pts = sorted((float(t), float(v)) for t, v in points)
+    hot_iv = [(a, b) for (a, x), (b, y) in zip(pts, pts[1:])
+              if b > a and (y - x if y >= x else y) / (b - a) > fraction]
+    runs: list[list[tuple[float, float, float]]] = [[]]
+    for p in gc_rate_series(pts, window_s):
+        if p[2] > fraction:
+            runs[-1].append(p)
+        elif runs[-1]:
+            runs.append([])
+    out: list[Stretch] = []
+    for run in (r for r in runs if r):
+        a, b = run[0][1], run[-1][0]
+        inside = [(x, y) for x, y in hot_iv if x >= a and y <= b]
+        if inside:
+            a, b = inside[0][0], inside[-1][1]
+        s = Stretch(a, b, max(f for _, _, f in run))
+        if out and s.start <= out[-1].end:
+            last = out.pop()
+            s = Stretch(last.start, max(last.end, s.end), max(last.worst, s.worst))
+        out.append(s)
+    return out
+
+
+def _phase_at(phases: list[dict], t: float) -> str | None:
+    return next((p["name"] for p in phases if float(p["start"]) <= t < float(p["end"])), None)
+
+
+def gc_time_below(run: RunData, fraction: float = 0.1, window_s: float = 5.0, max_seconds: float = 0.0) -> Verdict:
+    """The observed JVM never spent more than ``fraction`` of its wall time in GC (over any trailing
+    ``window_s`` seconds) for more than ``max_seconds`` in all; says when and for how long it did."""
+    name = "gc_time_below"
+    figures: dict[str, float] = {"fraction": float(fraction), "window_s": float(window_s)}
+    points = run.events.series("metrics", "gc_seconds")
+    series = gc_rate_series(points, window_s)
+    if not series:
+        return Verdict(name, UNKNOWN, figures, "fewer than two gc_seconds samples (the JVM's GC-time counter, "
+                                               "observe.metrics.gc_seconds): nothing to judge")
+    stretches = gc_stretches(points, fraction, window_s)
+    worst = max(f for _, _, f in series)
+    over = sum(s.seconds for s in stretches)
+    figures.update(worst_gc_fraction=round(worst, 4), gc_over_s=round(over, 1), gc_stretches=len(stretches),
+                   mean_gc_fraction=round(sum(f for _, _, f in series) / len(series), 4))
+    phases = run.events.phases()
+    t0 = float(phases[0]["start"]) if phases else series[0][0]
+    stack = run.meta.get("stack")
+    service = f"the JVM behind {stack}'s metrics endpoint" if stack else "the JVM behind the metrics endpoint"
+
+    def where(s: Stretch) -> str:
+        ph = _phase_at(phases, s.start) or _phase_at(phases, s.end)
+        return (f"{s.start - t0:+.0f}s..{s.end - t0:+.0f}s ({s.seconds:.0f}s"
+                + (f", in {ph}" if ph else "") + f", up to {s.worst * 100:.0f}%)")
+    if stretches:
+        figures["first_over_s"] = round(stretches[0].start - t0, 1)
+        desc = "; ".join(where(s) for s in stretches[:6]) + (f"; +{len(stretches) - 6} more" if len(stretches) > 6
+                                                              else "")
+        msg = (f"{service} spent more than {fraction * 100:g}% of its wall time in GC (over {window_s:g}s "
+               f"windows) for {over:.0f}s in {len(stretches)} stretch(es), times from the load's start: {desc}")
+        if over > max_seconds:
+            return Verdict(name, FAIL, figures, msg + (f" (allowed {max_seconds:g}s)" if max_seconds else ""))
+        return Verdict(name, PASS, figures, msg + f", within the {max_seconds:g}s allowed")
+    return Verdict(name, PASS, figures, f"GC time stayed within {fraction * 100:g}% of wall time over every "
+                                        f"{window_s:g}s window (worst {worst * 100:.1f}%, {len(series)} samples)")
