@@ -6,22 +6,22 @@ PY      := $(VENV)/bin/python
 PYTEST  := $(VENV)/bin/pytest
 CACHE   ?= .cache
 export MONSOON_CACHE := $(abspath $(CACHE))
-PLATFORM_JAR := stacks/reference-platform/target/reference-platform.jar
-PLATFORM_SRC := $(shell find stacks/reference-platform/src -type f 2>/dev/null) stacks/reference-platform/pom.xml
+# `monsoon setup PIECE ...` (monsoon/hostsetup.py, without the CLI's imports): the one way each piece is set up
+SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: lint help setup prereqs venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: lint help setup prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
-	@echo "make demo       run the x3/x10 burst floods on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
+	@echo "make demo       run the x10 burst flood on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
 	@echo "make lint       the import contracts (layers, no cycles): lint-imports"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
-	@echo "make setup      install everything the above need (venv, Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, Docker and its images)"
+	@echo "make setup      install everything the above need (venv, then monsoon setup: Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, the load engine, Docker and its images, Kubernetes)"
 	@echo "make images     build the container images (monsoon/platform, kafka, postgres, toxiproxy) from a debootstrapped Debian"
 	@echo "make reap       kill processes and containers left behind by a run killed with -9"
 
@@ -36,40 +36,13 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
-kafka: $(CACHE)/kafka/.fetched
-$(CACHE)/kafka/.fetched: stacks/kafka/pom.xml
-	@tools/check-prereqs
-	mvn -q -B -f stacks/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(MONSOON_CACHE)/kafka/lib
-	touch $@
-
-debs:
-	@tools/install-debs
-
-platform: $(PLATFORM_JAR)
-$(PLATFORM_JAR): $(PLATFORM_SRC)
-	@tools/check-prereqs
-	mvn -q -B -f stacks/reference-platform/pom.xml -DskipTests package
-	touch $@
-
-toxiproxy:
-	@tools/install-toxiproxy
-
-# Docker (docker.io, debootstrap) from Debian; monsoon runs its own private daemon (monsoon dockerd start|stop)
-docker:
-	@tools/install-docker
-
-# local images from a debootstrapped Debian base: monsoon/{base,jre,platform,kafka,postgres,toxiproxy}
-images: venv docker platform kafka toxiproxy
-	@tools/build-images
-
-ferretdb:
-	@tools/install-ferretdb
-
-infinispan:
-	@tools/install-infinispan
-
-cassandra:
-	@tools/install-cassandra
+# each one is `monsoon setup <piece>`: idempotent (fast when done), a refusal is one line naming what to install.
+# kafka: the Kafka 4.2 jars (Maven Central); postgres: PostgreSQL (Debian); debs: + Mosquitto, Chromium (the
+# tests); platform: the reference platform's jar (Maven); toxiproxy, ferretdb: built with Go; infinispan,
+# cassandra: Maven Central; docker: docker.io + debootstrap (Debian; monsoon runs its own private daemon);
+# images: monsoon/{base,jre,platform,kafka,postgres,toxiproxy} from a debootstrapped Debian base (no registry)
+kafka postgres debs platform toxiproxy ferretdb infinispan cassandra docker images: venv
+	@$(SETUP) $@
 
 # a single-node Kubernetes v1.33.13 + Chaos Mesh's controller, built from Go modules (monsoon cluster up|down)
 k8s:
@@ -84,10 +57,12 @@ $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/
 	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
 	touch $@
 
-setup: venv kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s
+setup: venv
+	@$(SETUP) kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s
 
-# only what the demo uses: the burst floods on the in-memory and Kafka stacks (python load engine, no faults)
-demo: venv kafka debs platform
+# only what the demo uses: Kafka, PostgreSQL, the reference platform (the python load engine, no faults)
+demo: venv
+	@$(SETUP) kafka postgres platform
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
 
 test: setup lint

@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from monsoon import settings
-from monsoon.load.native import LoadgenBuildError, ensure_loadgen
 
-PIECES = ("kafka", "postgres", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
+PIECES = ("kafka", "postgres", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
           "docker", "images", "k8s")
-ALIASES = {"debs": "postgres"}
 DEMO = ("kafka", "postgres", "platform")   # what `make demo` uses (the python load engine, no faults)
 JAR = Path("stacks/reference-platform/target/reference-platform.jar")
 
@@ -35,9 +33,9 @@ def _need(cmd: str, hint: str) -> str:
     return found
 
 
-def _run(cmd: list[str], what: str, **kw) -> None:
-    env = {**os.environ, settings.CACHE_ENV: str(settings.cache_dir())}
-    r = subprocess.run(cmd, env=env, **kw)
+def _run(cmd: list[str], what: str, env: dict | None = None) -> None:
+    env = env or {**os.environ, settings.CACHE_ENV: str(settings.cache_dir())}
+    r = subprocess.run(cmd, env=env)
     if r.returncode != 0:
         raise SetupError(f"{what} failed (exit {r.returncode}): {' '.join(map(str, cmd))}")
 
@@ -50,21 +48,31 @@ def _tool(name: str) -> Path:
     raise SetupError(f"tools/{name} is not there: this piece needs a checkout of monsoon (`make setup` in it)")
 
 
-def _script(name: str) -> Callable[[], str]:
+def _script(name: str, *args: str) -> Callable[[], str]:
+    """A piece done by a ``tools/install-*`` script: ``--check`` first (a refusal is the script's one line, nothing
+    is installed), then the script itself (idempotent: it returns at once when its part is there)."""
     def piece() -> str:
-        _run(["bash", str(_tool(name))], f"tools/{name}")
+        tool = _tool(name)
+        env = {**os.environ, settings.CACHE_ENV: str(settings.cache_dir())}
+        check = subprocess.run(["bash", str(tool), "--check", *args], env=env, capture_output=True, text=True)
+        if check.returncode != 0:
+            lines = [ln for ln in check.stderr.splitlines() if ln.strip()] or [f"exit {check.returncode}"]
+            raise SetupError(lines[-1].removeprefix("monsoon: "))
+        _run(["bash", str(tool), *args], f"tools/{name}")
         return "ok"
     return piece
 
 
 def kafka() -> str:
-    lib = settings.cache_dir() / "kafka" / "lib"
-    if (settings.cache_dir() / "kafka" / ".fetched").is_file():
+    lib, stamp = settings.cache_dir() / "kafka" / "lib", settings.cache_dir() / "kafka" / ".fetched"
+    pom = settings.ROOT / "stacks" / "kafka" / "pom.xml"
+    if stamp.is_file() and (not pom.is_file() or stamp.stat().st_mtime >= pom.stat().st_mtime):
         return f"already in {lib}"
+    _need("java", "install OpenJDK 17: apt-get install -y openjdk-17-jdk-headless")
     mvn = _need("mvn", "install Maven: apt-get install -y maven")
-    _run([mvn, "-q", "-B", "-f", str(settings.ROOT / "stacks" / "kafka" / "pom.xml"), "dependency:copy-dependencies",
+    _run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
           "-DincludeScope=runtime", f"-DoutputDirectory={lib}"], "fetching Kafka's jars")
-    (settings.cache_dir() / "kafka" / ".fetched").touch()
+    stamp.touch()
     return f"Kafka's jars in {lib}"
 
 
@@ -95,8 +103,9 @@ def platform() -> str:
 
 
 def loadgen() -> str:
+    from monsoon.load.native import LoadgenBuildError, ensure_loadgen   # (numpy, pyarrow: not for the other pieces)
     try:
-        return f"built {ensure_loadgen()}"
+        return f"ready: {ensure_loadgen()}"     # built now, or already (its sources unchanged)
     except LoadgenBuildError as e:
         raise SetupError(" ".join(str(e).split())[:300]) from None
 
@@ -111,14 +120,20 @@ def k8s() -> str:
 
 
 def images() -> str:
+    """monsoon's container images (tools/build-images), after what they hold: Docker, Kafka's jars, the platform's
+    jar, Toxiproxy."""
     if settings.CHECKOUT is None:
         raise SetupError("the container images are built from a checkout of monsoon: `make images` in it")
-    _run(["make", "-C", str(settings.CHECKOUT), "images"], "make images")
+    for need in ("docker", "kafka", "platform", "toxiproxy"):
+        RUN[need]()
+    _run(["bash", str(settings.CHECKOUT / "tools" / "build-images")], "tools/build-images",
+         env={**os.environ, settings.CACHE_ENV: str(settings.cache_dir()), "PYTHON": sys.executable})
     return "ok"
 
 
 RUN: dict[str, Callable[[], str]] = {
-    "kafka": kafka, "postgres": _script("install-debs"), "platform": platform,
+    "kafka": kafka, "postgres": _script("install-debs", "postgres"), "debs": _script("install-debs"),
+    "platform": platform,
     "toxiproxy": _script("install-toxiproxy"), "ferretdb": _script("install-ferretdb"),
     "infinispan": _script("install-infinispan"), "cassandra": _script("install-cassandra"), "loadgen": loadgen,
     "docker": _script("install-docker"), "images": images, "k8s": k8s,
@@ -127,7 +142,7 @@ RUN: dict[str, Callable[[], str]] = {
 
 def setup(pieces: list[str], say: Callable[[str], None] = print) -> int:
     """Set up each piece (all but images and k8s when none is named); 0 when every one is done."""
-    names = [ALIASES.get(p, p) for p in pieces] or [p for p in PIECES if p not in ("images", "k8s")]
+    names = list(pieces) or [p for p in PIECES if p not in ("images", "k8s")]
     unknown = [p for p in names if p not in RUN]
     if unknown:
         say(f"monsoon setup: unknown piece {unknown[0]!r} (pieces: {', '.join(PIECES)})")

@@ -7,6 +7,7 @@ Each case starts a fresh stack, floods it with the experiment's load shape,
 and asserts every check of the experiment (no_oom, no_acked_loss,
 lag_recovers_within). The expected story: the in-memory stack passes x3 and
 FAILS x10 (OutOfMemoryError, acked messages lost); the Kafka stack passes both.
+`make demo` runs the two x10 cases, which tell the story on their own (monsoon.cli.DEMO_CASES).
 """
 import pytest
 

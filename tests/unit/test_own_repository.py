@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -276,6 +277,60 @@ def test_setup_refuses_in_one_line(capsys, monkeypatch, tmp_path):
     lines.clear()
     assert hostsetup.setup(["kafka"], say=lines.append) == 0 and lines == [
         f"monsoon setup kafka: already in {tmp_path / 'kafka' / 'lib'}"]
+
+
+def test_a_setup_refusal_is_one_line_naming_what_to_install_and_installs_nothing(monkeypatch, tmp_path):
+    from monsoon import hostsetup
+    bin_ = tmp_path / "bin"           # the usual tools, without go
+    bin_.mkdir()
+    for tool in ("bash", "dirname", "sed", "grep", "mktemp", "java", "mvn"):
+        if shutil.which(tool):
+            (bin_ / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(bin_))
+    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path / "cache"))
+    for piece, what in (("toxiproxy", "Toxiproxy"), ("ferretdb", "FerretDB")):
+        lines: list[str] = []
+        assert hostsetup.setup([piece], say=lines.append) == 1
+        assert lines == [f"monsoon setup {piece}: {what} needs Go to build (go not found on PATH): install Go 1.22+: "
+                         f"apt-get install -y golang (or https://go.dev/dl/), then re-run: tools/install-{piece}"]
+    (bin_ / "mvn").unlink()
+    lines = []
+    assert hostsetup.setup(["cassandra"], say=lines.append) == 1 and len(lines) == 1, lines
+    assert "needs Maven (mvn not found on PATH): install Maven: apt-get install -y maven" in lines[0], lines
+    assert not (tmp_path / "cache" / "bin").exists() and not (tmp_path / "cache" / "cassandra").exists()
+
+
+def test_make_s_set_up_targets_are_monsoon_setup_and_the_demo_sets_up_only_what_it_uses():
+    from monsoon import hostsetup
+    out = subprocess.run(["make", "-n", "-W", "requirements.txt", "setup", "demo", "kafka", "platform", "images"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60).stdout.splitlines()
+    pieces = [ln.split("monsoon.hostsetup", 1)[1].split() for ln in out if "-m monsoon.hostsetup" in ln]
+    assert pieces[0] == ["kafka", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
+                         "docker", "images", "k8s"]
+    assert pieces[1] == list(hostsetup.DEMO) == ["kafka", "postgres", "platform"]     # no Docker, images, Cassandra...
+    assert pieces[2:] == [["kafka"], ["platform"], ["images"]]
+    assert set(p for ps in pieces for p in ps) <= set(hostsetup.PIECES)
+    recipes = [ln for ln in out if not ln.startswith(("test ", "touch ", "python3 -m venv")) and "pip install" not in ln]
+    assert not [ln for ln in recipes if "mvn " in ln or "tools/install-" in ln or "tools/build-images" in ln], recipes
+
+
+def test_the_demo_runs_the_two_x10_cases_and_judges_the_story_on_them():
+    from monsoon.cli import DEMO_CASES, story_problems
+    ids = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider",
+                          *(f"pytest/test_burst_floods.py::{c}" for c in DEMO_CASES)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120).stdout
+    assert sorted(ln for ln in ids.splitlines() if "::" in ln) == sorted(f"pytest/test_burst_floods.py::{c}"
+                                                                         for c in DEMO_CASES)
+    result = lambda stack, verdict, **figures: {"stack": stack, "experiment": "burst-x10", "verdict": verdict,
+                                                 "checks": [{"name": k, "figures": v} for k, v in figures.items()]}
+    told = [result("inmemory", "fail", no_oom={"oom_events": 1}, no_acked_loss={"acked_lost": 4100}),
+            result("kafka", "pass", lag_recovers_within={"peak_lag": 90000}, no_acked_loss={"acked_lost": 0})]
+    assert story_problems({"results": told}) == []
+    assert story_problems({"results": told[:1]}) == ["kafka / burst-x10 did not run"]
+    lossy = [told[0], result("kafka", "fail", lag_recovers_within={"peak_lag": 9}, no_acked_loss={"acked_lost": 3})]
+    assert len(story_problems({"results": lossy})) == 1 and "acked_lost=3" in story_problems({"results": lossy})[0]
+    x3 = {"stack": "kafka", "experiment": "burst-x3", "verdict": "fail", "checks": []}   # when x3 ran, it must pass
+    assert story_problems({"results": [*told, x3]}) == ["kafka x3 should PASS, got FAIL"]
 
 
 def test_every_monsoon_environment_setting_is_read_through_the_settings():
