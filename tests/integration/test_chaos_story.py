@@ -1,5 +1,7 @@
-"""`pytest -m "chaos and not cassandra" --monsoon-profile=quick pytest/`, as a new user runs it: every chaos
-scenario (pod kill on both queues, Mongo and Infinispan slowdowns, the soak) on the embedded stacks. The Cassandra
+"""`pytest -m "chaos and not cassandra" --monsoon-profile=quick pytest/`, as a new user runs it: the chaos
+scenarios (pod kill on both queues, the Infinispan slowdown, the soak) on the embedded stacks. The Mongo slowdown
+scenario is left out to keep `make test` lean: the soak slows Mongo through the same Toxiproxy path, and
+tests/integration/test_fault_toxiproxy.py proves that fault lands and heals. The Cassandra
 scenarios (pytest/test_cassandra.py, marked ``cassandra`` too) are left to tests/integration/test_cassandra_story.py,
 the container ones (``docker``) to tests/integration/test_containers.py, the pod ones (``kubernetes``) to
 tests/integration/test_kubernetes_story.py.
@@ -27,10 +29,10 @@ def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     t0 = time.monotonic()
     # the real-ThingsBoard chaos scenario (pytest/test_thingsboard.py) runs only where its jar was built, and
     # takes ~6 min more: it is left to `pytest -m chaos pytest/ -k thingsboard`; the Cassandra ones have their
-    # own story (test_cassandra_story.py)
+    # own story (test_cassandra_story.py); mongo-slowdown (~160 s) is the soak's second fault
     proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "chaos and not cassandra and not docker and not kubernetes",
                            "pytest/",
-                           "-k", "not thingsboard", "--monsoon-profile=quick",
+                           "-k", "not thingsboard and not mongo", "--monsoon-profile=quick",
                            f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}", "-p", "no:cacheprovider",
                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     took = time.monotonic() - t0
@@ -43,7 +45,7 @@ def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     verdict = {k: {c["name"]: c["verdict"] for c in r["checks"]} for k, r in by.items()}
     print(json.dumps({f"{s}/{e}": v for (s, e), v in fig.items()}, indent=1))
 
-    assert set(by) == {("kafka", "pod-kill"), ("inmemory", "pod-kill"), ("kafka-registry", "mongo-slowdown"),
+    assert set(by) == {("kafka", "pod-kill"), ("inmemory", "pod-kill"),
                        ("kafka-registry", "infinispan-slowdown"), ("kafka-registry", "soak")}, out[-3000:]
     for key, f in fig.items():
         fl = f["faults_landed"]
@@ -57,8 +59,8 @@ def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     assert fig[("kafka", "pod-kill")]["no_oom"]["injected_kills"] == 1
     assert fig[("inmemory", "pod-kill")]["no_acked_loss"]["acked_lost"] > 0
     # slowdowns: how far ingestion fell is reported
-    for exp in ("mongo-slowdown", "infinispan-slowdown"):
-        assert isinstance(fig[("kafka-registry", exp)]["throughput_drop"].get("throughput_drop_pct"), (int, float))
-    # the soak ran its four faults, one of each kind
+    assert isinstance(fig[("kafka-registry", "infinispan-slowdown")]["throughput_drop"].get("throughput_drop_pct"),
+                      (int, float))
+    # the soak ran its four faults, one of each kind (the Mongo slowdown among them)
     assert fig[("kafka-registry", "soak")]["faults_landed"]["faults_injected"] == 4
     assert find_leftovers(run_id) == []
