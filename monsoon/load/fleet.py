@@ -6,6 +6,7 @@ from typing import Any
 
 from monsoon.load.coap import CoapFleet
 from monsoon.load.http import HttpFleet
+from monsoon.load.kube_job import KubeJobFleet
 from monsoon.load.mqtt import MqttFleet
 from monsoon.load.native import NativeFleet
 from monsoon.load.payloads import Payload
@@ -35,12 +36,15 @@ def build_fleet(
     """The fleet for a stack's ``devices.transport``: ``mqtt`` (``topic``, ``qos``), ``http`` or ``coap``
     (both ignore ``topic`` and ``qos``: a request is always answered). MQTT has two engines: ``python``
     (:class:`~monsoon.load.mqtt.MqttFleet`) and ``native`` (:class:`~monsoon.load.native.NativeFleet`, ``workers``
-    processes)."""
+    processes) and ``kubernetes`` (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed
+    Job in monsoon's cluster)."""
     common = dict(shape=shape, acked_path=acked_path, latency_log_path=latency_log_path, payload=payload, **kw)
     if transport == "mqtt" and engine == "native":
         return NativeFleet(devices, host, port, topic=topic, qos=qos, workers=workers, **common)
+    if transport == "mqtt" and engine == "kubernetes":
+        return KubeJobFleet(devices, host, port, topic=topic, qos=qos, workers=workers, **common)
     if engine != "python":
-        raise ValueError(f"engine {engine!r} drives MQTT only (use one of: python, native for mqtt)")
+        raise ValueError(f"engine {engine!r} drives MQTT only (use one of: python, native, kubernetes for mqtt)")
     if workers != 1:
         raise ValueError("workers > 1 needs engine: native")
     if transport == "mqtt":

@@ -74,7 +74,8 @@ def load_checked(name_or_path: str | Path, *, force: bool = False) -> Experiment
 # validation, naming the limit; the multiplier ceiling alone is a judgement call that --monsoon-force lifts.
 MULTIPLIER_CEILING = 100.0                       # x1 times more than this is a typo (1e9) more often than a test
 PROFILE_CEILING_S = {"quick": 3600.0, "nightly": 86400.0, "full": 7 * 86400.0}   # a profile's whole load
-ENGINE_RATE = {"python": 25_000.0, "native": 100_000.0}    # msg/s one generator process paces here (bench-load)
+# msg/s one generator process (a Job's pod for kubernetes) paces here (bench-load)
+ENGINE_RATE = {"python": 25_000.0, "native": 100_000.0, "kubernetes": 100_000.0}
 FD_RESERVE = 256                                 # descriptors the generator process keeps for everything else
 
 
@@ -108,7 +109,7 @@ def limits(exp: ExperimentSpec, profile: str, *, force: bool = False, peak: floa
         raise exp.fail(("profiles", profile), f"the {profile} load lasts {d.total:,.0f} s, past the {profile} "
                        f"profile's limit of {ceiling:,.0f} s ({ceiling / 3600:g} h)")
     if not load.auto and peak is not None:
-        per_process = load.workers if load.engine == "native" else 1
+        per_process = load.workers if load.engine in ("native", "kubernetes") else 1
         cap = ENGINE_RATE[load.engine] * per_process
         if peak > cap:
             hint = ("use engine: native with more workers" if load.engine == "native" else

@@ -17,6 +17,7 @@ from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadProfile, PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
 from monsoon.spec.stack import StackSpec
+from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
@@ -24,6 +25,12 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
 # ---------------------------------------------------------------- experiments
+
+
+class KubeLoadSpec(_Frozen):
+    """``load.kubernetes``: the load as an Indexed Job in monsoon's cluster (the stack runs there too)."""
+    shards: int = Field(1, ge=1, le=64, description="the Job's pods (completions and parallelism), each "
+                        "monsoon-loadgen --shard i/shards of the devices")
 
 
 class LoadSpec(_Frozen):
@@ -43,9 +50,35 @@ class LoadSpec(_Frozen):
     device_prefix: str = Field("monsoon", description="device names are <device_prefix>-00000, -00001, ...")
     # the MQTT generator: python (paho, one thread; ~10k msg/s) or native (monsoon-loadgen, Rust; ~100k msg/s per
     # core, ``workers`` processes each taking a shard of the devices, as the pods of the Kubernetes Job do)
-    engine: Literal["python", "native"] = Field("python", description="the MQTT load generator: python (paho, one "
-                                                "thread) or native (monsoon-loadgen, Rust)")
+    engine: Literal["python", "native", "kubernetes"] = Field(
+        "python", description="the MQTT load generator: python (paho, one thread), native (monsoon-loadgen, Rust) "
+        "or kubernetes (monsoon-loadgen as the pods of an Indexed Job: set by load.kubernetes)")
     workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
+    kubernetes: KubeLoadSpec | None = Field(None, description="run the load as a Kubernetes Indexed Job in monsoon's "
+                                            "cluster: {shards: N} pods, each monsoon-loadgen --shard i/N")
+    sweep: SweepSpec | None = Field(None, description="a size sweep's ramp (with payload.sizes; monsoon sweep): "
+                                    "{factor, step_s, settle_s, max_rate, transport_s, gc_fraction}")
+
+    @model_validator(mode="after")
+    def _sweep_has_sizes(self) -> "LoadSpec":
+        if self.sweep is not None and self.payload.sizes is None:
+            raise _invalid("load.sweep ramps each of load.payload.sizes: add payload: {sizes: [100, 1000, ...]}")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kubernetes_engine(cls, v: Any) -> Any:
+        """``kubernetes: {shards: N}`` is engine kubernetes with N workers (one pod per shard)."""
+        if isinstance(v, dict) and isinstance(v.get("kubernetes"), dict):
+            if v.get("engine", "kubernetes") != "kubernetes":
+                raise _invalid(f"load.kubernetes runs monsoon-loadgen as the Job's pods: drop engine: {v['engine']}")
+            shards = v["kubernetes"].get("shards", 1)
+            if v.get("workers", shards) != shards:
+                raise _invalid("load.kubernetes: the shards are the workers: drop workers")
+            v = {**v, "engine": "kubernetes", "workers": shards}
+        elif isinstance(v, dict) and v.get("engine") == "kubernetes":
+            raise _invalid("engine: kubernetes is set by load.kubernetes: {shards: N}")
+        return v
 
     @field_validator("base_rate", mode="before",
                      json_schema_input_type=Annotated[float, Field(gt=0)] | Literal["auto"])
@@ -231,9 +264,9 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     if spec.load.base_fraction is not None and not spec.load.auto:
         raise _fail(doc, ("load", "base_fraction"), "base_fraction is for base_rate: auto (x1 = base_fraction x "
                     "the calibrated capacity): drop it or write base_rate: auto")
-    if spec.load.workers > 1 and spec.load.engine != "native":
+    if spec.load.workers > 1 and spec.load.engine not in ("native", "kubernetes"):
         raise _fail(doc, ("load", "workers"), "workers > 1 needs engine: native (the python fleet is one process)")
-    if spec.load.engine == "native":
+    if spec.load.engine in ("native", "kubernetes"):
         problem = workers_problem(spec.load.devices, spec.load.workers, key="workers")
         if problem:
             raise _fail(doc, ("load", "workers"), problem)

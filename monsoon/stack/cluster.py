@@ -545,6 +545,17 @@ class Cluster:
         return start_forwarder(self.dir, [(p, "127.0.0.1", p) for p in ports],
                                f"forward-{os.getpid()}-{'-'.join(map(str, ports))}", keep_run=True)
 
+    def answers_inside(self, host: str, port: int, timeout: float = 2.0) -> bool:
+        """True when a TCP connection to ``host:port`` as the namespace sees it is accepted (a hostNetwork pod's
+        port, or the API server's)."""
+        def probe() -> bool:
+            try:
+                with socket.create_connection((host, port), timeout=timeout):
+                    return True
+            except OSError:
+                return False
+        return bool(_in_netns(probe, self.netns))
+
     def ctr(self, *args: str) -> list[str]:
         return ["ctr", "-a", str(self.socket), "-n", "k8s.io", *args]
 
@@ -765,7 +776,7 @@ def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
         for n in names:
             crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}") or {}
             if not any(x.get("type") == "Established" and x.get("status") == "True"
-                       for x in crd.get("status", {}).get("conditions", [])):
+                       for x in (crd.get("status") or {}).get("conditions") or []):
                 return False
         return True
     _wait("Chaos Mesh CRDs (Established)", established, 30, d, None)

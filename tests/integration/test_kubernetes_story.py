@@ -1,6 +1,8 @@
 """The stories on pods, short: monsoon's cluster (started here unless it runs, stopped after if it was), the
-Kafka stack as pods with Chaos Mesh's PodChaos pod-kill of the platform under load, and the in-memory stack's
-platform pod OOMKilled by its memory limit under x10. Skips in one line when `make k8s` has not been run."""
+Kafka stack as pods with Chaos Mesh's PodChaos pod-kill of the platform under load, the in-memory stack's
+platform pod OOMKilled by its memory limit under x10, and the load itself as the pods of an Indexed Job. Skips in
+one line when `make k8s` has not been run."""
+import json
 import time
 
 import pytest
@@ -32,6 +34,16 @@ profiles:
   quick: {warmup: 5, burst: 45, recovery: 10, drain_timeout: 30}
 checks:
   - no_oom
+  - no_acked_loss
+"""
+
+
+LOAD_JOB = """
+name: k8s-load-job-short
+load: {devices: 20, qos: 1, base_rate: 400, shape: {kind: steady}, kubernetes: {shards: 2}}
+profiles:
+  quick: {warmup: 20, recovery: 5, drain_timeout: 30}
+checks:
   - no_acked_loss
 """
 
@@ -88,3 +100,24 @@ def test_inmemory_x10_on_pods_is_oomkilled_and_kubelet_restarts_it(kube_cluster,
     f = loss.figures
     assert loss.verdict == "fail" and 0 < f["acked_lost"] < f["acked"], result.failure_message()
     assert run_namespaces("k8s-x10", Kube()) == []
+
+
+def test_the_load_as_an_indexed_job_of_two_pods_is_accounted_exactly(kube_cluster, tmp_path):
+    """load.kubernetes: {shards: 2}: monsoon-loadgen runs as the two pods of an Indexed Job (its own image, the
+    node's network); each pod writes its shard's acks into the run directory, and the accounting is exact."""
+    result, events = run(tmp_path, "inmemory-k8s", LOAD_JOB, "k8s-load-job")
+    result.assert_pass()
+    job = json.loads((result.dir / "load-shards.json").read_text())
+    shards = job["shards"]
+    for s in shards:
+        print(f"shard {s['index']} (pod {s['pod']}): devices {s['range']}, {s['sent']:,} sent of {s['scheduled']:,}, "
+              f"{s['acked']:,} acked, {s['late']:,} late ({s['late_pct']} %), send lateness p99 "
+              f"{s['send_late_p99_ms']} ms, max {s['send_late_max_ms']} ms, {s['elapsed_s']} s")
+    assert [s["index"] for s in shards] == [0, 1], shards
+    assert all(s["phase"] == "Succeeded" and s["exit_code"] == 0 for s in shards), shards
+    assert shards[0]["range"] == [0, 10] and shards[1]["range"] == [10, 20], shards
+    loss = result.check("no_acked_loss").figures
+    per_second = sum(e["acked"] for e in events if e["type"] == "load")
+    assert loss["acked"] == sum(s["acked"] for s in shards) == per_second > 0, (loss, shards, per_second)
+    assert loss["acked_lost"] == 0, loss
+    assert run_namespaces("k8s-load-job", Kube()) == []      # the Job's namespace went with the fleet
