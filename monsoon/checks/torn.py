@@ -65,7 +65,6 @@ READS: dict[str, Reads] = {
     "consumer_not_stalled": Reads("drain"),
     "no_memory_leak": Reads("drain", BOTH),
     "gc_time_fraction": Reads("drain", BOTH),
-    "gc_time_below": Reads("drain"),
     "no_thread_leak": Reads("load-end", BOTH),
     "faults_landed": Reads("fault-census"),
     "throughput_drop": Reads("load-end", BOTH),
