@@ -24,6 +24,7 @@ from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
+from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
 from monsoon.rundir import ACKED_FILE, RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, new_run_id
 from monsoon.spec.base import FOLDERS
@@ -503,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
                          "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
                          "runs/calibration/<stack>.json, which base_rate: auto reads.")
     calibrate.add_arguments(cal)
+    sw = sub.add_parser("sweep", help="a size sweep: the platform's capacity per payload size beside its transport's",
+                        description="Starts STACK once and, for each of the experiment's load.payload.sizes, ramps "
+                        "the load as monsoon calibrate does (plus GC saturation) and measures the stack's Kafka "
+                        "alone at that size. Writes runs/<run-id>/<stack>--<experiment>/ with sweep.json, "
+                        "checklist.md, report.html and sweep.png.")
+    size_sweep.add_arguments(sw)
     j = sub.add_parser("load-job", help="render an experiment's load as a Kubernetes Indexed Job (one shard per pod)",
                        description="Writes a ConfigMap (the load: devices, schedule, payload, endpoint) and a batch/v1 "
                        "Job with completionMode: Indexed whose pods run monsoon-loadgen --shard auto/N: pod i takes "
@@ -535,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         return load_job(args)
     if args.cmd == "calibrate":
         return calibrate.cli(args)
+    if args.cmd == "sweep":
+        return size_sweep.cli(args)
     if args.cmd == "demo":
         return demo(args.pytest_args)
     if args.cmd == "setup":

@@ -31,6 +31,8 @@ class PayloadSpec(_Frozen):
                                     "smart-tracker, industrial-plc or template")
     datapoints: int | None = Field(None, ge=1, le=999, description="industrial-plc only: values per message")
     template: str | None = Field(None, description="template only: JSON text with placeholders")
+    sizes: tuple[int, ...] | None = Field(None, min_length=1, description="a size sweep (monsoon sweep): message "
+                                          "sizes in bytes, each padded to that length, e.g. [100, 1000, 10000]")
 
     @field_validator("template")
     @classmethod
@@ -44,6 +46,15 @@ class PayloadSpec(_Frozen):
 
     @model_validator(mode="after")
     def _fits(self) -> "PayloadSpec":
+        if self.sizes is not None:
+            bad = [n for n in self.sizes if not MIN_SIZE <= n <= MAX_SIZE]
+            if bad:
+                raise _invalid(f"sizes must be from {MIN_SIZE} to {MAX_SIZE:,} bytes (the smallest carries the "
+                               f"device, seq and timestamps), got {bad[0]}")
+            if list(self.sizes) != sorted(set(self.sizes)):
+                raise _invalid("sizes must be distinct and in increasing order")
+            if self.profile != "minimal":
+                raise _invalid("sizes pads monsoon's own fields to each size: drop profile")
         if self.datapoints is not None and self.profile != "industrial-plc":
             raise _invalid(f"datapoints is for the industrial-plc profile, not {self.profile!r}")
         if self.profile == "template":
@@ -56,6 +67,8 @@ class PayloadSpec(_Frozen):
 
 
 MAX_DATAPOINTS = 999
+
+MIN_SIZE, MAX_SIZE = 100, 1_000_000     # a size sweep's bounds, bytes per message
 
 
 DEFAULT_DATAPOINTS = 60

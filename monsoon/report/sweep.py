@@ -1,0 +1,153 @@
+"""A size sweep's report (``sweep.json`` -> ``checklist.md``, ``report.html``, ``sweep.png``): per size, the
+platform's sustained capacity in msg/s and MB/s beside its bare transport's, and the platform's overhead.
+
+MB/s is msg/s x the nominal size (10^6 bytes per MB, as Spring XD's write-up counts).  The overhead is
+``1 - platform MB/s / transport MB/s``: how much less the platform sustains than its own transport moves
+with nothing in between.  A capacity that is only a lower bound (the generator or the ladder's top was
+reached first) is marked ``>=``, and then so is its overhead's upper bound.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def rows(record: dict) -> list[dict]:
+    """One row per size: ``size, msg_s, mb_s, bound, criterion, reason, transport_msg_s, transport_mb_s,
+    overhead_pct`` (None where not measured)."""
+    out = []
+    for e in record.get("sizes", []):
+        size = int(e["size"])
+        cap = e.get("capacity_msg_s")
+        tr = e.get("transport") or {}
+        t_msg = tr.get("msg_s") if tr and not tr.get("error") and tr.get("consumed") else None
+        mb = cap * size / 1e6 if cap is not None else None
+        t_mb = t_msg * size / 1e6 if t_msg else None
+        out.append({"size": size, "msg_s": cap, "mb_s": mb, "bound": bool(e.get("lower_bound")),
+                    "criterion": e.get("criterion"), "reason": e.get("reason", ""),
+                    "transport_msg_s": t_msg, "transport_mb_s": t_mb,
+                    "overhead_pct": (100.0 * (1 - mb / t_mb)) if mb is not None and t_mb else None,
+                    "transport_error": tr.get("error")})
+    return out
+
+
+def trend(values: list[float | None]) -> str:
+    """``rises``, ``falls`` or ``mixed`` for a series in size order (``unknown`` with a gap or < 2 values)."""
+    if len(values) < 2 or any(v is None for v in values):
+        return "unknown"
+    pairs = list(zip(values, values[1:]))
+    if all(b > a for a, b in pairs):
+        return "rises"
+    if all(b < a for a, b in pairs):
+        return "falls"
+    return "mixed"
+
+
+def trends(record: dict) -> dict[str, str]:
+    """What the sweep shows: the trend of msg/s and MB/s with size, for the platform and its transport."""
+    rs = rows(record)
+    return {"msg_s": trend([r["msg_s"] for r in rs]), "mb_s": trend([r["mb_s"] for r in rs]),
+            "transport_msg_s": trend([r["transport_msg_s"] for r in rs]),
+            "transport_mb_s": trend([r["transport_mb_s"] for r in rs])}
+
+
+def _n(x: float | None, fmt: str = ",.0f", bound: bool = False) -> str:
+    return "-" if x is None else (">= " if bound else "") + format(x, fmt)
+
+
+def _size(n: int) -> str:
+    for unit, k in (("MB", 1_000_000), ("KB", 1000)):
+        if n >= k and n % (k // 10 or 1) == 0:
+            return f"{n / k:g} {unit}"
+    return f"{n} B"
+
+
+TABLE_HEAD = ("size", "platform msg/s", "platform MB/s", "transport msg/s", "transport MB/s", "overhead",
+              "stopped by")
+
+
+def table_cells(r: dict) -> tuple[str, ...]:
+    return (_size(r["size"]), _n(r["msg_s"], bound=r["bound"]), _n(r["mb_s"], ",.2f", r["bound"]),
+            _n(r["transport_msg_s"]) if not r["transport_error"] else f"- ({r['transport_error'][:60]})",
+            _n(r["transport_mb_s"], ",.2f"),
+            "-" if r["overhead_pct"] is None else (f"<= {r['overhead_pct']:.0f}%" if r["bound"]
+                                                   else f"{r['overhead_pct']:.0f}%"),
+            f"{r['criterion']}: {r['reason']}" if r["criterion"] else "-")
+
+
+def markdown(record: dict, verdicts: list[dict] = ()) -> str:
+    """The sweep's checklist: the table, the trends, the GC verdict(s)."""
+    t = trends(record)
+    lines = [f"# Size sweep: {record.get('stack')} / {record.get('experiment')} ({record.get('profile')})", "",
+             f"Run `{record.get('run_id')}` on {record.get('host')} ({record.get('cpu_count')} CPUs), "
+             f"{record.get('date')}, {record.get('seconds', 0):.0f} s. Platform: sustained capacity per size "
+             "(the calibration's ramp); transport: the stack's Kafka alone, one producer and one consumer, "
+             "no platform in between.", "",
+             "| " + " | ".join(TABLE_HEAD) + " |", "|" + "---|" * len(TABLE_HEAD)]
+    for r in rows(record):
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in table_cells(r)) + " |")
+    lines += ["", f"- platform: msg/s **{t['msg_s']}** and MB/s **{t['mb_s']}** as the size grows",
+              f"- transport: msg/s **{t['transport_msg_s']}** and MB/s **{t['transport_mb_s']}** as the size grows"]
+    for v in verdicts:
+        lines.append(f"- {v['verdict'].upper()} `{v['name']}`: {v['message']}")
+    if record.get("error"):
+        lines.append(f"- ERROR: {record['error']}")
+    if record.get("plot"):
+        lines += ["", f"![msg/s and MB/s per size]({record['plot']})"]
+    return "\n".join(lines) + "\n"
+
+
+def html_page(record: dict, verdicts: list[dict] = ()) -> str:
+    t = trends(record)
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in TABLE_HEAD)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in table_cells(r)) + "</tr>" for r in rows(record))
+    ver = "".join(f"<li><b>{e(v['verdict'].upper())}</b> <code>{e(v['name'])}</code>: {e(v['message'])}</li>"
+                  for v in verdicts)
+    img = f'<img src="{e(record["plot"])}" alt="msg/s and MB/s per size">' if record.get("plot") else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>size sweep {e(str(record.get('stack')))}"
+            f"</title><style>body{{font-family:sans-serif}} td,th{{padding:2px 8px;text-align:right}}</style>"
+            f"</head><body><h1>Size sweep: {e(str(record.get('stack')))} / {e(str(record.get('experiment')))}</h1>"
+            f"<table><tr>{head}</tr>{body}</table><ul><li>platform: msg/s {e(t['msg_s'])}, MB/s {e(t['mb_s'])}"
+            f"</li><li>transport: msg/s {e(t['transport_msg_s'])}, MB/s {e(t['transport_mb_s'])}</li>{ver}</ul>"
+            f"{img}</body></html>\n")
+
+
+def plot(record: dict, path: Path) -> Path | None:
+    """Two panels, msg/s and MB/s against size (log-log), platform and transport; None when nothing to plot."""
+    rs = rows(record)
+    if not any(r["msg_s"] or r["transport_msg_s"] for r in rs):
+        return None
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    for ax, key, label in ((axes[0], "msg_s", "msg/s"), (axes[1], "mb_s", "MB/s")):
+        for who, k, style in (("platform", key, "o-"), ("transport (Kafka alone)", f"transport_{key}", "s--")):
+            pts = [(r["size"], r[k]) for r in rs if r[k]]
+            if pts:
+                ax.plot(*zip(*pts), style, label=who)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"size sweep: {record.get('stack')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    return path
+
+
+def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
+    """``sweep.png``, ``checklist.md`` and ``report.html`` of a sweep run directory."""
+    run_dir = Path(run_dir)
+    try:
+        if plot(record, run_dir / "sweep.png"):
+            record = dict(record, plot="sweep.png")
+    except Exception as e:   # noqa: BLE001 - a plot that cannot be drawn must not lose the table
+        record = dict(record, plot_error=f"{type(e).__name__}: {e}")
+    (run_dir / "checklist.md").write_text(markdown(record, verdicts))
+    (run_dir / "report.html").write_text(html_page(record, verdicts))

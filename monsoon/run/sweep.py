@@ -1,0 +1,212 @@
+"""A size sweep (Spring XD's message-size benchmark, reproduced on one stack): the same load at each of
+``load.payload.sizes``, the platform's sustained capacity at each found by the calibration's ramp
+(:func:`monsoon.run.calibrate.ramp`, judged by its criteria plus GC saturation), and beside it the stack's own
+transport alone (:func:`monsoon.load.sweep.kafka_throughput`: Kafka produce-and-consume through the stack's
+broker), so the report shows msg/s and MB/s per size and the platform's overhead over its transport.
+
+One stack is started for the whole sweep (the JVM warmed once: ``profiles.<p>.warmup`` seconds at the first
+step of the smallest size, not judged).  The smallest size ramps from ``load.base_rate``; each larger size
+starts at half the MB/s the previous size sustained and goes up to 1.5 x the previous size's msg/s, so the
+ladder spans where its capacity can be without dozens of steps (:func:`ladder_for`).  Between sizes the
+stack's backlog drains (up to ``DRAIN_S``) and then the transport alone is measured at that size.
+
+Everything lands in one run directory: the timeline (every ramp's load seconds, samples and steps), one
+``size-<N>/`` per size (its acked and latency logs), ``sweep.json`` and the report (:mod:`monsoon.report.sweep`)
+with the experiment's checks (default ``gc_time_below``) judged over the whole sweep.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from monsoon import settings
+from monsoon.checks.registry import evaluate
+from monsoon.load.sweep import kafka_throughput, sized_payload
+from monsoon.observe.collectors import KafkaLagCollector
+from monsoon.observe.progress import Progress
+from monsoon.report import sweep as sweep_report
+from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
+from monsoon.run.harness import StackEvents
+from monsoon.run.validate import validate
+from monsoon.rundir import TIMELINE_FILE, new_run_id, point_latest
+from monsoon.spec.experiment import load_experiment
+from monsoon.spec.stack import load_stack
+from monsoon.spec.sweep import SweepSpec
+from monsoon.spec.yamlio import SpecError
+from monsoon.stack.supervisor import Stack
+
+SWEEP_FILE = "sweep.json"
+MIN_RATE = 5.0        # msg/s: no ladder starts lower
+DRAIN_S = 30.0        # at most this long for the backlog to drain between sizes
+GC_CHECK = ("gc_time_below", {"fraction": 0.1})
+
+
+def ladder_for(size: int, prev: dict | None, base_rate: float, max_rate: float) -> tuple[float, float]:
+    """``(start, top)`` msg/s of ``size``'s ladder: the smallest size from ``base_rate`` to ``max_rate``; a
+    larger one from half the previous size's sustained MB/s to 1.5 x its msg/s (capped by ``max_rate``)."""
+    if prev is None or not prev.get("capacity_msg_s"):
+        start = base_rate if prev is None else max(MIN_RATE, base_rate * (prev["size"] if prev else size) / size)
+        return float(round(min(start, max_rate))), float(max_rate)
+    cap, psize = float(prev["capacity_msg_s"]), int(prev["size"])
+    start = max(MIN_RATE, round(0.5 * cap * psize / size))
+    top = min(max_rate, max(round(1.5 * cap), start * 2))
+    return float(start), float(top)
+
+
+def _drain(bootstrap: str | None, group: str | None, topic: str | None, rate: float, stop: threading.Event,
+           progress: Progress, label: str) -> float | None:
+    """Wait (up to DRAIN_S) until the stack's Kafka lag is under half a second of ``rate``; the last lag seen."""
+    if not bootstrap or not group:
+        time.sleep(2.0)
+        return None
+    lag = None
+    c = KafkaLagCollector(bootstrap, group, topic)
+    try:
+        end = time.monotonic() + DRAIN_S
+        while time.monotonic() < end and not stop.is_set():
+            try:
+                lag = c.sample().get("lag")
+            except Exception:   # noqa: BLE001 - a poll that fails is retried until the deadline
+                lag = None
+            if lag is not None and lag <= max(100.0, 0.5 * rate):
+                break
+            time.sleep(1.0)
+    finally:
+        c.close()
+    progress(f"[{label}] backlog before the next size: {lag if lag is not None else '?'}")
+    return lag
+
+
+def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "quick", progress: Progress = print,
+              stop: threading.Event | None = None) -> dict:
+    """Run the sweep of ``exp`` (``load.payload.sizes``) on ``stack_spec``; return the record written to
+    ``out_dir/sweep.json`` (and the report beside it)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stop = stop or threading.Event()
+    sizes = list(exp.load.payload.sizes or ())
+    sw = (exp.load.sweep or SweepSpec()).resolved(profile)
+    warm = int(exp.durations(profile).warmup)
+    label = f"{stack_spec.name}/{exp.name}"
+    started = time.time()
+    entries: list[dict] = []
+    error: str | None = None
+    obs_kafka = stack_spec.observe.kafka
+    payloads = {size: sized_payload(size, exp.load.device_prefix) for size in sizes}   # ValueError before a start
+    with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
+        tl.add("meta", kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
+               profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
+               experiment_source=exp.source)
+        on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
+        try:
+            progress(f"[{label}] starting stack {stack_spec.name}; sizes {', '.join(map(str, sizes))} bytes")
+            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
+                       env_overrides=exp.env, restart_overrides=exp.restart) as stack:
+                bootstrap = stack.endpoint(obs_kafka.bootstrap) if obs_kafka else None
+                prev: dict | None = None
+                for k, size in enumerate(sizes):
+                    if stop.is_set():
+                        break
+                    start, top = ladder_for(size, prev, float(exp.load.base_rate), float(sw["max_rate"]))
+                    params = Params(start_rate=start, factor=float(sw["factor"]), max_rate=max(top, start),
+                                    step_seconds=float(sw["step_s"]), settle_seconds=float(sw["settle_s"]),
+                                    warmup_seconds=float(warm if k == 0 else 0), devices=exp.load.devices,
+                                    qos=exp.load.qos, device_prefix=exp.load.device_prefix,
+                                    criteria=Criteria(gc_fraction=sw["gc_fraction"]))
+                    sdir = out_dir / f"size-{size}"
+                    sdir.mkdir(exist_ok=True)
+                    tl.add("op", op="sweep-size", size=size, start_rate=start, max_rate=top)
+                    steps: list[Step] = []
+                    slabel = f"{label} {size}B"
+                    finished = ramp(stack, tl, params, sdir, steps, label=slabel, progress=progress, stop=stop,
+                                    exits=on_event.exits, payload=payloads[size],
+                                    phase_prefix=f"{size}B-")
+                    failed = any(not s.ok for s in steps)
+                    dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,
+                                 finished=finished or failed)
+                    entry = {"size": size, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
+                             "reason": dec.reason, "lower_bound": dec.lower_bound,
+                             "generator_bound": dec.generator_bound, "result": dec.line(),
+                             "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
+                    progress(f"[{slabel}] {dec.line()}")
+                    entry["backlog_after"] = _drain(bootstrap, obs_kafka.group if obs_kafka else None,
+                                                    obs_kafka.topic if obs_kafka else None,
+                                                    dec.capacity_msg_s or start, stop, progress, slabel)
+                    if bootstrap and float(sw["transport_s"]) > 0 and not stop.is_set():
+                        tr = kafka_throughput(bootstrap, size, float(sw["transport_s"]), stop=stop)
+                        entry["transport"] = tr.to_dict()
+                        progress(f"[{slabel}] transport alone (Kafka produce+consume): {tr.msg_s:,.0f} msg/s, "
+                                 f"{tr.mb_s:,.2f} MB/s" + (f" ({tr.error})" if tr.error else ""))
+                    tl.add("sweep-size", **{k: v for k, v in entry.items() if k != "steps"})
+                    entries.append(entry)
+                    prev = entry
+        except Exception as e:   # the stack failed: the record says so
+            error = f"{type(e).__name__}: {e}"
+            tl.add("op", op="error", error=error)
+            progress(f"[{label}] ERROR {error}")
+        except KeyboardInterrupt:
+            error = "interrupted"
+            tl.add("op", op="interrupted")
+    record = {"kind": "size-sweep", "stack": stack_spec.name, "experiment": exp.name, "profile": profile,
+              "run_id": run_id, "host": socket.gethostname(), "cpu_count": os.cpu_count(),
+              "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+              "seconds": round(time.time() - started, 1), "sweep": sw, "sizes": entries,
+              "transport": "kafka" if obs_kafka else None}
+    if error:
+        record["error"] = error
+    record["trends"] = sweep_report.trends(record)
+    record["rows"] = sweep_report.rows(record)
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)] or [GC_CHECK]
+    verdicts = [v.to_dict() for v in evaluate(out_dir, checks)]
+    record["checks"] = verdicts
+    (out_dir / SWEEP_FILE).write_text(json.dumps(record, indent=2))
+    sweep_report.write(out_dir, record, verdicts)
+    return record
+
+
+# ------------------------------------------------------------------------ CLI
+
+def add_arguments(p) -> None:
+    p.add_argument("experiment", help="an experiment with load.payload.sizes, e.g. size-sweep")
+    p.add_argument("--stack", default="kafka", help="a stack name or file (default kafka)")
+    p.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"))
+    p.add_argument("--sizes", default=None, help="comma-separated sizes in bytes, over the experiment's")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
+
+
+def cli(args) -> int:
+    try:
+        exp = load_experiment(args.experiment)
+        stack_spec = load_stack(args.stack)
+        if args.sizes:
+            try:
+                sizes = tuple(int(x) for x in args.sizes.split(","))
+            except ValueError:
+                raise SpecError("--sizes", None, "sizes", f"want comma-separated integers, got {args.sizes!r}")
+            exp = exp.model_copy(update={"load": exp.load.model_copy(update={
+                "payload": type(exp.load.payload).model_validate({"sizes": sizes})})})
+        if not exp.load.payload.sizes:
+            raise SpecError(exp.source, None, "load.payload.sizes", "a size sweep needs load.payload.sizes")
+        if exp.load.auto:
+            raise SpecError(exp.source, None, "load.base_rate", "a size sweep starts its ramp at a number of msg/s")
+        validate(stack_spec, exp, args.profile)
+    except (SpecError, ValueError) as e:
+        print(f"monsoon sweep: {e}".splitlines()[0], file=sys.stderr)
+        return 2
+    runs = settings.runs_dir(args.runs_dir)
+    run_id = new_run_id()
+    out = runs / run_id / f"{stack_spec.name}--{exp.name}"
+    stop = threading.Event()
+    rec = run_sweep(stack_spec, exp, out, run_id=run_id, profile=args.profile,
+                    progress=lambda s: print(s, flush=True), stop=stop)
+    point_latest(out.parent)
+    print((out / "checklist.md").read_text())
+    print(f"monsoon sweep: {out}")
+    return 0 if not rec.get("error") and all(e.get("capacity_msg_s") for e in rec["sizes"]) else 1
+

@@ -1,0 +1,35 @@
+"""A size sweep (``load.sweep``, with ``load.payload.sizes``): the same load at several payload sizes, the
+platform's sustained capacity at each (the calibration's ramp) beside its own transport's (Kafka produce and
+consume through the stack's broker, no platform in between), as in Spring XD's message-size benchmark.
+Run by ``monsoon sweep`` (:mod:`monsoon.run.sweep`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from monsoon.spec.base import _Frozen, _per_profile
+
+PerProfile = float | dict[str, float]
+
+
+class SweepSpec(_Frozen):
+    """How each size is ramped: ``factor`` x per step of ``step_s`` seconds (``settle_s`` of them not measured),
+    from ``load.base_rate`` msg/s at the smallest size; each larger size starts at half the MB/s the previous
+    size sustained and goes up to the previous size's msg/s (``max_rate`` caps every ladder)."""
+    factor: float = Field(2.0, gt=1, le=10, description="rate multiplier per ramp step")
+    step_s: PerProfile = Field({"quick": 4, "nightly": 10, "full": 60},
+                               description="seconds per ramp step, settle included (may differ per profile)")
+    settle_s: PerProfile = Field({"quick": 1, "nightly": 2, "full": 10},
+                                 description="seconds at the start of each step not measured")
+    max_rate: float = Field(20000, gt=0, description="no ladder goes above this many msg/s")
+    transport_s: PerProfile = Field({"quick": 3, "nightly": 10, "full": 60},
+                                    description="seconds of bare-transport produce-and-consume per size "
+                                                "(0: not measured)")
+    gc_fraction: float | None = Field(0.25, gt=0, lt=1, description="a step whose window the platform's JVM spent "
+                                      "more than this fraction of in GC is not kept up (null: GC not judged)")
+
+    def resolved(self, profile: str) -> dict[str, Any]:
+        """The profile's numbers: ``{factor, step_s, settle_s, max_rate, transport_s, gc_fraction}``."""
+        out = {k: _per_profile(getattr(self, k), profile, f"load.sweep.{k}") for k in type(self).model_fields}
+        return out
