@@ -14,7 +14,8 @@ from pathlib import Path
 
 TIMELINE_FILE = "timeline.jsonl"   # typed events: meta, samples, phases, faults, ops (monsoon.timeline.store)
 ACKED_FILE = "acked.csv"           # every acked message: device, seq, intended_ms, acked_ms (the fleet)
-STORED_FILE = "stored.csv"         # what the platform stored (a monsoon.observe.storage StoredSource)
+STORED_FILE = "stored.csv"         # what the platform stored (a monsoon.observe.storage StoredSource), read last
+STORED_AT_DRAIN_FILE = "stored-at-drain.csv"   # the read-back at the drain's end (stored.csv: after the platform stopped)
 SENT_FILE = "sent.csv"             # the highest sequence number handed out per device
 THREAD_DUMP_DIR = "thread-dumps"   # JVM thread dumps taken while ingestion stalled (monsoon.observe.threaddump)
 LATENCY_FILE = "latency.hlog"      # per-second HdrHistograms of ack latency (monsoon.timeline.hdrlog)

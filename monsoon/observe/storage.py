@@ -8,6 +8,8 @@ import psycopg
 from psycopg import pq
 
 from monsoon.observe.cassandra_store import CassandraSource
+from monsoon.observe.kafka_store import KafkaSource
+from monsoon.spec.stack import TEMPLATE_RE
 from monsoon.timeline.columnar import INT_COLUMNS, CsvParts, write_rows
 
 _PG_INTEGERS = (20, 21, 23)      # int8, int2, int4: what the read-back's int64 columns take
@@ -105,6 +107,8 @@ def _pg_error(message: bytes) -> str:
 SOURCES: dict[str, Callable[..., StoredSource]] = {
     "postgres": lambda storage, endpoint: PostgresSource(endpoint(storage.dsn), storage.loss_query),
     "cassandra": lambda storage, endpoint: _cassandra_source(storage, endpoint),
+    "kafka": lambda storage, endpoint: KafkaSource(",".join(endpoint(p) for p in storage.contact_points),
+                                                   storage.topics),
 }
 
 
@@ -122,3 +126,28 @@ def stored_source(storage, endpoint: Callable[[str], str] = lambda s: s) -> Stor
         raise ValueError(f"no stored-message source for storage kind {storage.kind!r} "
                          f"(known: {', '.join(sorted(SOURCES))})") from None
     return make(storage, endpoint)
+
+
+def storage_services(spec) -> set[str]:
+    """The services of stack ``spec`` that the read-back reads from, with what they depend on: for each
+    ``{port:NAME}`` of the storage's ``dsn`` and ``contact_points``, the service whose readiness names that port
+    (else whose command does, else the service called NAME). These stop last, after the final read-back; a
+    storage outside the stack gives none."""
+    st = spec.storage
+    text = " ".join(x for x in (st.dsn, *st.contact_points) if x)
+    owners: set[str] = set()
+    for m in TEMPLATE_RE.finditer(text):
+        if m.group(1) != "port":
+            continue
+        tag = "{port:%s}" % m.group(2)
+        ready = [n for n, s in spec.services.items()
+                 if s.ready is not None and tag in " ".join(filter(None, (s.ready.tcp, s.ready.http, s.ready.cql)))]
+        command = [n for n, s in spec.services.items() if any(tag in c for c in s.command)]
+        owners.update(ready or command or ([m.group(2)] if m.group(2) in spec.services else []))
+    todo, out = list(owners), set()
+    while todo:
+        n = todo.pop()
+        if n not in out:
+            out.add(n)
+            todo.extend(spec.services[n].depends_on)
+    return out

@@ -34,7 +34,7 @@ class _KeyFigures(dict):
 FIGURES: dict[str, tuple[tuple[str, str], ...]] = {
     "no_oom": (("oom_events", "both"), ("restarts", "checklist"), ("heap_headroom_pct", "both")),
     "no_unexpected_exit": (("unexpected_exits", "both"), ("restarts", "checklist"), ("injected_kills", "checklist")),
-    "no_acked_loss": (("acked", "both"), ("acked_lost", "both"), ("duplicates", "both")),
+    "no_acked_loss": (("acked", "both"), ("acked_lost", "both"), ("stored_late", "both"), ("duplicates", "both")),
     "no_duplicates": (("duplicates", "checklist"),),
     "no_unexpected": (("unexpected", "checklist"),),
     "lag_recovers_within": (("peak_lag", "both"), ("recovery_s", "both"), ("predicted_drain_s", "both"),

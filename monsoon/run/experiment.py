@@ -8,6 +8,7 @@ directory (timeline, logs, acked log).
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import traceback
@@ -21,19 +22,19 @@ from monsoon.faults.plan import FaultPlan
 from monsoon.faults.resolve import build_backends
 from monsoon.load.payloads import build_payload
 from monsoon.observe.progress import LoadProgress, Progress, progress_fields
-from monsoon.observe.storage import stored_source
+from monsoon.observe.storage import storage_services, stored_source
 from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
 from monsoon.run.shield import FinishFirst, TeardownShield
-from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.signals import signal_of
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.stack.supervisor import Stack
-from monsoon.timeline.columnar import write_rows
+from monsoon.timeline.columnar import fresh, parts_dir, write_rows
 from monsoon.timeline.store import Timeline
 
 
@@ -142,6 +143,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 t_export = time.monotonic()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
                 tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t_export, 3))
+                where["stage"] = "teardown"
+                read_back_after_stop(stack, out_dir, tl, progress, label, rows)
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
             tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
@@ -164,6 +167,38 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     if fin.received:                  # the run was whole and its verdict stands; the session stops after it
         raise RunInterrupted(result, interruption(fin.received[0], tl.now(), {"stage": "checks"}))
     return result
+
+
+FINAL_TMP = "stored-final.csv"      # the last read-back, before it takes stored.csv's place
+
+
+def read_back_after_stop(stack: Stack, out_dir: Path, tl: Timeline, progress: Progress, label: str,
+                         at_drain: int) -> None:
+    """Late is not lost: every service but the storage's (:func:`storage_services`) stops, newest first (each
+    ``stop`` event with its exit code: a death while stopping is recorded like any other), and storage is read
+    again. That read becomes ``stored.csv`` (what the checks account against) and the drain's becomes
+    ``stored-at-drain.csv``: a message stored only in the last read was written late (during the platform's
+    graceful stop, or after a drain that ended too soon) and is counted ``stored_late``, never lost. A last read
+    that fails keeps the drain's, and says so."""
+    keep = storage_services(stack.spec)
+    first = [n for n in reversed(stack.spec.start_order()) if n not in keep and n in stack.services]
+    for name in first:
+        stack.stop_service(name)
+    t = time.monotonic()
+    try:
+        rows = stored_source(stack.spec.storage, stack.endpoint).export(out_dir / FINAL_TMP)
+    except Exception as e:
+        tl.add("op", op="final-read-back", ok=False, error=f"{type(e).__name__}: {e}"[:300])
+        progress(f"[{label}] reading storage again after {', '.join(first) or 'nothing'} stopped failed "
+                 f"({type(e).__name__}); the drain's read-back stands")
+        return
+    fresh(out_dir / STORED_AT_DRAIN_FILE)
+    os.replace(parts_dir(out_dir / STORED_FILE), parts_dir(out_dir / STORED_AT_DRAIN_FILE))
+    os.replace(parts_dir(out_dir / FINAL_TMP), parts_dir(out_dir / STORED_FILE))
+    tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t, 3), final=True,
+           stopped=first, at_drain=at_drain, at_drain_path=STORED_AT_DRAIN_FILE)
+    progress(f"[{label}] storage read again after {', '.join(first) or 'nothing'} stopped: {rows:,} rows "
+             f"({rows - at_drain:+,} since the drain's read-back)")
 
 
 def interruption(sig: str, t: float, where: dict) -> dict:

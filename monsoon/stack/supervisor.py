@@ -84,6 +84,7 @@ class Service:
     started: float | None = None  # time.monotonic() of the last spawn (the kernel log is read from there on)
     container: bool = False     # provider: docker (proc is a containers.ContainerProc)
     pod: bool = False           # provider: kubernetes (proc is a pods.PodProc; kubelet restarts it)
+    stopped: bool = False       # monsoon stopped it (Stack.stop_service or Stack.stop): no restart, no second stop
 
     @property
     def pid(self) -> int | None:
@@ -464,7 +465,7 @@ class Stack:
         while not self._stopping.is_set():
             proc = svc.proc
             code = _norm(proc.wait())
-            if self._stopping.is_set():
+            if self._stopping.is_set() or svc.stopped:
                 return
             kernel, unreadable = oom_kill_line(proc.pid, since=svc.started) if code == 137 and not svc.container \
                 else (None, None)
@@ -487,7 +488,7 @@ class Stack:
             if self._stopping.wait(svc.spec.restart_delay):
                 return
             with self._lock:
-                if self._stopping.is_set():
+                if self._stopping.is_set() or svc.stopped:
                     return
                 try:
                     self._spawn(svc)
@@ -554,26 +555,36 @@ class Stack:
     def log_path(self, service: str) -> Path:
         return self.services[service].log_path
 
+    def stop_service(self, name: str) -> None:
+        """Stop one service now (its stop_signal, then SIGKILL after stop_timeout), and never restart it: the
+        platform before a last read of its storage. Its ``stop`` event carries the exit code (a death while
+        stopping, e.g. exit 3 of an OutOfMemoryError, is recorded like any other)."""
+        self._stop_one(self.services[name])
+
     def stop(self) -> None:
         """Stop every service, newest first: SIGTERM to its group, then SIGKILL after stop_timeout."""
         with self._lock:
             self._stopping.set()
         for name in reversed(list(self.services)):
-            svc = self.services[name]
-            if svc.proc is None:
-                continue
-            if svc.container or svc.pod:
-                svc.proc.stop(svc.spec.stop_timeout)
-                self.on_event("service", service=name, event="stop", code=svc.proc.returncode)
-                continue
-            _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
-            self.on_event("service", service=name, event="stop", code=_norm(svc.proc.returncode))
+            self._stop_one(self.services[name])
         self._stop_pods()
         for svc in self.services.values():
             if svc.supervisor and svc.supervisor is not threading.current_thread():
                 svc.supervisor.join(timeout=5)
             if svc.spec.ephemeral:
                 shutil.rmtree(svc.dir, ignore_errors=True)
+
+    def _stop_one(self, svc: Service) -> None:
+        with self._lock:        # a restart in progress finishes first, and none starts after this
+            if svc.stopped or svc.proc is None:
+                return
+            svc.stopped = True
+        if svc.container or svc.pod:
+            svc.proc.stop(svc.spec.stop_timeout)
+            self.on_event("service", service=svc.name, event="stop", code=svc.proc.returncode)
+            return
+        _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
+        self.on_event("service", service=svc.name, event="stop", code=_norm(svc.proc.returncode))
 
 
 def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause: str, oom: bool) -> dict:

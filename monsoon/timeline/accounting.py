@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterator
 import numpy as np
 
-from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE, read_sent
-from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, schema_columns
+from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, read_sent
+from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, run_file_exists, schema_columns
 from monsoon.timeline.tail import tail_end
 
 
@@ -272,6 +272,8 @@ class Accounting:
     duplicate_keys: int = 0
     dup_sample: list[tuple[str, int, int]] = field(default_factory=list)   # (device, seq, copies)
     stored_unacked: int = 0             # distinct stored keys never acked (recovered + unexpected)
+    stored_late: int | None = None      # distinct keys in the last read-back that the drain's lacked (needs both)
+    stored_vanished: int | None = None  # distinct keys in the drain's read-back that the last one lacked
     sent: int | None = None             # messages handed out (sum of last_seq + 1), from sent.csv
     recovered: int | None = None
     unexpected: int | None = None
@@ -284,6 +286,10 @@ class Accounting:
     def figures(self) -> dict[str, float]:
         f: dict[str, float] = {"acked": self.acked, "acked_lost": self.acked_lost, "duplicates": self.duplicates,
                                "stored": self.stored, "stored_unacked": self.stored_unacked}
+        if self.stored_late is not None:
+            f["stored_late"] = self.stored_late
+        if self.stored_vanished:
+            f["stored_vanished"] = self.stored_vanished
         if self.recovered is not None:
             f["recovered"] = self.recovered
         if self.unexpected is not None:
@@ -515,6 +521,18 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
             key, off = key[f], off[f]
             first_ms[key] = np.minimum(first_ms[key], off)     # ... against the earliest so far
 
+    # --- the drain's read-back, when the run read storage again after the platform stopped: what it lacked
+    # was stored late; what it had stays stored (the stored set only grows: a key once read back is not lost)
+    early = None
+    if run_file_exists(dir / STORED_AT_DRAIN_FILE):
+        early = np.zeros(nkeys, dtype=bool)
+        _, it = read_columns(dir / STORED_AT_DRAIN_FILE, ["seq"], (), names)
+        for codes, (seq,) in it:
+            known = codes < ndev
+            codes, seq = codes[known], seq[known]
+            inside = (seq >= 0) & (seq < dense[codes])
+            early[offset[codes[inside]] + seq[inside]] = True
+
     acc = Accounting(stored=n_stored)
     dev_names = names.names
     rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order, for the samples
@@ -533,6 +551,11 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
         return [(dev_names[int(x)], int(k - offset[x])) for x, k in zip(d[order].tolist(), keys[order].tolist())]
 
     st = count > 0
+    if early is not None:
+        acc.stored_late = int(np.count_nonzero(st & ~early))
+        acc.stored_vanished = int(np.count_nonzero(early & ~st))
+        st |= early
+        del early
     acc.acked = int(acked.sum())
     lost = np.flatnonzero(acked & ~st)
     acc.acked_lost = len(lost)
