@@ -1,7 +1,9 @@
 """Verdicts when a platform goes silent: a backlog not seen draining is not drained, a collector that stops
 answering leaves a mark, on reduced copies of real timelines."""
+import shutil
 import threading
 import time
+from pathlib import Path
 
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.checks.lag import lag_recovers_within
@@ -170,3 +172,26 @@ def test_monsoon_analyze_gives_the_corrected_verdicts_on_the_saved_run(tmp_path)
     b.write()
     got = {c["name"]: c["verdict"] for r in analyze(tmp_path / "run")["results"] for c in r["checks"]}
     assert got == {"lag_recovers_within": FAIL, "serves_throughout": FAIL, "no_acked_loss": FAIL}
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_a_real_silent_death_on_kubernetes_analyses_to_its_verdicts(tmp_path):
+    """A reduced real run (tests/fixtures/README.md): inmemory-k8s x10, the platform pod OOMKilled three times,
+    its metrics silent before the second and third deaths."""
+    from monsoon.cli import analyze
+    shutil.copytree(FIXTURES / "inmemory-k8s-x10-silent-death", tmp_path / "run" / "inmemory-k8s--burst-x10")
+    r = analyze(tmp_path / "run")["results"][0]
+    got = {c["name"]: c for c in r["checks"]}
+    assert {n: c["verdict"] for n, c in got.items()} == {
+        "no_oom": FAIL, "no_acked_loss": FAIL, "lag_recovers_within": FAIL, "serves_throughout": FAIL,
+        "no_unexpected_exit": PASS, "load_valid": PASS}
+    assert got["no_oom"]["figures"]["oom_events"] == 3
+    assert (got["no_acked_loss"]["figures"]["acked"], got["no_acked_loss"]["figures"]["acked_lost"]) == (12487, 7458)
+    lag = got["lag_recovers_within"]
+    assert lag["figures"]["emptied_by_crash"] == 1 and lag["figures"]["backlog_vanished"] == 19945
+    serve = got["serves_throughout"]
+    assert serve["figures"]["silent_stretches"] == 2 and serve["figures"]["longest_silent_s"] == 30.0
+    assert "platform served 109 of 68,000 messages offered for 17s from t=38s" in serve["message"]
+    assert "metrics silent from t=38s to t=53s" in serve["message"]
