@@ -26,7 +26,8 @@ from monsoon.report.write import write as write_report
 from monsoon.run import calibrate
 from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
-from monsoon.rundir import ACKED_FILE, RESULT_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, new_run_id
+from monsoon.rundir import (ACKED_FILE, RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE,
+                            new_run_id)
 from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
@@ -113,7 +114,7 @@ def export_csv(run_dir: Path) -> int:
     subs = [run_dir] if (run_dir / TIMELINE_FILE).exists() else sorted(p for p in run_dir.iterdir() if p.is_dir())
     n = 0
     for sub in subs:
-        for name in (ACKED_FILE, STORED_FILE, SENT_FILE):
+        for name in (ACKED_FILE, STORED_FILE, STORED_AT_DRAIN_FILE, SENT_FILE):
             d = parts_dir(sub / name)
             if not d.is_dir():
                 continue
