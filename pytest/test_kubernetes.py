@@ -4,8 +4,8 @@ Kafka and Postgres as pods of monsoon's single-node cluster, Chaos Mesh killing 
 Run:  pytest -m kubernetes pytest/                 all of them
       pytest -m burst pytest/ -k kubernetes        the two x10 floods on pods
       pytest -m chaos pytest/ -k kubernetes        Chaos Mesh's pod-kill on kafka-k8s, and the refused delay
-The module starts the cluster with Chaos Mesh (`monsoon cluster up --chaos-mesh`) unless it runs, and stops it at
-the end if it started it; without `make k8s` every test skips in one line naming the missing piece.
+The module starts the cluster with Chaos Mesh (`monsoon cluster up --chaos-mesh`) unless it runs, and the session
+stops it at its end if it started it; without `make k8s` every test skips in one line naming the missing piece.
 
 * in-memory x10 on pods: the platform pod's container is killed by its memory limit (the pod's
   lastState.terminated.reason: OOMKilled, k8s_oom_killed >= 1), kubelet restarts it, and the acked messages its
@@ -17,7 +17,7 @@ the end if it started it; without `make k8s` every test skips in one line naming
 """
 import pytest
 
-from monsoon.stack.pods import ClusterUnavailable, cluster_for_stacks
+from monsoon.stack.pods import ClusterUnavailable, cluster_for_session
 from monsoon.timeline.store import read_events
 
 pytestmark = pytest.mark.kubernetes
@@ -26,11 +26,9 @@ pytestmark = pytest.mark.kubernetes
 @pytest.fixture(scope="module", autouse=True)
 def kube_cluster(pytestconfig):
     if pytestconfig.getoption("--monsoon-dry-run"):
-        yield None
-        return
-    try:
-        with cluster_for_stacks(("monsoon-inmemory-k8s", "monsoon-kafka-k8s")) as c:
-            yield c
+        return None
+    try:       # one cluster for the whole session, stopped at its end if it was started here
+        return cluster_for_session(pytestconfig, ("monsoon-inmemory-k8s", "monsoon-kafka-k8s"))
     except ClusterUnavailable as e:
         pytest.skip(str(e))
 

@@ -528,3 +528,24 @@ def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def cluster_for_session(config: Any, namespaces: tuple[str, ...] = ()) -> Cluster:
+    """:func:`cluster_for_stacks` held for a whole pytest session (``config``: pytest's Config): the first test
+    module that asks starts the cluster (unless it runs), the session's end stops it (if it was started here),
+    later modules add their ``namespaces``. Raises :class:`ClusterUnavailable` (the same line each time)."""
+    held = getattr(config, "_monsoon_k8s_session", None)
+    if held is None:
+        cm = cluster_for_stacks(namespaces)
+        try:
+            held = (cm, cm.__enter__())
+        except ClusterUnavailable as e:
+            held = (None, e)
+        else:
+            config.add_cleanup(lambda: cm.__exit__(None, None, None))
+        config._monsoon_k8s_session = held
+    if isinstance(held[1], ClusterUnavailable):
+        raise held[1]
+    have = [x.strip() for x in os.environ.get("MONSOON_KUBE_NAMESPACES", "").split(",") if x.strip()]
+    os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+    return held[1]

@@ -1,8 +1,8 @@
 """monsoon's single-node Kubernetes cluster for real (make k8s; monsoon cluster up|down): the node gets Ready, a
 Deployment's pod runs and comes back with a new UID when deleted, a pod over its 32Mi limit is OOMKilled (exit 137),
-Chaos Mesh's controller kills a pod for a PodChaos that monsoon's chaos-mesh backend creates and heals, and down
-leaves nothing behind (processes, mounts, netns, kubelet's sysctls and host paths). One cluster for the module."""
-import json
+Chaos Mesh's controller kills a pod for a PodChaos that monsoon's chaos-mesh backend creates and heals. One cluster
+for the whole pytest session (shared with test_kubernetes_story.py, whose last tests take it down and check that
+down leaves nothing behind)."""
 import shutil
 import subprocess
 import sys
@@ -16,18 +16,11 @@ from monsoon.faults.base import FaultContext
 from monsoon.faults.kube import KubeBackend
 from monsoon.spec.fault import FaultSpec
 from monsoon.stack import cluster
+from monsoon.stack.pods import ClusterUnavailable, cluster_for_session
 
 pytestmark = pytest.mark.integration
 
 NS = "monsoon-it"
-DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
-
-
-def sysctls() -> dict[str, str]:
-    rec = cluster.state_dir() / "sysctls.json"        # a cluster that runs already changed them: its record
-    if rec.exists():
-        return json.loads(rec.read_text())
-    return {k: Path(f"/proc/sys/{k}").read_text().strip() for k in cluster.SYSCTLS}
 
 
 def wait(what, probe, timeout=90.0):
@@ -41,21 +34,19 @@ def wait(what, probe, timeout=90.0):
 
 
 @pytest.fixture(scope="module")
-def kube():
-    why = cluster.skip_reason(chaos_mesh=True)
-    if why:
-        pytest.skip(why)
-    before = {"sysctls": sysctls(), "device_plugins": DEVICE_PLUGINS.exists()}
+def kube(request):
     t0 = time.monotonic()
-    cluster.ensure_up(chaos_mesh=True)
-    print(f"\ncluster up (Chaos Mesh included) in {time.monotonic() - t0:.1f}s")
-    c = cluster.Cluster()
+    try:
+        c = cluster_for_session(request.config, (NS,))
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+    print(f"\ncluster (Chaos Mesh included) ready in {time.monotonic() - t0:.1f}s")
     api = c.api()
     api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     try:
-        yield c, api, before
+        yield c, api, None
     finally:
-        cluster.down()
+        api.call("DELETE", f"/api/v1/namespaces/{NS}?gracePeriodSeconds=0")
 
 
 def pods(api, selector: str) -> list[dict]:
@@ -174,36 +165,3 @@ def test_chaos_mesh_pod_kill_lands_and_heals(kube, monkeypatch):
     assert healed.landed is True, healed.evidence
     code, body = api.call("GET", f"/apis/chaos-mesh.org/v1alpha1/namespaces/{NS}/podchaos")
     assert code == 200 and body["items"] == []
-
-
-def test_down_leaves_nothing_behind(kube):
-    c, _, before = kube
-    done = cluster.down()
-    assert "kubelet" in done and "kube-apiserver" in done
-    assert cluster.census() == []
-    assert not Path(cluster.netns_path()).exists()
-    assert cluster._mounts_at_or_under(c.dir) == []
-    assert cluster.kubepods_cgroups() == []
-    assert {k: Path(f"/proc/sys/{k}").read_text().strip() for k in cluster.SYSCTLS} == before["sysctls"]
-    if not before["device_plugins"]:
-        assert not DEVICE_PLUGINS.exists()
-    assert not cluster.running()
-    assert cluster.down() == []                      # idempotent
-
-
-def test_a_half_started_cluster_whose_up_was_killed_is_reaped(kube):
-    """kill -9 of `monsoon cluster up` while the API server starts: the cluster counts as left behind (what
-    `monsoon reap` asks before it calls down; reap itself is not run here: it would also reap other runs)."""
-    c, _, before = kube
-    up = subprocess.Popen([sys.executable, "-m", "monsoon.cli", "cluster", "up"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-    try:
-        wait("kube-apiserver started by the up being killed", lambda: cluster._pid(c.dir, "kube-apiserver"), 60)
-    finally:
-        up.kill()
-        up.wait()
-    assert cluster.census() and "half-started" in (cluster.left_behind() or "")
-    assert "kube-apiserver" in cluster.down()
-    assert cluster.census() == [] and not Path(cluster.netns_path()).exists()
-    assert cluster._mounts_at_or_under(c.dir) == [] and cluster.kubepods_cgroups() == []
-    assert {k: Path(f"/proc/sys/{k}").read_text().strip() for k in cluster.SYSCTLS} == before["sysctls"]

@@ -3,12 +3,21 @@ Kafka stack as pods with Chaos Mesh's PodChaos pod-kill of the platform under lo
 platform pod OOMKilled by its memory limit under x10, and the load itself as the pods of an Indexed Job. Skips in
 one line when `make k8s` has not been run."""
 import json
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
-from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_stacks, run_namespaces
+from monsoon.faults.kube import KubeBackend
+from monsoon.paths import REPO
+from monsoon.stack import cluster
+from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_session, run_namespaces
 from monsoon.timeline.store import read_events
+from tests.integration.helpers import sigint_default, wait_for
 
 POD_KILL = """
 name: k8s-pod-kill-short
@@ -48,11 +57,32 @@ checks:
 """
 
 
+INTERRUPTED = """
+name: k8s-interrupted
+load: {devices: 10, qos: 1, base_rate: 100, shape: {kind: steady}}
+profiles:
+  quick: {warmup: 150, recovery: 5, drain_timeout: 20}
+faults:
+  - profile: pod-kill
+    name: platform-pod-kill-held
+    backend: chaos-mesh
+    target: {namespace: monsoon-inmemory-k8s, labelSelector: {monsoon.io/service: platform}}
+    schedule: {at: 3, duration: 140}
+checks:
+  - no_acked_loss
+"""
+SCENARIO = """
+def test_interrupted(monsoon):
+    monsoon.run("inmemory-k8s", "{exp}").assert_pass()
+"""
+
+
 @pytest.fixture(scope="module")
-def kube_cluster():
+def kube_cluster(request):
+    """monsoon's cluster, one for the whole pytest session (test_cluster.py shares it; the last tests here take
+    it down)."""
     try:
-        with cluster_for_stacks(("monsoon-inmemory-k8s", "monsoon-kafka-k8s")) as c:
-            yield c
+        return cluster_for_session(request.config, ("monsoon-inmemory-k8s", "monsoon-kafka-k8s"))
     except ClusterUnavailable as e:
         pytest.skip(str(e))
 
@@ -121,3 +151,102 @@ def test_the_load_as_an_indexed_job_of_two_pods_is_accounted_exactly(kube_cluste
     assert loss["acked"] == sum(s["acked"] for s in shards) == per_second > 0, (loss, shards, per_second)
     assert loss["acked_lost"] == 0, loss
     assert run_namespaces("k8s-load-job", Kube()) == []      # the Job's namespace went with the fleet
+
+
+def run_pods(run_id: str) -> list[str]:
+    k = Kube()
+    return [p.metadata.name for p in k.core.list_pod_for_all_namespaces(
+        label_selector=f"monsoon.io/run-id={run_id}", _request_timeout=10).items]
+
+
+@pytest.mark.parametrize("how", ["sigint", "kill-9"])
+def test_an_interrupt_during_a_podchaos_deletes_it_and_the_runs_pods_and_namespace(kube_cluster, tmp_path, how):
+    """Ctrl-C (SIGINT) of a run while its PodChaos is in place: the run's final heal deletes the object, its
+    census finds none left, and the stack's pods and namespace are gone. kill -9 instead: everything stays in
+    place until `monsoon heal --all`, which does the same."""
+    exp = tmp_path / "k8s-interrupted.yaml"
+    exp.write_text(INTERRUPTED)
+    (tmp_path / "test_it.py").write_text(SCENARIO.replace("{exp}", str(exp)))
+    runs, run_id = tmp_path / "runs", f"k8s-int-{how}"
+    timeline = runs / run_id / "inmemory-k8s--k8s-interrupted" / "timeline.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", str(tmp_path / "test_it.py"), "-p", "no:cacheprovider",
+                             f"--monsoon-runs-dir={runs}", f"--monsoon-run-id={run_id}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
+    backend = KubeBackend("chaos-mesh", ["monsoon-inmemory-k8s"])
+    try:
+        def injected() -> bool:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            return timeline.exists() and any(e["type"] == "fault" and e.get("phase") == "inject"
+                                             for e in read_events(timeline))
+        wait_for(injected, 240, "the PodChaos injected")
+        assert backend.census(run_id), "the PodChaos should be in place"
+        if how == "sigint":
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=180)
+            events = read_events(timeline)
+            heal = next(e for e in events if e["type"] == "fault" and e.get("phase") == "heal")
+            assert heal.get("final") and heal["landed"] is True and heal["evidence"]["present"] is False, heal
+            census = next(e for e in events if e["type"] == "fault-census")
+            assert census["leftovers"] == {} and census["errors"] == [], census
+        else:
+            proc.kill()
+            out, _ = proc.communicate(timeout=30)
+            assert backend.census(run_id) and run_namespaces(run_id), "kill -9 leaves the fault and the stack"
+            healed = subprocess.run([sys.executable, "-m", "monsoon.cli", "heal", "--all"], cwd=REPO,
+                                    env={k: v for k, v in os.environ.items() if k != "MONSOON_RUN_ID"},
+                                    capture_output=True, text=True, timeout=300)
+            out += f"\n--- heal --all (exit {healed.returncode}):\n{healed.stdout[-3000:]}{healed.stderr[-2000:]}"
+            assert healed.returncode == 0, out
+            assert f"{run_id} chaos-mesh: PodChaos" in healed.stdout, out
+        info = out[-4000:]
+        assert backend.census(run_id) == [], info
+        assert run_namespaces(run_id) == [] and run_pods(run_id) == [], info
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+# ------------------------------------------------------------------ last: the cluster goes down, and leaves nothing
+
+def host_state() -> dict:
+    """kubelet's sysctls as they were before the cluster (its record), and the host paths it must remove."""
+    d = cluster.state_dir()
+    rec = json.loads((d / "sysctls.json").read_text())
+    return {"sysctls": rec, "absent": json.loads((d / "hostpaths.json").read_text())}
+
+
+def sysctls_now() -> dict:
+    return {k: Path(f"/proc/sys/{k}").read_text().strip() for k in cluster.SYSCTLS}
+
+
+def test_down_leaves_nothing_behind(kube_cluster):
+    c, before = kube_cluster, host_state()
+    done = cluster.down()
+    assert "kubelet" in done and "kube-apiserver" in done
+    assert cluster.census() == []
+    assert not Path(cluster.netns_path()).exists()
+    assert cluster._mounts_at_or_under(c.dir) == []
+    assert cluster.kubepods_cgroups() == []
+    assert sysctls_now() == before["sysctls"]
+    assert [p for p in before["absent"] if Path(p).exists()] == []
+    assert not cluster.running()
+    assert cluster.down() == []                      # idempotent
+
+
+def test_a_half_started_cluster_whose_up_was_killed_is_reaped(kube_cluster):
+    """kill -9 of `monsoon cluster up` while the API server starts: the cluster counts as left behind (what
+    `monsoon reap` asks before it calls down; reap itself is not run here: it would also reap other runs)."""
+    c, before = kube_cluster, sysctls_now()
+    up = subprocess.Popen([sys.executable, "-m", "monsoon.cli", "cluster", "up"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: cluster._pid(c.dir, "kube-apiserver"), 60, "kube-apiserver started by the up being killed")
+    finally:
+        up.kill()
+        up.wait()
+    assert cluster.census() and "half-started" in (cluster.left_behind() or "")
+    assert "kube-apiserver" in cluster.down()
+    assert cluster.census() == [] and not Path(cluster.netns_path()).exists()
+    assert cluster._mounts_at_or_under(c.dir) == [] and cluster.kubepods_cgroups() == []
+    assert sysctls_now() == before
