@@ -229,7 +229,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-cassandra", "cassandra-down"), ("cassandra-ack", "cassandra-node-kill"),
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
     ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
-    ("kafka-k8s", "network-latency-chaos-mesh"),
+    ("kafka-k8s", "network-latency-chaos-mesh"), ("kafka-k8s", "burst-x10-load-job"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}

@@ -60,6 +60,20 @@ def test_kafka_x10_on_pods_loses_nothing(monsoon):
     assert result.check("load_valid").verdict != "fail", result.failure_message()
 
 
+@pytest.mark.burst
+def test_kafka_x10_on_pods_with_the_load_as_a_job_in_the_cluster_loses_nothing(monsoon):
+    """The same flood with the load itself on Kubernetes (burst-x10-load-job: monsoon-loadgen as an Indexed Job's
+    pod on the node's network, no host->node port mirror between it and the broker)."""
+    result = monsoon.run("kafka-k8s", "burst-x10-load-job")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    for name in ("no_oom", "no_acked_loss", "lag_recovers_within", "no_unexpected_exit"):
+        assert result.check(name).verdict == "pass", result.failure_message()
+    load = result.check("load_valid")
+    print(f"load_valid {load.verdict}: {load.figures}")
+    assert load.verdict != "fail", result.failure_message()
+
+
 @pytest.mark.chaos
 def test_kafka_pods_survive_a_chaos_mesh_pod_kill(monsoon):
     result = monsoon.run("kafka-k8s", "pod-kill-chaos-mesh")

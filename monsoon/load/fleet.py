@@ -34,7 +34,7 @@ def build_fleet(
     **kw: Any,
 ) -> Any:
     """The fleet for a stack's ``devices.transport``: ``mqtt`` (``topic``, ``qos``), ``http`` or ``coap``
-    (both ignore ``topic`` and ``qos``: a request is always answered). MQTT has two engines: ``python``
+    (both ignore ``topic`` and ``qos``: a request is always answered). MQTT has three engines: ``python``
     (:class:`~monsoon.load.mqtt.MqttFleet`) and ``native`` (:class:`~monsoon.load.native.NativeFleet`, ``workers``
     processes) and ``kubernetes`` (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed
     Job in monsoon's cluster)."""

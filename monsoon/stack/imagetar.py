@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 from collections.abc import Sequence
@@ -70,7 +71,6 @@ def write_image_archive(path: str, tag: str, files: Sequence[File], entrypoint: 
 
 def busybox_files(busybox: str = "/bin/busybox") -> list[File]:
     """busybox-static at /bin/busybox and one /bin/<applet> link per applet it lists."""
-    import subprocess
     applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
     return [("bin/busybox", busybox, None)] + [(f"bin/{a}", None, "busybox") for a in applets if a != "busybox"]
 

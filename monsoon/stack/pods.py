@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
+from monsoon import settings
 from monsoon.spec.stack import SERVICE_POD_LABEL, ReadySpec
 from monsoon.stack import cluster, dockerd
 from monsoon.stack.cluster import Cluster
@@ -546,6 +547,6 @@ def cluster_for_session(config: Any, namespaces: tuple[str, ...] = ()) -> Cluste
         config._monsoon_k8s_session = held
     if isinstance(held[1], ClusterUnavailable):
         raise held[1]
-    have = [x.strip() for x in os.environ.get("MONSOON_KUBE_NAMESPACES", "").split(",") if x.strip()]
+    have = [x.strip() for x in (settings.env("MONSOON_KUBE_NAMESPACES") or "").split(",") if x.strip()]
     os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
     return held[1]
