@@ -404,7 +404,7 @@ class MqttFleet:
             userdata=conn,
             protocol=mqtt.MQTTv311,
         )
-        client.username_pw_set(conn.device.token)
+        client.username_pw_set(conn.device.token, getattr(conn.device, "password", None))
         client.max_inflight_messages_set(0)  # 0 = unlimited: no hidden queueing in paho
         client.max_queued_messages_set(0)
         client.connect_timeout = 5.0

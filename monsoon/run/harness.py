@@ -16,7 +16,7 @@ from monsoon.observe.storage import stored_source
 from monsoon.observe.threaddump import ThreadDumper
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE
 from monsoon.spec.experiment import ExperimentSpec
-from monsoon.stack.provision import Device, NoProvisioner, TbRestProvisioner, device_names
+from monsoon.stack.provision import Device, device_names, provisioner_for
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 
@@ -27,14 +27,17 @@ def experiment_shape(exp: ExperimentSpec, profile: str):
     return build_shape(exp.load.shape, exp.load.base_rate, exp.durations(profile), profile)
 
 
-def provision(stack: Stack, device_prefix: str, n: int) -> list[Device]:
-    """The stack's devices, created through its provisioning (ThingsBoard's REST API) or named as they are."""
+def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None = None) -> list[Device]:
+    """The stack's devices, created through its provisioning (ThingsBoard's REST API, Hono's registry) or named
+    as they are."""
     prov = stack.spec.provisioning
     wanted = device_names(device_prefix, n)
-    client = NoProvisioner() if prov.kind == "none" else \
-        TbRestProvisioner(stack.endpoint(prov.url), prov.username, prov.password)
+    client = provisioner_for(prov, stack.endpoint)
     client.login()
-    return client.ensure_devices(wanted)
+    devs = client.ensure_devices(wanted)
+    if created is not None and getattr(client, "delete_after_run", False):   # Hono's registry: deleted in close()
+        created.append((client, [d.name for d in devs]))
+    return devs
 
 
 def _report_plan(plan, label: str, progress: Progress) -> None:
@@ -87,6 +90,7 @@ class LoadHarness:
         self.t0: float | None = None
         self.dumper: ThreadDumper | None = None   # watch_stalls(): thread dumps while ingestion stalls
         self.facts: dict[str, str] = {}          # what the running platform says it is (observe.facts)
+        self.created: list = []                  # (provisioner, device names) to delete when the run ends
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
               payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
@@ -99,7 +103,7 @@ class LoadHarness:
         if self.facts:
             tl.add("platform", **self.facts)
         t = time.monotonic()
-        devs = provision(stack, device_prefix, devices)
+        devs = provision(stack, device_prefix, devices, created=self.created)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
         self.fleet = build_fleet(dev.transport, devs, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
                                  topic=dev.topic, qos=qos, shape=shape, acked_path=out_dir / ACKED_FILE,
@@ -139,3 +143,12 @@ class LoadHarness:
         else:
             for c in self.collectors:
                 c.close()
+        for client, names in self.created:
+            try:
+                client.delete_devices(names)
+                self.tl.add("op", op="deprovisioned", devices=len(names))
+            except Exception as e:   # a registry already gone: said on the timeline, not raised over the run
+                self.tl.add("op", op="deprovisioned", ok=False, error=f"{type(e).__name__}: {e}")
+            finally:
+                client.close()
+        self.created = []

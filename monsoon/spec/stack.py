@@ -188,23 +188,30 @@ class ProvisioningSpec(_Frozen):
     """How the run's devices come to exist: ``none`` (a plain broker: each device's token is its name) or
     ``thingsboard-rest`` (created, or found, through ThingsBoard's REST API with ``url``, ``username``,
     ``password``). ``provisioning: none`` is short for ``{kind: none}``."""
-    kind: Literal["thingsboard-rest", "none"] = Field(description="none or thingsboard-rest")
-    url: str | None = Field(None, description="thingsboard-rest: the REST API's base URL (placeholders allowed)")
+    kind: Literal["thingsboard-rest", "hono-registry", "none"] = Field(
+        description="none, thingsboard-rest or hono-registry")
+    url: str | None = Field(None, description="thingsboard-rest: the REST API's base URL; hono-registry: the Device "
+                            "Registry Management API's base URL (placeholders allowed)")
     username: str | None = Field(None, description="thingsboard-rest: the tenant user")
     password: str | None = Field(None, description="thingsboard-rest: its password")
+    tenant: str | None = Field(None, description="hono-registry: the tenant created for the run's devices")
 
     @model_validator(mode="after")
     def _need_url(self) -> "ProvisioningSpec":
         if self.kind == "thingsboard-rest" and not (self.url and self.username and self.password is not None):
             raise ValueError("thingsboard-rest provisioning needs url, username and password")
+        if self.kind == "hono-registry" and not (self.url and self.tenant):
+            raise ValueError("hono-registry provisioning needs url and tenant")
         return self
 
 
 class StorageSpec(_Frozen):
     """Where stored messages are read back after the drain (every loss and duplicate check reads them):
     ``kind: postgres`` (``dsn``, ``loss_query``) or ``kind: cassandra`` (``contact_points``, ``keyspace``,
-    ``cql``; ``dsn`` + ``names_query`` name the entity ids a CQL query returns)."""
-    kind: Literal["postgres", "cassandra"] = Field("postgres", description="the database kind")
+    ``cql``; ``dsn`` + ``names_query`` name the entity ids a CQL query returns) or ``kind: kafka`` (``contact_points``:
+    the brokers, ``topics``: what reached them is stored)."""
+    kind: Literal["postgres", "cassandra", "kafka"] = Field("postgres", description="the database kind (kafka: "
+                                                             "a platform whose storage is a topic)")
     dsn: str | None = Field(None, description="postgres: the connection string, e.g. "
                             "postgresql://postgres@127.0.0.1:{port:postgres}/postgres (cassandra: the Postgres "
                             "holding the device names, with names_query)")
@@ -219,7 +226,9 @@ class StorageSpec(_Frozen):
         "or the platform's own counter), or, with %(since)s in it, (rows, watermark) of the rows past the last "
         "watermark (NULL at first), added up")
     contact_points: tuple[str, ...] = Field((), description="cassandra: host:port of the nodes, e.g. "
-                                            "127.0.0.1:{port:cassandra}")
+                                            "127.0.0.1:{port:cassandra}; kafka: of the brokers")
+    topics: tuple[str, ...] = Field((), description="kafka: the topics whose records are the stored messages, e.g. "
+                                    "hono.telemetry.<tenant>")
     keyspace: str | None = Field(None, description="cassandra: the keyspace the cql reads")
     cql: str | None = Field(None, description="cassandra: CQL returning (device or entity_id, seq[, stored_ms]) for "
                             "every stored message; read in pages")
@@ -229,7 +238,8 @@ class StorageSpec(_Frozen):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "StorageSpec":
-        need = {"postgres": ("dsn", "loss_query"), "cassandra": ("contact_points", "keyspace", "cql")}[self.kind]
+        need = {"postgres": ("dsn", "loss_query"), "cassandra": ("contact_points", "keyspace", "cql"),
+                "kafka": ("contact_points", "topics")}[self.kind]
         missing = [k for k in need if not getattr(self, k)]
         if missing:
             raise ValueError(f"storage kind {self.kind} needs {', '.join(missing)}")
@@ -381,7 +391,8 @@ class StackSpec(_Frozen):
                                 "deploy.resources.limits.memory/cpus, cpus, restart, depends_on, volumes, "
                                 "stop_signal, stop_grace_period, network_mode: host; any other key is refused")
     devices: DevicesSpec = Field(description="where the devices connect")
-    provisioning: ProvisioningSpec = Field(description="none, or {kind: thingsboard-rest, url, username, password}")
+    provisioning: ProvisioningSpec = Field(description="none, or {kind: thingsboard-rest, url, username, password}, "
+                                           "or {kind: hono-registry, url, tenant}")
     storage: StorageSpec = Field(description="where stored messages are read back")
     observe: ObserveSpec = Field(ObserveSpec(), description="what monsoon samples while the stack runs")
     chaos: ChaosSpec = Field(ChaosSpec(), description="the stack's fault tooling")

@@ -4,6 +4,8 @@ MQTT credentials.
 * :class:`TbRestProvisioner` talks to a ThingsBoard-style REST API.
 * :class:`NoProvisioner` is for a plain broker: nothing to create, the token
   is the device name.
+* :class:`HonoRegistryProvisioner` talks to Eclipse Hono's Device Registry
+  Management API: a tenant, its devices and their hashed-password credentials.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import requests
 from requests.adapters import HTTPAdapter
 
 
-__all__ = ["NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names"]
+__all__ = ["HonoRegistryProvisioner", "NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names",
+           "provisioner_for"]
 
 DEVICE_TYPE = "monsoon"
 #: the device profile monsoon's devices use, created once before them (``POST /api/deviceProfile``): real
@@ -272,4 +275,69 @@ class TbRestProvisioner:
 @dataclass(frozen=True)
 class Device:
     name: str
-    token: str
+    token: str                    # the MQTT user name (TB's access token; Hono's <auth-id>@<tenant>)
+    password: str | None = None   # the MQTT password, where the platform wants one (Hono)
+
+
+class HonoRegistryProvisioner:
+    """Eclipse Hono's Device Registry Management API (``/v1/tenants``, ``/v1/devices``, ``/v1/credentials``):
+    ``ensure_devices`` creates the tenant (once) and each device with a ``hashed-password`` credential whose
+    auth-id is the device name and whose password is its token (the registry hashes it: ``pwd-plain``);
+    devices then log in as ``<name>@<tenant>``. Idempotent (409 on create = already there; the credentials are
+    set again). ``delete_devices`` deletes the devices, then the tenant. The JDBC registry takes a few hundred
+    calls a second here; ``workers`` parallel calls."""
+
+    delete_after_run = True    # a run deletes what it created (the devices, then the tenant) when it ends
+
+    def __init__(self, base_url: str, tenant: str, timeout: float = 10, *, workers: int = 8) -> None:
+        self.base_url, self.tenant, self.timeout, self.workers = base_url.rstrip("/"), tenant, timeout, workers
+        self._session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(workers, 1))
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    def _call(self, method: str, path: str, ok: tuple[int, ...], **kw: Any) -> requests.Response:
+        url = self.base_url + path
+        try:
+            resp = self._session.request(method, url, timeout=self.timeout, **kw)
+        except requests.RequestException as e:
+            raise ProvisionError(f"{method} {url} failed: {type(e).__name__}: {e}") from e
+        if resp.status_code not in ok:
+            raise ProvisionError(f"{method} {url} failed: {resp.status_code} {_body_text(resp)}")
+        return resp
+
+    def login(self) -> None:
+        """The tenant, created if missing (the management API itself has no login here)."""
+        self._call("POST", f"/v1/tenants/{quote(self.tenant, safe='')}", (201, 409), json={"enabled": True})
+
+    def _ensure_one(self, name: str, token: str) -> Device:
+        t, d = quote(self.tenant, safe=""), quote(name, safe="")
+        self._call("POST", f"/v1/devices/{t}/{d}", (201, 409), json={"enabled": True})
+        self._call("PUT", f"/v1/credentials/{t}/{d}", (204,),
+                   json=[{"type": "hashed-password", "auth-id": name, "secrets": [{"pwd-plain": token}]}])
+        return Device(name, f"{name}@{self.tenant}", token)
+
+    def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:
+        self.login()
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="monsoon-provision") as pool:
+            return list(pool.map(lambda nt: self._ensure_one(*nt), names_and_tokens))
+
+    def delete_devices(self, names: Iterable[str]) -> None:
+        """Delete the named devices (their credentials go with them), then the tenant; absent ones are fine."""
+        t = quote(self.tenant, safe="")
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="monsoon-provision") as pool:
+            list(pool.map(lambda n: self._call("DELETE", f"/v1/devices/{t}/{quote(n, safe='')}", (204, 404)),
+                          list(names)))
+        self._call("DELETE", f"/v1/tenants/{t}", (204, 404))
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def provisioner_for(prov, endpoint=lambda s: s):
+    """The provisioner of a stack's ``provisioning`` spec (``endpoint`` resolves its ``{port:..}``)."""
+    if prov.kind == "none":
+        return NoProvisioner()
+    if prov.kind == "hono-registry":
+        return HonoRegistryProvisioner(endpoint(prov.url), prov.tenant)
+    return TbRestProvisioner(endpoint(prov.url), prov.username, prov.password)

@@ -364,7 +364,7 @@ def test_provisioning_none_works_as_written(tmp_path):
     assert "thingsboard-rest provisioning needs url, username and password" in str(ei.value)
     with pytest.raises(SpecError) as ei:
         load_stack(write(tmp_path, "u.yaml", STACK.replace("provisioning: {kind: none}", "provisioning: nope")))
-    assert ei.value.key == "provisioning.kind" and "'thingsboard-rest' or 'none'" in str(ei.value)
+    assert ei.value.key == "provisioning.kind" and "'thingsboard-rest', 'hono-registry' or 'none'" in str(ei.value)
 
 
 def test_stack_file_dir_is_the_folder_of_the_stack_file_and_stack_dir_the_run_directory(tmp_path):
