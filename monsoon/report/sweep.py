@@ -14,6 +14,10 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from monsoon.checks.gc import gc_rate_series
+from monsoon.rundir import TIMELINE_FILE
+from monsoon.timeline.store import Events
+
 
 def rows(record: dict) -> list[dict]:
     """One row per size: ``size, msg_s, mb_s, bound, criterion, reason, transport_msg_s, transport_mb_s,
@@ -116,14 +120,36 @@ def html_page(record: dict, verdicts: list[dict] = ()) -> str:
             f"{img}</body></html>\n")
 
 
-def plot(record: dict, path: Path) -> Path | None:
-    """Two panels, msg/s and MB/s against size (log-log), platform and transport; None when nothing to plot."""
+def gc_panel(ax, events: Events) -> None:
+    """The platform's GC time (% of wall time over 5 s windows, from its gc_seconds counter) over the sweep,
+    each size's ramp shaded and labelled."""
+    ops = [e for e in events.of("op") if e.get("op") == "sweep-size"]
+    ends = [e["t"] for e in ops[1:]] + [None]
+    series = gc_rate_series(events.series("metrics", "gc_seconds"), 5.0)
+    for k, (e, end) in enumerate(zip(ops, ends)):
+        b = end if end is not None else (series[-1][0] if series else e["t"] + 1)
+        ax.axvspan(e["t"], b, color=("#eeeeee" if k % 2 else "#ddeeff"), lw=0)
+        ax.text(e["t"], 0.95, f" {_size(int(e['size']))}", fontsize=8, va="top", transform=ax.get_xaxis_transform())
+    if series:
+        ax.plot([t for t, _, _ in series], [100 * f for _, _, f in series], "-", color="tab:red")
+    else:
+        ax.text(0.5, 0.5, "no gc_seconds samples", transform=ax.transAxes, ha="center")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("GC time (% of wall, 5 s windows)")
+    ax.set_ylim(bottom=0)
+
+
+def plot(record: dict, path: Path, events: Events | None = None) -> Path | None:
+    """Two panels, msg/s and MB/s against size (log-log), platform and transport, and with ``events`` (the
+    sweep's timeline) a third: the platform's GC time over the sweep; None when nothing to plot."""
     rs = rows(record)
     if not any(r["msg_s"] or r["transport_msg_s"] for r in rs):
         return None
-    fig = Figure(figsize=(10, 4))
+    fig = Figure(figsize=(15 if events is not None else 10, 4))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2)
+    axes = fig.subplots(1, 3 if events is not None else 2)
+    if events is not None:
+        gc_panel(axes[2], events)
     for ax, key, label in ((axes[0], "msg_s", "msg/s"), (axes[1], "mb_s", "MB/s")):
         for who, k, style in (("platform", key, "o-"), ("transport (Kafka alone)", f"transport_{key}", "s--")):
             pts = [(r["size"], r[k]) for r in rs if r[k]]
@@ -142,10 +168,12 @@ def plot(record: dict, path: Path) -> Path | None:
 
 
 def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
-    """``sweep.png``, ``checklist.md`` and ``report.html`` of a sweep run directory."""
+    """``sweep.png`` (with the GC panel when the run directory has its timeline), ``checklist.md`` and
+    ``report.html`` of a sweep run directory."""
     run_dir = Path(run_dir)
     try:
-        if plot(record, run_dir / "sweep.png"):
+        events = Events.load(run_dir / TIMELINE_FILE) if (run_dir / TIMELINE_FILE).exists() else None
+        if plot(record, run_dir / "sweep.png", events):
             record = dict(record, plot="sweep.png")
     except Exception as e:   # noqa: BLE001 - a plot that cannot be drawn must not lose the table
         record = dict(record, plot_error=f"{type(e).__name__}: {e}")

@@ -6,8 +6,9 @@ broker), so the report shows msg/s and MB/s per size and the platform's overhead
 
 One stack is started for the whole sweep (the JVM warmed once: ``profiles.<p>.warmup`` seconds at the first
 step of the smallest size, not judged).  The smallest size ramps from ``load.base_rate``; each larger size
-starts at half the MB/s the previous size sustained and goes up to 1.5 x the previous size's msg/s, so the
-ladder spans where its capacity can be without dozens of steps (:func:`ladder_for`).  Between sizes the
+starts at the higher of half the MB/s the previous size sustained and 1/20 of its msg/s and goes up to 1.5 x
+the previous size's msg/s, so the ladder spans where its capacity can be without dozens of steps
+(:func:`ladder_for`); a capacity below that start shows as "no step kept up" at that size.  Between sizes the
 stack's backlog drains (up to ``DRAIN_S``) and then the transport alone is measured at that size.
 
 Everything lands in one run directory: the timeline (every ramp's load seconds, samples and steps), one
@@ -49,12 +50,14 @@ GC_CHECK = ("gc_time_below", {"fraction": 0.1})
 
 def ladder_for(size: int, prev: dict | None, base_rate: float, max_rate: float) -> tuple[float, float]:
     """``(start, top)`` msg/s of ``size``'s ladder: the smallest size from ``base_rate`` to ``max_rate``; a
-    larger one from half the previous size's sustained MB/s to 1.5 x its msg/s (capped by ``max_rate``)."""
+    larger one from the higher of half the previous size's sustained MB/s and 1/20 of its msg/s (a per-message
+    cost that barely changes with size keeps msg/s near the previous size's: a ladder from the MB/s alone
+    would climb a dozen steps to it) up to 1.5 x its msg/s (capped by ``max_rate``)."""
     if prev is None or not prev.get("capacity_msg_s"):
         start = base_rate if prev is None else max(MIN_RATE, base_rate * (prev["size"] if prev else size) / size)
         return float(round(min(start, max_rate))), float(max_rate)
     cap, psize = float(prev["capacity_msg_s"]), int(prev["size"])
-    start = max(MIN_RATE, round(0.5 * cap * psize / size))
+    start = max(MIN_RATE, round(0.5 * cap * psize / size), round(cap / 20))
     top = min(max_rate, max(round(1.5 * cap), start * 2))
     return float(start), float(top)
 

@@ -15,8 +15,8 @@ PerProfile = float | dict[str, float]
 
 class SweepSpec(_Frozen):
     """How each size is ramped: ``factor`` x per step of ``step_s`` seconds (``settle_s`` of them not measured),
-    from ``load.base_rate`` msg/s at the smallest size; each larger size starts at half the MB/s the previous
-    size sustained and goes up to the previous size's msg/s (``max_rate`` caps every ladder)."""
+    from ``load.base_rate`` msg/s at the smallest size; each larger size starts at the higher of half the MB/s
+    the previous size sustained and 1/20 of its msg/s, up to 1.5 x its msg/s (``max_rate`` caps every ladder)."""
     factor: float = Field(2.0, gt=1, le=10, description="rate multiplier per ramp step")
     step_s: PerProfile = Field({"quick": 4, "nightly": 10, "full": 60},
                                description="seconds per ramp step, settle included (may differ per profile)")

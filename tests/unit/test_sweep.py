@@ -31,8 +31,9 @@ def test_the_smallest_size_ramps_from_base_rate_and_a_larger_one_from_the_previo
     assert ladder_for(100, None, 500, 8000) == (500.0, 8000.0)
     prev = {"size": 100, "capacity_msg_s": 4000.0}
     start, top = ladder_for(10000, prev, 500, 8000)
-    assert start == 20.0                      # half of 0.4 MB/s at 10 KB
+    assert start == 200.0                     # 1/20 of 4,000 msg/s (half of 0.4 MB/s at 10 KB would be 20)
     assert top == 6000.0                      # 1.5 x the previous msg/s
+    assert ladder_for(1000, {"size": 100, "capacity_msg_s": 2000.0}, 500, 8000)[0] == 100.0   # half the MB/s
     assert ladder_for(1000, {"size": 100, "capacity_msg_s": 50.0}, 500, 8000)[0] == MIN_RATE
 
 
