@@ -23,6 +23,7 @@ from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
 from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
+from monsoon.report import sweep as sweep_report
 from monsoon.run import calibrate
 from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
@@ -63,10 +64,16 @@ def analyze(run_dir: Path) -> dict:
         raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
     results, run_id, profile = [], run_dir.name, "quick"
     loaded: dict[Path, Events] = {}           # each timeline is read once, for the checks and the report
+    swept: dict[str, list[dict]] = {}         # monsoon sweep directories: their verdicts
     for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
         events = loaded[sub] = Events.load(sub / TIMELINE_FILE)
         meta = events.meta()
         if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
+            continue
+        if meta.get("kind") == "size-sweep":    # monsoon sweep: its own checks and report
+            swept[sub.name] = sweep_report.reanalyze(sub, events)
+            for v in swept[sub.name]:
+                print(f"monsoon analyze: {sub.name}: {v['verdict'].upper()} {v['name']}: {v['message']}")
             continue
         profile = meta.get("profile", profile)
         run_id = meta.get("run_id", run_id)
@@ -90,6 +97,8 @@ def analyze(run_dir: Path) -> dict:
             result["torn"] = torn
         (sub / RESULT_FILE).write_text(json.dumps(result, indent=2))
         results.append(result)
+    if not results and swept:
+        return {"run_id": run_id, "profile": profile, "results": [], "sweeps": swept}
     if not results:
         raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
     t = time.perf_counter()
@@ -561,6 +570,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "analyze":
         s = analyze(args.run_dir)
+        if "sweeps" in s:                     # a monsoon sweep's directory: its own checklist
+            for name in s["sweeps"]:
+                print((Path(args.run_dir).resolve() / name / "checklist.md").read_text())
+            return 0 if all(v["verdict"] == "pass" for vs in s["sweeps"].values() for v in vs) else 1
         print(checklist(s))
         return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
     if args.cmd == "export":

@@ -9,12 +9,14 @@ reached first) is marked ``>=``, and then so is its overhead's upper bound.
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from monsoon.checks.gc import gc_rate_series
+from monsoon.checks.registry import evaluate
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.timeline.store import Events
 
@@ -179,3 +181,20 @@ def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
         record = dict(record, plot_error=f"{type(e).__name__}: {e}")
     (run_dir / "checklist.md").write_text(markdown(record, verdicts))
     (run_dir / "report.html").write_text(html_page(record, verdicts))
+
+
+SWEEP_FILE = "sweep.json"
+
+
+def reanalyze(run_dir: Path, events: Events) -> list[dict]:
+    """``monsoon analyze`` of a sweep's directory: its checks (the timeline's ``meta``) judged again offline,
+    ``sweep.json`` and the report rewritten; the verdicts."""
+    run_dir = Path(run_dir)
+    checks = [(c["name"], c.get("params", {})) for c in events.meta().get("checks", [])]
+    verdicts = [v.to_dict() for v in evaluate(run_dir, checks, events=events)]
+    path = run_dir / SWEEP_FILE
+    record = json.loads(path.read_text()) if path.exists() else {"stack": events.meta().get("stack"), "sizes": []}
+    record["checks"] = verdicts
+    path.write_text(json.dumps(record, indent=2))
+    write(run_dir, record, verdicts)
+    return verdicts

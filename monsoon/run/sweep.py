@@ -42,7 +42,6 @@ from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
 
-SWEEP_FILE = "sweep.json"
 MIN_RATE = 5.0        # msg/s: no ladder starts lower
 DRAIN_S = 30.0        # at most this long for the backlog to drain between sizes
 GC_CHECK = ("gc_time_below", {"fraction": 0.1})
@@ -102,10 +101,11 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
     error: str | None = None
     obs_kafka = stack_spec.observe.kafka
     payloads = {size: sized_payload(size, exp.load.device_prefix) for size in sizes}   # ValueError before a start
+    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)] or [GC_CHECK]
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
                profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
-               experiment_source=exp.source)
+               experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
         on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
         try:
             progress(f"[{label}] starting stack {stack_spec.name}; sizes {', '.join(map(str, sizes))} bytes")
@@ -165,10 +165,9 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
         record["error"] = error
     record["trends"] = sweep_report.trends(record)
     record["rows"] = sweep_report.rows(record)
-    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)] or [GC_CHECK]
     verdicts = [v.to_dict() for v in evaluate(out_dir, checks)]
     record["checks"] = verdicts
-    (out_dir / SWEEP_FILE).write_text(json.dumps(record, indent=2))
+    (out_dir / sweep_report.SWEEP_FILE).write_text(json.dumps(record, indent=2))
     sweep_report.write(out_dir, record, verdicts)
     return record
 

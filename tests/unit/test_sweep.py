@@ -83,3 +83,30 @@ def test_the_checklist_and_page_show_the_table_and_mark_lower_bounds(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     assert "sweep.png" in (tmp_path / "report.html").read_text()
     assert "<td>&gt;= 4,000</td>" in (tmp_path / "report.html").read_text()
+
+
+def test_bad_input_is_one_line(capsys):
+    from monsoon.cli import main
+    assert main(["sweep", "burst-x3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "load.payload.sizes" in err[0]
+    assert main(["sweep", "size-sweep", "--sizes", "100,x"]) == 2
+    assert "comma-separated" in capsys.readouterr().err
+
+
+def test_analyze_judges_a_saved_sweep_again(tmp_path):
+    from monsoon.checks.gc import gc_time_below  # noqa: F401 - registered
+    from monsoon.cli import analyze
+    from tests.unit.helpers import RunBuilder
+    sub = tmp_path / "run" / "kafka--size-sweep"
+    b = RunBuilder(sub)
+    b.events[0].update(kind="size-sweep", checks=[{"name": "gc_time_below", "params": {"fraction": 0.1}}])
+    b.ev("op", 1.0, op="sweep-size", size=100)
+    for i in range(20):
+        b.metrics(1.0 + i, gc_seconds=0.5 * i)          # half of every second in GC
+    b.write()
+    (sub / "sweep.json").write_text(json.dumps(_record([4000.0, 3000.0, 500.0], [60000, 40000, 5000])))
+    analyze(tmp_path / "run")
+    rec = json.loads((sub / "sweep.json").read_text())
+    assert [v["verdict"] for v in rec["checks"]] == ["fail"]
+    assert "FAIL `gc_time_below`" in (sub / "checklist.md").read_text() and (sub / "sweep.png").exists()
