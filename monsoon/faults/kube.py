@@ -455,7 +455,13 @@ class KubeBackend:
         out = []
         for ns in self.allowed:
             for kind in self._kinds():
-                res = api.list_namespaced_custom_object(group, version, ns, PLURALS[kind], label_selector=selector)
+                try:
+                    res = api.list_namespaced_custom_object(group, version, ns, PLURALS[kind],
+                                                            label_selector=selector)
+                except Exception as e:  # kubernetes.client.ApiException; 404: the cluster does not serve this
+                    if getattr(e, "status", None) != 404:   # kind (its CRD is not installed), so none of it is there
+                        raise
+                    continue
                 for item in res.get("items", []):
                     item.setdefault("kind", kind)
                     out.append(item)

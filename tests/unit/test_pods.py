@@ -202,3 +202,30 @@ def test_reap_deletes_the_namespaces_of_one_run_and_heal_all_sees_their_owners(m
     assert pods.namespace_census("r-dead") == ["namespace monsoon-kafka-k8s (Active)"]
     assert pods.reap_namespaces("r-dead") == ["monsoon-kafka-k8s"]
     assert set(core.ns) == {"monsoon-inmemory-k8s", "kube-system"} and pods.namespace_census("r-dead") == []
+
+
+def test_heal_all_on_a_cluster_without_litmus_finds_nothing_of_it_and_does_not_fail():
+    """monsoon's own cluster serves Chaos Mesh's CRDs only: listing ChaosEngines answers 404 (no such resource).
+    That is "none there" for the census and heal --all, not an error (it made heal --all exit 1)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from monsoon.faults.kube import KubeBackend
+
+    class NoLitmus:
+        def list_namespaced_custom_object(self, group, version, namespace, plural, **kw):
+            if group == "litmuschaos.io":
+                raise ApiException(status=404, reason="Not Found")
+            return {"items": []}
+
+    class Broken:
+        def list_namespaced_custom_object(self, *a, **kw):
+            raise ApiException(status=403, reason="Forbidden")
+
+    for flavor in ("litmus", "chaos-mesh"):
+        be = KubeBackend(flavor, ["iot"], apply=True)
+        be._api = NoLitmus()
+        assert be.census("r1") == [] and be.heal_all("r1") == [] and be.run_ids() == set()
+    be = KubeBackend("litmus", ["iot"], apply=True)
+    be._api = Broken()
+    with pytest.raises(ApiException):                # anything else still says so
+        be.census("r1")
