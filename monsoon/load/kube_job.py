@@ -174,17 +174,22 @@ def loadgen_image(binary: Path, c: cluster.Cluster) -> str:
     return tag
 
 
-def run_id_of(workdir: Path) -> str:
-    """The run id the run's timeline says (its ``meta`` line), else one made of this process's PID."""
+def run_meta(workdir: Path) -> tuple[str, str]:
+    """(run id, experiment) as the run's timeline says them (its ``meta`` line), else a run id made of this
+    process's PID and the experiment ``load``."""
     try:
         with open(workdir / "timeline.jsonl") as f:
             for line in f:
                 ev = json.loads(line)
                 if ev.get("type") == "meta" and RUN_ID_RE.match(str(ev.get("run_id", ""))):
-                    return str(ev["run_id"])
+                    return str(ev["run_id"]), str(ev.get("experiment") or "load")
     except (OSError, ValueError):
         pass
-    return f"load-{os.getpid()}"
+    return f"load-{os.getpid()}", "load"
+
+
+def run_id_of(workdir: Path) -> str:
+    return run_meta(workdir)[0]
 
 
 def shard_paths(prefix: Path, i: int | str) -> dict[str, str]:
@@ -217,12 +222,13 @@ def job_in_cluster(config: dict, *, config_path: Path, workdir: Path, prefix: Pa
 
 class KubeJobFleet(NativeFleet):
     """A :class:`NativeFleet` whose ``workers`` are the pods of an Indexed Job in monsoon's cluster (see the
-    module's doc). Extra: ``run_id`` (the labels; read from the run's timeline when not given)."""
+    module's doc). Extra: ``run_id`` and ``experiment`` (the labels and names; read from the run's timeline when
+    not given)."""
 
     NAMESPACE_PREFIX = "monsoon-load"
 
     def __init__(self, devices: list[Device], host: str, port: int, *, run_id: str | None = None,
-                 experiment: str = "load", **kw: Any) -> None:
+                 experiment: str | None = None, **kw: Any) -> None:
         super().__init__(devices, host, port, **kw)
         self.run_id, self.experiment = run_id, experiment
         self.namespace: str | None = None
@@ -245,7 +251,8 @@ class KubeJobFleet(NativeFleet):
         image = loadgen_image(Path(binary), c)
         workdir = self.acked_path.parent
         workdir.mkdir(parents=True, exist_ok=True)
-        run_id = self.run_id or run_id_of(workdir)
+        run_id, experiment = run_meta(workdir)
+        run_id, experiment = self.run_id or run_id, self.experiment or experiment
         for i in range(self.n_workers):
             paths = shard_paths(self._prefix, i)
             for k in ("out", "err", "rc", "ctl"):
@@ -260,7 +267,7 @@ class KubeJobFleet(NativeFleet):
         self._kube = Kube()
         self.namespace = _dns_name(self.NAMESPACE_PREFIX, run_id)
         job = job_in_cluster(self.config(connect_timeout_s=timeout), config_path=cfg_path, workdir=workdir,
-                             prefix=self._prefix, experiment=self.experiment, run_id=run_id,
+                             prefix=self._prefix, experiment=experiment, run_id=run_id,
                              shards=self.n_workers, image=image, namespace=self.namespace)
         self.job_name = job["metadata"]["name"]
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.load.kube_job import job_in_cluster, run_id_of, shard_paths
+from monsoon.load.kube_job import job_in_cluster, run_id_of, run_meta, shard_paths
 from monsoon.spec.experiment import load_experiment
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.imagetar import write_image_archive
@@ -139,6 +139,6 @@ def test_the_image_archive_holds_the_files_links_and_entrypoint(tmp_path):
 
 
 def test_the_run_id_comes_from_the_timelines_meta(tmp_path):
-    (tmp_path / "timeline.jsonl").write_text('{"type": "meta", "t": 0, "run_id": "20260101-x1"}\n')
-    assert run_id_of(tmp_path) == "20260101-x1"
+    (tmp_path / "timeline.jsonl").write_text('{"type": "meta", "t": 0, "run_id": "20260101-x1", "experiment": "e"}\n')
+    assert run_id_of(tmp_path) == "20260101-x1" and run_meta(tmp_path) == ("20260101-x1", "e")
     assert run_id_of(tmp_path / "nowhere") == f"load-{os.getpid()}"
