@@ -1,11 +1,19 @@
 """Loss accounting end to end: the platform is SIGKILLed mid-run on the real in-memory stack (Postgres,
 reference platform; and the real ThingsBoard 4.2.1 when its jar is built, else that case skips). Every message the fleet saw acknowledged is either found in Postgres (read back here
 with our own SQL, not monsoon's export) or counted lost by monsoon's accounting: monsoon's lost (device, seq)
-set is exactly the acked keys our SQL does not find."""
+set is exactly the acked keys our SQL does not find. And through the whole runner (in-memory x10, storage read
+again after the platform stopped): monsoon's stored and lost figures are an SQL count on the kept Postgres."""
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -13,7 +21,11 @@ import pytest
 from monsoon.timeline.accounting import account
 from monsoon.observe.storage import stored_source
 from monsoon.timeline.columnar import iter_dicts, write_rows
-from monsoon.rundir import ACKED_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.paths import REPO
+from monsoon.rundir import ACKED_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.session import MonsoonSession
+from monsoon.stack.ports import port_open
+from monsoon.timeline.store import read_events
 from monsoon.checks.base import RunData
 from monsoon.checks.loss import no_acked_loss
 from monsoon.load.fleet import build_fleet
@@ -100,3 +112,81 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
     assert f"{len(lost):,}" in v.message
     print(f"{stack_name} {engine}: acked={len(acked):,} stored={len(acked & stored):,} lost={len(lost):,} "
           f"scheduled={totals.scheduled:,} failed={totals.failed:,} lost_in_flight={totals.lost_in_flight:,}")
+
+
+LATE_EXPERIMENT = """\
+name: x10-late
+load: {devices: 20, qos: 1, base_rate: 400, shape: {kind: burst, multiplier: 10}}
+profiles:
+  quick: {warmup: 5, burst: 40, recovery: 5, drain_timeout: 3}
+checks: [no_oom, no_acked_loss]
+"""
+
+
+def test_the_loss_figure_is_an_independent_sql_count_on_the_final_database(tmp_path):
+    """The reference platform's in-memory x10 (64 MB heap: it dies of OutOfMemoryError with acked messages on its
+    heap), a drain cut short at 3 s while the restarted platform still works through a backlog: storage is read
+    at the drain's end, the platform stops, storage is read again, then Postgres stops. Postgres is kept; our
+    own SQL on it afterwards (acked keys loaded into a table, anti-joined with ts_kv) gives exactly monsoon's
+    stored rows and acked loss, and the rows written after the first read-back are counted stored late."""
+    kept = Path(tempfile.mkdtemp(prefix="monsoon-kept-pg-", dir="/tmp"))   # reachable by the postgres user
+    try:
+        stack = tmp_path / "inmemory-kept.yaml"
+        text = (REPO / "stacks" / "inmemory.yaml").read_text()
+        assert '"{dir}", "{port:postgres}"' in text
+        stack.write_text(text.replace("name: inmemory", "name: inmemory-kept")
+                         .replace('"{dir}", "{port:postgres}"', f'"{kept}", "{{port:postgres}}"'))
+        exp = tmp_path / "x10-late.yaml"
+        exp.write_text(LATE_EXPERIMENT)
+        result = MonsoonSession(runs_dir=tmp_path / "runs", run_id="late", progress=print).run(str(stack), str(exp))
+        out = result.dir
+        events = read_events(out / TIMELINE_FILE)
+        stored_ev = [e for e in events if e["type"] == "stored"]
+        assert [e.get("final", False) for e in stored_ev] == [False, True], stored_ev
+        order = [(e["service"], e["event"]) for e in events if e["type"] == "service" and e.get("event") == "stop"]
+        assert order[0] == ("platform", "stop") and order[-1] == ("postgres", "stop"), order
+        assert events.index(stored_ev[1]) < next(i for i, e in enumerate(events) if e["type"] == "service"
+                                                 and e.get("event") == "stop" and e["service"] == "postgres")
+        loss, oom = result.check("no_acked_loss"), result.check("no_oom")
+        print(loss.verdict, loss.message, "\n", oom.verdict, oom.message)
+        assert oom.verdict == "fail" and oom.figures["oom_events"] >= 1, oom.message
+
+        # our own count, on the database as it was left
+        port = _free_port()
+        pg = subprocess.Popen([str(REPO / "stacks" / "bin" / "run-postgres"), str(kept), str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: port_open("127.0.0.1", port), 30, "the kept Postgres")
+            with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=5) as c:
+                c.execute("CREATE TEMP TABLE acked (device text, seq bigint)")
+                with c.cursor().copy("COPY acked (device, seq) FROM STDIN") as cp:
+                    for r in iter_dicts(out / ACKED_FILE):
+                        cp.write_row((r["device"], r["seq"]))
+                seq_rows = ("SELECT d.name AS device, kv.long_v AS seq FROM ts_kv kv "
+                            "JOIN key_dictionary k ON k.key_id = kv.key JOIN device d ON d.id = kv.entity_id "
+                            "WHERE k.key = 'seq'")
+                c.execute("ANALYZE acked")         # a temp table is never analysed by itself: a hash anti-join
+                sql_stored = c.execute(f"SELECT count(*) FROM ({seq_rows}) s").fetchone()[0]
+                sql_acked = c.execute("SELECT count(*) FROM (SELECT DISTINCT device, seq FROM acked) a").fetchone()[0]
+                sql_lost = c.execute(f"SELECT count(*) FROM (SELECT DISTINCT device, seq FROM acked) a WHERE NOT EXISTS "
+                                     f"(SELECT 1 FROM ({seq_rows}) s WHERE s.device = a.device AND s.seq = a.seq)"
+                                     ).fetchone()[0]
+        finally:
+            os.killpg(pg.pid, signal.SIGINT)
+            pg.wait(30)
+        at_drain = sum(1 for _ in iter_dicts(out / STORED_AT_DRAIN_FILE))
+        f = loss.figures
+        print(f"acked={sql_acked:,} SQL stored={sql_stored:,} SQL lost={sql_lost:,}; monsoon stored={f['stored']:,} "
+              f"lost={f['acked_lost']:,} late={f['stored_late']:,} (at the drain's end {at_drain:,} rows)")
+        assert sql_lost > 0, "the in-memory x10 lost nothing: the test proves nothing"
+        assert (f["acked"], f["stored"], f["acked_lost"]) == (sql_acked, sql_stored, sql_lost), loss.message
+        assert f["stored_late"] == sql_stored - at_drain > 0, "nothing was stored after the drain's read-back"
+        assert f"{f['stored_late']:,} stored late" in loss.message
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
