@@ -1,7 +1,9 @@
 """Per-second stats and run totals of a fleet, the acked dataset's writer and the latency histograms' helpers."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 from pathlib import Path
 from hdrh.histogram import HdrHistogram
@@ -49,6 +51,17 @@ class SecondStats:
     p50_ms: float | None
     p99_ms: float | None
     max_ms: float | None
+    #: CPU seconds the generator used in this second (the native workers' own, summed; an in-process
+    #: fleet's: monsoon's whole process, an upper bound); None = not measured
+    gen_cpu_s: float | None = None
+
+
+def machine_cpus() -> int:
+    """CPUs this process may run on (what the generator and a local platform share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @dataclass
@@ -68,6 +81,7 @@ class FleetTotals:
     reconnects: int = 0
     elapsed_s: float = 0.0
     lost_in_flight: int = 0  # sent on a connection that then dropped, before its PUBACK
+    cpus: int = field(default_factory=machine_cpus)   # the generator machine's CPUs (load_valid's "of N")
 
 
 def _pct_ms(h: HdrHistogram | None) -> tuple[float | None, float | None, float | None]:
@@ -103,6 +117,7 @@ class SecondTicker:
         self.sec = 0
         self.next_at = t0 + 1.0
         self._prev = (0, 0, 0, 0, 0)
+        self._cpu = time.process_time()
 
     def _emit(self, s: int) -> None:
         cur = self.counters()
@@ -115,10 +130,12 @@ class SecondTicker:
             self.hist_total.add(self.hist_sec)
             self.hist_sec.reset()
         self.flush()
+        cpu, self._cpu = self._cpu, time.process_time()
         if self.on_second is not None:
             self.on_second(SecondStats(
                 t=s, target_rate=self.targets[s] if s < len(self.targets) else 0.0, scheduled=d[0], sent=d[1],
                 acked=d[2], failed=d[3], late=d[4], connected=self.connected(), p50_ms=p50, p99_ms=p99, max_ms=mx,
+                gen_cpu_s=round(self._cpu - cpu, 4),
             ))
 
     def catch_up(self, now: float) -> None:

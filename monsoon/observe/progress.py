@@ -1,7 +1,8 @@
 """Live progress of a running load: what the generator asked and achieved, and what the stack did with it.
 
 On a terminal, a rich panel refreshed in place every second (target and achieved rate, acks, errors,
-late, p99 from the intended send time, connected devices, backlog, heap, restarts). Anywhere else (CI
+late, p99 from the intended send time, connected devices, the generator's own CPU (cores busy and
+microseconds per message sent), backlog, heap, restarts). Anywhere else (CI
 logs, a pipe, pytest's captured output) one plain line every ``every`` seconds through the caller's
 ``progress`` callback, the same numbers in the same order.
 """
@@ -15,7 +16,7 @@ from rich.text import Text
 from rich.console import Console
 from rich.live import Live
 
-__all__ = ["LoadProgress", "progress_fields"]
+__all__ = ["LoadProgress", "generator_cpu", "progress_fields"]
 Progress = Callable[[str], None]   # where a run says what it is doing (print, or the pytest terminal)
 
 
@@ -28,10 +29,20 @@ def progress_fields(t: float, phase: str, st: Any, sample: Callable[[str, str], 
         "errors": f"{st.failed:,}", "late": f"{st.late:,}",
         "p99": None if st.p99_ms is None else f"{st.p99_ms:,.0f}ms",
         "connected": f"{st.connected:,}",
+        **generator_cpu(st),
         "lag": _num(sample("kafka", "lag")), "queue": _num(sample("metrics", "queue_depth")),
         "heap": None if heap is None or not hmax else f"{heap / 2**20:.0f}/{hmax / 2**20:.0f}MB",
         "restarts": str(restarts),
     }
+
+
+def generator_cpu(st: Any) -> dict:
+    """The generator's CPU in this second: cores busy (CPU seconds per second) and CPU per message sent."""
+    cpu = getattr(st, "gen_cpu_s", None)
+    if cpu is None:
+        return {"gen_cpu": None, "gen_us/msg": None}
+    return {"gen_cpu": f"{cpu:.2f}cores",
+            "gen_us/msg": f"{cpu / st.sent * 1e6:,.1f}" if st.sent else None}
 
 
 def _num(v: Any) -> str | None:

@@ -90,3 +90,35 @@ def test_a_measured_child_runs_as_make_bench_load_starts_it():
         sinks.close()
     assert r["acked"] == 300 and r["cpu_s"] > 0, r
     assert bench.per_msg(r) > 0
+
+
+def test_the_physical_floor_runs_against_a_real_sink_and_counts_its_syscalls():
+    """``monsoon-loadgen floor``: pre-encoded publishes, ``batch`` per write, every one acked."""
+    from monsoon.load.native import ensure_loadgen
+    binary = ensure_loadgen()
+    sinks = bench.Sinks(binary, 1)
+    try:
+        f = bench.run_floor(binary, sinks.port, 3, 600, 4)
+    finally:
+        sinks.close()
+    assert f["acked"] == 600 and f["batch"] == 4 and f["connections"] == 3 and f["payload_bytes"] == 146
+    assert f["writes"] == 150 and f["reads"] >= 150          # one write per batch; at least a read per batch
+    assert bench.per_msg(f) > 0
+
+
+def test_cpu_columns_side_by_side_with_their_ratios():
+    us = {"monsoon": 1.8, "monsoon_unbatched": 8.6, "floor": 0.72, "floor_unbatched": 8.9, "paho": 83.0,
+          "monsoon_python": None}
+    r = bench.cpu_ratios(us)
+    assert r["ratio"] == round(1.8 / 83.0, 4) and r["ratio_floor"] == 2.5
+    assert r["ratio_unbatched_floor"] == round(8.6 / 8.9, 4) and r["batching_gain"] == round(8.6 / 1.8, 4)
+    assert r["ratio_python"] is None                          # a column that did not run has no ratio
+
+
+def test_generator_cores_inside_the_target_window():
+    secs = [SecondStats(t=t, target_rate=100.0, scheduled=100, sent=100, acked=100, failed=0, late=0, connected=1,
+                        p50_ms=1.0, p99_ms=1.0, max_ms=1.0, gen_cpu_s=c) for t, c in enumerate([0.1, 0.3, 0.2, 5.0])]
+    g = bench.generator_cores(secs, 3.0)                      # second 3 (a drain) is outside the window
+    assert g["generator_cores"] == 0.2 and g["generator_cores_max"] == 0.3
+    assert g["generator_us_per_msg"] == round(0.6 / 300 * 1e6, 3) and g["cpus"] >= 1
+    assert bench.generator_cores([second(0, 1.0, 1)], 3.0) == {}   # not measured: nothing claimed

@@ -4,6 +4,7 @@
 //!   monsoon-loadgen run --config FILE.json [--shard i/n | --shard auto/n] [--wait-start]
 //!   monsoon-loadgen sink --port P [--threads N]
 //!   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
+//!   monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B]
 //!
 //! run: one connection per device (clean session, username = device token, client id =
 //!   client_id_prefix + name), one epoll loop on one thread. Config (JSON): host, port,
@@ -39,6 +40,7 @@
 //!   share the port). CONNACK, PUBACK per QoS1 PUBLISH, PINGRESP, SUBACK; no routing.
 //!
 //! schedule: prints `k device intended_s` of the shard's messages (for tests).
+mod floor;
 mod gen;
 mod mqtt;
 mod payload;
@@ -55,6 +57,7 @@ USAGE:
   monsoon-loadgen run --config FILE.json [--shard i/n | --shard auto/n] [--wait-start]
   monsoon-loadgen sink --port P [--threads N]
   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
+  monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B]
 
 run       connect every device of the shard, publish the schedule, print one JSON line per
           second and a final {\"totals\": ...} line. --shard auto/n reads the shard index from
@@ -62,6 +65,8 @@ run       connect every device of the shard, publish the schedule, print one JSO
           SIGTERM/SIGINT stop cleanly (totals are printed). See the module doc for the config.
 sink      ack-only MQTT server on 127.0.0.1:P with SO_REUSEPORT (CONNACK, PUBACK, PINGRESP).
 schedule  print `k device intended_s` for the shard's messages (testing aid).
+floor     --port P [--connections 50] [--messages 1000000] [--batch 10]: the transport's cost alone
+          (pre-encoded QoS 1 publishes, `batch` per write, against a sink); one JSON line with CPU/msg.
 ";
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -93,6 +98,7 @@ fn real_main() -> Result<i32, String> {
     let mut threads = 1usize;
     let mut wait_start = false;
     let mut limit = u64::MAX;
+    let (mut connections, mut messages, mut batch) = (50usize, 1_000_000u64, 10usize);
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -103,6 +109,9 @@ fn real_main() -> Result<i32, String> {
             "--threads" => threads = val()?.parse().map_err(|_| "--threads: not a number".to_string())?,
             "--limit" => limit = val()?.parse().map_err(|_| "--limit: not a number".to_string())?,
             "--wait-start" => wait_start = true,
+            "--connections" => connections = val()?.parse().map_err(|_| "--connections: not a number".to_string())?,
+            "--messages" => messages = val()?.parse().map_err(|_| "--messages: not a number".to_string())?,
+            "--batch" => batch = val()?.parse().map_err(|_| "--batch: not a number".to_string())?,
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -116,6 +125,7 @@ fn real_main() -> Result<i32, String> {
         serde_json::from_str(&text).map_err(|e| format!("config {p}: {e}"))
     };
     match cmd {
+        "floor" => floor::run(port.ok_or("floor needs --port P")?, connections, messages, batch),
         "sink" => sink::run(port.ok_or("sink needs --port P")?, threads, stop),
         "run" => {
             let cfg = read_config(&config)?;

@@ -83,7 +83,7 @@ fn handle(data: &[u8], out: &mut Vec<u8>) -> Result<usize, bool> {
     Ok(pos)
 }
 
-fn serve(mut l: TcpListener, stop: Arc<AtomicBool>) -> io::Result<()> {
+pub fn serve(mut l: TcpListener, stop: Arc<AtomicBool>) -> io::Result<()> {
     let mut poll = Poll::new()?;
     poll.registry().register(&mut l, LISTENER, Interest::READABLE)?;
     let mut conns: Vec<Option<SConn>> = Vec::new();
