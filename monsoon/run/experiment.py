@@ -143,6 +143,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 t_export = time.monotonic()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
                 tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t_export, 3))
+                load.deprovision()    # the devices a registry holds for the run, deleted while it runs
                 where["stage"] = "teardown"
                 read_back_after_stop(stack, out_dir, tl, progress, label, rows)
         except Exception as e:  # the run failed to run: report it, don't crash the session

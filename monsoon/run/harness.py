@@ -143,6 +143,11 @@ class LoadHarness:
         else:
             for c in self.collectors:
                 c.close()
+        self.deprovision()
+
+    def deprovision(self) -> None:
+        """Delete what provisioning created where the provisioner asks for it (Hono's registry), once: the run
+        calls it after the drain's read-back, while the platform still runs; ``close()`` on the other paths."""
         for client, names in self.created:
             try:
                 client.delete_devices(names)

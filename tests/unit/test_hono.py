@@ -184,3 +184,40 @@ def test_build_hono_refuses_without_the_source(tmp_path, args, msg):
     r = subprocess.run([str(REPO / "tools/build-hono"), *args], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin", "MONSOON_CACHE": str(tmp_path)})
     assert r.returncode == 2 and msg in r.stderr
+
+
+class _Tl:
+    def __init__(self):
+        self.events = []
+
+    def add(self, type_, **fields):
+        self.events.append((type_, fields))
+
+
+class _Registry:
+    delete_after_run = True
+
+    def __init__(self, fail=False):
+        self.deleted, self.closed, self.fail = [], 0, fail
+
+    def delete_devices(self, names):
+        if self.fail:
+            raise ProvisionError("DELETE http://127.0.0.1:1/v1/devices/t/d failed: ConnectionError")
+        self.deleted.append(list(names))
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_run_deletes_what_the_registry_created_once_and_says_when_it_could_not():
+    from monsoon.run.harness import LoadHarness
+    tl, ok, gone = _Tl(), _Registry(), _Registry(fail=True)
+    h = LoadHarness(tl)
+    h.created = [(ok, ["d1", "d2"]), (gone, ["d3"])]
+    h.deprovision()
+    h.close()                                   # after the run's own deprovision: nothing twice
+    assert ok.deleted == [["d1", "d2"]] and ok.closed == 1 and gone.closed == 1
+    ops = [f for t, f in tl.events if t == "op"]
+    assert ops[0] == {"op": "deprovisioned", "devices": 2}
+    assert ops[1]["op"] == "deprovisioned" and ops[1]["ok"] is False and "ConnectionError" in ops[1]["error"]
+    assert len(ops) == 2
