@@ -274,10 +274,26 @@ class KubeJobFleet(NativeFleet):
             self._kube.ensure_namespace(self.namespace, run_id)
             self._created = True
             self._batch().create_namespaced_job(self.namespace, job, _request_timeout=10)
-            super().connect(timeout)
+            try:
+                super().connect(timeout)
+            except FleetConnectError as e:        # say what the pods were doing (an image, a schedule, a crash)
+                raise FleetConnectError(f"{e}; the Job's pods: {self._pod_states()}") from None
         except BaseException:
             self._delete()
             raise
+
+    def _pod_states(self) -> str:
+        try:
+            pods = self._kube.pods(self.namespace, f"job-name={self.job_name}") if self._kube else []
+        except Exception as e:
+            return f"cannot list them ({type(e).__name__})"
+        out = []
+        for p in pods:
+            cs = ((p.get("status") or {}).get("containerStatuses") or [{}])[0]
+            st = cs.get("state") or {}
+            why = (st.get("waiting") or st.get("terminated") or {}).get("reason")
+            out.append(f"{p['metadata']['name']} {(p.get('status') or {}).get('phase')}" + (f" ({why})" if why else ""))
+        return ", ".join(out) or "none created"
 
     def _batch(self):
         # optional dependency (extra "kube"): Kube() has said so in one line when it is missing

@@ -142,3 +142,19 @@ def test_the_run_id_comes_from_the_timelines_meta(tmp_path):
     (tmp_path / "timeline.jsonl").write_text('{"type": "meta", "t": 0, "run_id": "20260101-x1", "experiment": "e"}\n')
     assert run_id_of(tmp_path) == "20260101-x1" and run_meta(tmp_path) == ("20260101-x1", "e")
     assert run_id_of(tmp_path / "nowhere") == f"load-{os.getpid()}"
+
+
+def test_a_job_that_does_not_connect_names_what_its_pods_were_doing(tmp_path):
+    from monsoon.load.kube_job import KubeJobFleet
+    from monsoon.stack.provision import Device
+
+    class FakeKube:
+        def pods(self, namespace, selector):
+            assert (namespace, selector) == ("ns", "job-name=j")
+            return [{"metadata": {"name": "j-0-x"}, "status": {"phase": "Pending", "containerStatuses": [
+                {"state": {"waiting": {"reason": "ErrImageNeverPull"}}}]}},
+                    {"metadata": {"name": "j-1-y"}, "status": {"phase": "Running"}}]
+    f = KubeJobFleet([Device("d0", "t0"), Device("d1", "t1")], "127.0.0.1", 1883, shape=None,
+                     acked_path=tmp_path / "acked.parquet", workers=2)
+    f._kube, f.namespace, f.job_name = FakeKube(), "ns", "j"
+    assert f._pod_states() == "j-0-x Pending (ErrImageNeverPull), j-1-y Running"
