@@ -234,6 +234,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),
     ("thingsboard-cassandra", "thingsboard-burst-x3"), ("thingsboard-cassandra", "thingsboard-burst-x10"),
     ("thingsboard-kafka", "thingsboard-faults"),
+    ("hono-kafka", "hono-burst-x3"),
     ("kafka-cassandra", "burst-x10"), ("cassandra-ack", "pod-kill"), ("kafka-cassandra", "cassandra-slowdown"),
     ("kafka-cassandra", "cassandra-down"), ("cassandra-ack", "cassandra-node-kill"),
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),

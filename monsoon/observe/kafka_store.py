@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
 from monsoon.timeline.columnar import write_rows
 
 COLUMNS = ("device", "seq", "stored_ms")
@@ -60,13 +63,11 @@ class KafkaSource:
         self.device_header, self.timeout = device_header, timeout
 
     def _consumer(self):
-        from confluent_kafka import Consumer
         return Consumer({"bootstrap.servers": self.bootstrap, "group.id": "monsoon-readback",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "auto.offset.reset": "earliest", "socket.timeout.ms": 10000})
 
     def _partitions(self, consumer) -> list:
-        from confluent_kafka import TopicPartition
         md = consumer.list_topics(timeout=self.timeout)
         out = []
         for t in self.topics:
@@ -76,7 +77,6 @@ class KafkaSource:
 
     def rows(self) -> Iterator[tuple[str, int, int | None]]:
         """(device, seq, stored_ms) of every record up to each partition's end when the read starts."""
-        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
         consumer = self._consumer()
         try:
             parts = self._partitions(consumer)
@@ -118,7 +118,6 @@ class KafkaSource:
 
     def check(self) -> None:
         """The brokers answer (topics that do not exist yet are fine: Hono creates them on the first message)."""
-        from confluent_kafka.admin import AdminClient
         try:
             AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=min(self.timeout, 10))
         except Exception as e:   # KafkaException: one line, not a traceback
@@ -128,7 +127,6 @@ class KafkaSource:
 def backend(bootstrap: str, group: str, topics: list[str], stop_after: float | None = None) -> int:
     """The business application: consume ``topics`` (names, or ``^regex``) as ``group`` until SIGTERM/SIGINT,
     committing offsets automatically; prints ``consuming`` once subscribed and, every 10 s, what it received."""
-    from confluent_kafka import Consumer
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))

@@ -411,7 +411,7 @@ def test_an_unknown_storage_kind_names_the_known_ones():
     class Storage:
         kind = "mongo"
 
-    with pytest.raises(ValueError, match="no stored-message source for storage kind 'mongo'.*cassandra, postgres"):
+    with pytest.raises(ValueError, match="no stored-message source for storage kind 'mongo'.*cassandra, kafka, postgres"):
         stored_source(Storage)
 
 
