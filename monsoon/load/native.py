@@ -204,7 +204,10 @@ class NativeFleet:
     the workers keep time), plus ``workers`` (processes; each holds at most ~19,900 connections
     under a 20,000 open-file hard limit), ``source_addrs`` (127.0.0.x addresses client sockets
     are bound to, round-robin, for more than ~28k connections to one port), ``connect_rate``
-    (new connections/s per worker, 0 = unlimited).
+    (new connections/s per worker, 0 = unlimited), ``batch_ms`` (the engine's batching tick: due messages go
+    out at most once per tick, all of a connection's in one write; None = the engine's 5 ms, 0 = at every
+    wake-up), ``max_pending_connects`` (handshakes in flight per worker; None = the engine's 512).
+    Each second's :class:`~monsoon.load.stats.SecondStats` carries ``gen_cpu_s``, the workers' own CPU seconds.
     """
 
     def __init__(
