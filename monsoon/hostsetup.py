@@ -7,6 +7,7 @@ there; :data:`monsoon.settings.ROOT` (``{repo}`` in a stack) is that copy from t
 written into site-packages."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -66,13 +67,14 @@ def _script(name: str, *args: str) -> Callable[[], str]:
 def kafka() -> str:
     lib, stamp = settings.cache_dir() / "kafka" / "lib", settings.cache_dir() / "kafka" / ".fetched"
     pom = settings.ROOT / "stacks" / "kafka" / "pom.xml"
-    if stamp.is_file() and (not pom.is_file() or stamp.stat().st_mtime >= pom.stat().st_mtime):
+    fetched_for = hashlib.sha256(pom.read_bytes()).hexdigest() if pom.is_file() else ""   # the stamp: which pom
+    if stamp.is_file() and stamp.read_text().strip() == fetched_for:
         return f"already in {lib}"
     _need("java", "install OpenJDK 17: apt-get install -y openjdk-17-jdk-headless")
     mvn = _need("mvn", "install Maven: apt-get install -y maven")
     _run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
           "-DincludeScope=runtime", f"-DoutputDirectory={lib}"], "fetching Kafka's jars")
-    stamp.touch()
+    stamp.write_text(fetched_for + "\n")
     return f"Kafka's jars in {lib}"
 
 
