@@ -20,7 +20,7 @@ the bench runs during a measured phase):
    127.0.0.2.., publishing a low rate for ``--hold`` s; ``max_connections`` is the lowest
    connected count over the hold, ``rss_mb`` the workers' summed RSS (VmRSS), its maximum.
    ``--many``: 250,000 connections, 19,000 per worker (the open-file hard limit here is 20,000 and
-   cannot be raised without CAP_SYS_RESOURCE), 13 source addresses, opened at ``--connect-rate``
+   cannot be raised without CAP_SYS_RESOURCE), 25 source addresses (``--per-source`` 10,000), opened at ``--connect-rate``
    10,000/s, kept alive with PINGREQs (keep-alive 20 s), against one sink process per 15,000.
 3. **Pacing**: ``--pacing-rate`` msg/s (20,000) for ``--pacing-duration`` s (60):
    ``pacing_error_pct`` = |sent - target| / target over the whole seconds of the target window
@@ -59,7 +59,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 
 from monsoon.load.mqtt import MqttFleet
-from monsoon.load.native import NativeFleet, ensure_loadgen, loopback_sources
+from monsoon.load.native import NativeFleet, ensure_loadgen
 from monsoon.load.payloads import Payload
 from monsoon.load.shapes import Steady
 from monsoon.load.stats import machine_cpus
@@ -327,7 +327,9 @@ def phase_connections(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dic
 
     n = a.connections
     workers = max(1, -(-n // a.per_worker))
-    srcs = loopback_sources("127.0.0.1", n) or ["127.0.0.1"]
+    # connect() takes its ephemeral port from the even half of the range first (~14,000 of ~28,000 here),
+    # and past it each connect() searches the odd half: the first run stalled at 13 x 14,100 connections
+    srcs = [f"127.0.0.{2 + i}" for i in range(-(-n // a.per_source))] if n > a.per_source else ["127.0.0.1"]
     log(f"connections: {n} devices in {workers} workers from {srcs[0]}..{srcs[-1]}, hold {a.hold:g}s "
         f"at {a.hold_rate:g} msg/s")
     devs = [Device(f"c-{i:06d}", "") for i in range(n)]
@@ -438,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-rate", type=float, default=1000.0, help="msg/s while holding (1000)")
     ap.add_argument("--per-worker", type=int, default=12_500,
                     help="connections per worker process (12500; at most 19,900 under a 20,000 open-file limit)")
+    ap.add_argument("--per-source", type=int, default=10_000,
+                    help="connections per 127.0.0.x source address (10000: within the even half of the "
+                         "ephemeral port range connect() searches first)")
     ap.add_argument("--connect-rate", type=float, default=0.0,
                     help="new connections per second over all workers (0 = as fast as they open)")
     ap.add_argument("--keepalive", type=int, default=60,
