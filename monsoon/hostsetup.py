@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from monsoon import settings
+from monsoon.load.native import LoadgenBuildError, ensure_loadgen
 
 PIECES = ("kafka", "postgres", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
           "docker", "images", "k8s")
@@ -105,7 +106,6 @@ def platform() -> str:
 
 
 def loadgen() -> str:
-    from monsoon.load.native import LoadgenBuildError, ensure_loadgen   # (numpy, pyarrow: not for the other pieces)
     try:
         return f"ready: {ensure_loadgen()}"     # built now, or already (its sources unchanged)
     except LoadgenBuildError as e:
