@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from monsoon.observe.kafka_store import KafkaSource
+from monsoon.settings import cache_dir
 from monsoon.spec.stack import load_stack
 from monsoon.stack.provision import HonoRegistryProvisioner, device_names
 from monsoon.stack.supervisor import Stack
@@ -29,7 +30,7 @@ def _unbuilt() -> str | None:
     for svc in SPEC.services.values():
         for req in svc.requires:
             if req.path and "/hono/" in req.path:
-                path = Path(req.path.replace("{cache}", str(REPO / ".cache")))
+                path = Path(req.path.replace("{cache}", str(cache_dir())))
                 if not path.exists():
                     return f"Hono 2.6.0 is not built ({path} missing): {req.hint}"
     return None
