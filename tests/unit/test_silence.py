@@ -195,3 +195,23 @@ def test_a_real_silent_death_on_kubernetes_analyses_to_its_verdicts(tmp_path):
     assert serve["figures"]["silent_stretches"] == 2 and serve["figures"]["longest_silent_s"] == 30.0
     assert "platform served 109 of 68,000 messages offered for 17s from t=38s" in serve["message"]
     assert "metrics silent from t=38s to t=53s" in serve["message"]
+
+
+def test_a_real_hung_second_life_in_a_container_analyses_to_its_verdicts(tmp_path):
+    """A reduced real run (tests/fixtures/README.md): inmemory-docker x10, OOMKilled, then the second life stalled
+    at its 200 MB limit with its metrics silent; 21 of the kept devices' rows were stored only after the stop."""
+    from monsoon.cli import analyze
+    shutil.copytree(FIXTURES / "inmemory-docker-x10-hung-second-life", tmp_path / "run" / "inmemory-docker--x10")
+    got = {c["name"]: c for c in analyze(tmp_path / "run")["results"][0]["checks"]}
+    assert {n: c["verdict"] for n, c in got.items()} == {
+        "no_oom": FAIL, "no_acked_loss": FAIL, "serves_throughout": FAIL, "no_unexpected_exit": PASS,
+        "load_valid": PASS}
+    oom = got["no_oom"]["figures"]
+    assert (oom["docker_oom_killed"], oom["memory_limit_stalls"], oom["memory_limit_stall_s"]) == (1, 1, 23.0)
+    loss = got["no_acked_loss"]
+    assert {k: loss["figures"][k] for k in ("acked", "stored", "stored_late", "acked_lost")} == \
+        {"acked": 9465, "stored": 3479, "stored_late": 21, "acked_lost": 5986}
+    assert "21 stored late" in loss["message"]
+    serve = got["serves_throughout"]
+    assert "platform served 0 of 74,000 messages offered for 23s from t=37s" in serve["message"]
+    assert "at its memory limit (200 of 200 MB)" in serve["message"] and "metrics silent from t=36s" in serve["message"]
