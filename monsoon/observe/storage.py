@@ -8,6 +8,7 @@ import psycopg
 from psycopg import pq
 
 from monsoon.observe.cassandra_store import CassandraSource
+from monsoon.observe.kafka_store import KafkaSource
 from monsoon.spec.stack import TEMPLATE_RE
 from monsoon.timeline.columnar import INT_COLUMNS, CsvParts, write_rows
 
@@ -106,6 +107,8 @@ def _pg_error(message: bytes) -> str:
 SOURCES: dict[str, Callable[..., StoredSource]] = {
     "postgres": lambda storage, endpoint: PostgresSource(endpoint(storage.dsn), storage.loss_query),
     "cassandra": lambda storage, endpoint: _cassandra_source(storage, endpoint),
+    "kafka": lambda storage, endpoint: KafkaSource(",".join(endpoint(p) for p in storage.contact_points),
+                                                   storage.topics),
 }
 
 
