@@ -122,8 +122,8 @@ def test_missing_cargo_names_what_to_install(tmp_path, monkeypatch) -> None:
 
 def test_loopback_targets_spread_over_source_addresses_past_one_address_worth():
     from monsoon.load.native import loopback_sources
-    assert loopback_sources("127.0.0.1", 20_000) == []
-    assert loopback_sources("127.0.0.1", 50_000) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert loopback_sources("127.0.0.1", 10_000) == []
+    assert loopback_sources("127.0.0.1", 25_000) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert loopback_sources("10.1.2.3", 50_000) == []          # a remote target: the kernel picks
 
 
@@ -136,4 +136,4 @@ def test_too_many_devices_per_native_worker_is_refused(tmp_path):
         NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv")
     f = NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv",
                     workers=3)
-    assert f.source_addrs == ["127.0.0.2", "127.0.0.3"]
+    assert f.source_addrs == ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]   # 10,000 per address
