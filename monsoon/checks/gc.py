@@ -22,8 +22,10 @@ stretch (start and end on the timeline, the phase it began in, its worst fractio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.timeline.views import counter_steps
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,7 @@ def gc_rate_series(points: list[tuple[float, float]], window_s: float = 5.0) -> 
     """``[(t, window_start, fraction)]``: per sample (from the second on), the GC counter's increase over the
     trailing ``window_s`` seconds (at least one sample interval) / the wall time it spans. Resets count from 0."""
     pts = sorted((float(t), float(v)) for t, v in points)
-    inc = [0.0]                                   # cumulative increase, reset-aware
-    for (_, a), (_, b) in zip(pts, pts[1:]):
-        inc.append(inc[-1] + (b - a if b >= a else b))
+    inc = [0.0, *accumulate(counter_steps(pts))]  # cumulative increase, reset-aware
     out: list[tuple[float, float, float]] = []
     j = 0
     for i in range(1, len(pts)):
@@ -63,8 +63,8 @@ def gc_stretches(points: list[tuple[float, float]], fraction: float, window_s: f
     ``fraction``; overlapping runs merge.  A run's bounds are trimmed to the sample intervals inside it that
     were themselves above ``fraction`` (the window only decides *whether*; the intervals say *when*)."""
     pts = sorted((float(t), float(v)) for t, v in points)
-    hot_iv = [(a, b) for (a, x), (b, y) in zip(pts, pts[1:])
-              if b > a and (y - x if y >= x else y) / (b - a) > fraction]
+    hot_iv = [(a, b) for (a, _), (b, _), d in zip(pts, pts[1:], counter_steps(pts))
+              if b > a and d / (b - a) > fraction]
     runs: list[list[tuple[float, float, float]]] = [[]]
     for p in gc_rate_series(pts, window_s):
         if p[2] > fraction:

@@ -53,7 +53,7 @@ from datetime import datetime
 from pathlib import Path
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.timeline.views import fault_spans
+from monsoon.timeline.views import counter_steps, fault_spans
 
 
 MIN_POINTS = 10
@@ -323,14 +323,6 @@ def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float
     return Verdict(name, PASS, figures, msg)
 
 
-def _counter_increase(points: list[tuple[float, float]]) -> float:
-    """Prometheus-style increase: a drop is a counter reset (the new value counts from zero)."""
-    inc = 0.0
-    for (_, a), (_, b) in zip(points, points[1:]):
-        inc += b - a if b >= a else b
-    return inc
-
-
 def _wall_offset(events) -> float | None:
     """wall - t of the timeline (the median over events), to map epoch times onto the timeline clock."""
     offs = sorted(float(e["wall"]) - float(e["t"]) for e in events.events
@@ -360,7 +352,7 @@ def gc_fractions(run: RunData) -> tuple[str, list[tuple[str, float, float, float
             pts = [(t, v) for t, v in series if a <= t <= b]
             if len(pts) < 2 or pts[-1][0] - pts[0][0] < 1.0:
                 continue
-            gc, wall = _counter_increase(pts), pts[-1][0] - pts[0][0]
+            gc, wall = sum(counter_steps(pts)), pts[-1][0] - pts[0][0]
             out.append((n, gc, wall, gc / wall))
         return "gc_seconds counter", out
     pauses = timeline_gc_pauses(run.dir, run.events)

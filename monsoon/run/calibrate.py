@@ -57,6 +57,7 @@ from monsoon.spec.stack import jar_sha256, load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
+from monsoon.timeline.views import counter_steps
 
 
 CALIBRATION_DIR = "calibration"
@@ -228,7 +229,7 @@ def gc_window_fraction(points: list[tuple[float, float]]) -> float | None:
     pts = sorted(points)
     if len(pts) < 2 or pts[-1][0] - pts[0][0] <= 0:
         return None
-    inc = sum(b - a if b >= a else b for (_, a), (_, b) in zip(pts, pts[1:]))
+    inc = sum(counter_steps(pts))
     return max(0.0, inc / (pts[-1][0] - pts[0][0]))
 
 

@@ -161,3 +161,9 @@ def silent_during(silent: list[Silence], a: float, b: float, collector: str | No
     """The silences (of ``collector``, else any) that overlap [a, b]."""
     return [s for s in silent if (collector is None or s.collector == collector)
             and s.start < b and (s.end is None or s.end > a)]
+
+
+def counter_steps(points: list[tuple[float, float]]) -> list[float]:
+    """The increase of a cumulative counter over each interval of its ``(t, value)`` samples, as Prometheus'
+    ``increase`` counts it: a drop is a reset (a restarted process), and the new value counts from zero."""
+    return [b - a if b >= a else b for (_, a), (_, b) in zip(points, points[1:])]
