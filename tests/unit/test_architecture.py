@@ -79,8 +79,8 @@ def test_a_function_level_import_is_only_an_optional_dependency_with_a_comment_s
     assert not bad, "function-level imports:\n" + "\n".join(bad)
 
 
-def test_the_layout_section_of_the_readme_matches_the_tree():
-    text = (REPO / "README.md").read_text()
+def test_the_layout_section_of_the_architecture_page_matches_the_tree():
+    text = (REPO / "docs" / "architecture.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed = {ln.split("`")[1].rstrip("/") for ln in section.splitlines() if ln.startswith("- `monsoon/")}
     packages = {f"monsoon/{p.parent.relative_to(REPO / 'monsoon')}" for p in (REPO / "monsoon").glob("*/__init__.py")}
