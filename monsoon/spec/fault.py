@@ -153,6 +153,11 @@ class PodKillParams(_Frozen):
     grace_period: int = Field(0, ge=0, description="Kubernetes only: pod deletion grace period")
 
 
+class PodFailureParams(_Frozen):
+    landing_timeout: float = Field(60.0, gt=0, description="seconds to wait for the pod to run the pause image "
+                                   "and go not-ready (and, after the heal, to run its own image and be Ready again)")
+
+
 class KafkaBrokerRestartParams(PodKillParams):
     signal: SIGNALS = Field("SIGTERM", description="the signal sent to the broker's process group")
 
@@ -216,6 +221,7 @@ KINDS: dict[str, KindInfo] = {
                          targets=("service", "kube")),
     "kafka-broker-restart": KindInfo(params=KafkaBrokerRestartParams, backends=("process", "chaos-mesh", "litmus"),
                                      targets=("service", "kube")),
+    "pod-failure": KindInfo(params=PodFailureParams, backends=("chaos-mesh",), targets=("kube",)),
     "process-pause": KindInfo(params=ProcessPauseParams, backends=("process",), targets=("service",)),
     "network-latency": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
                                 targets=("hop", "kube")),

@@ -7,7 +7,8 @@ from monsoon.spec.fault import KINDS, PROFILES_DIR, FaultSpec, LatencyParams, Sc
 from monsoon.spec.yamlio import SpecError
 
 SHIPPED = ["pod-kill", "process-pause", "network-latency", "dependency-down", "bandwidth", "mongo-slowdown",
-           "infinispan-slowdown", "kafka-broker-restart", "memory-pressure", "cassandra-slowdown", "cassandra-down"]
+           "infinispan-slowdown", "kafka-broker-restart", "memory-pressure", "cassandra-slowdown", "cassandra-down",
+           "pod-failure"]
 
 LATENCY = """\
 name: pg-latency
