@@ -1,24 +1,7 @@
 """Garbage-collection time as the sign of saturation: *when* and *for how long* a JVM spent more than a
 fraction of its wall time collecting.
 
-Eclipse Ditto's benchmark read saturation off GC time ("attempting more results in high garbage
-collection time and drop in performance").  ``gc_time_fraction`` (``monsoon/checks/memory.py``) judges a
-whole phase's average; a few seconds of thrashing inside a long phase average away there.  This check looks
-at the signal over time:
-
-* the source is the JVM's own cumulative GC-time counter, scraped into the ``metrics`` samples as
-  ``gc_seconds`` (``jvm_gc_pause_seconds_sum`` on ThingsBoard's Micrometer, ``jvm_gc_collection_seconds_sum``
-  on the Prometheus simpleclient of the reference platform); a drop is a counter reset (a restarted JVM),
-  counted from zero as Prometheus' ``increase`` does;
-* the GC fraction at sample time ``t`` is the counter's increase over the trailing ``window_s`` seconds
-  divided by the wall time those samples span (a single young pause in one second is not saturation);
-* a *stretch* is a run of consecutive samples whose fraction is above ``fraction``, trimmed to the sample
-  intervals inside it that were above ``fraction`` themselves (the window decides whether, the intervals when).
-
-The verdict fails when the stretches add up to more than ``max_seconds`` (default 0: any), and names each
-stretch (start and end on the timeline, the phase it began in, its worst fraction).  Without at least two
-``gc_seconds`` samples it is unknown.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/gc.py"."""
 from __future__ import annotations
 
 from dataclasses import dataclass

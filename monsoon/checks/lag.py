@@ -1,65 +1,6 @@
 """Kafka consumer-lag analysis over a saved timeline: Burrow's status rules, lag in seconds, drain time.
 
-Everything here is a pure function of the ``kafka`` samples in the timeline
-(``{"type": "sample", "collector": "kafka", "t": .., "lag": N, "partitions":
-{"<topic>-<p>": {"end": E, "committed": C, "lag": L}}}``, about 1 Hz;
-``committed`` is -1 while the group has committed nothing; a sample carries
-``error`` instead of values when the broker was unreachable).
-
-Burrow's consumer-lag evaluation rules
---------------------------------------
-Source: linkedin/Burrow wiki, "Consumer Lag Evaluation Rules"
-(https://github.com/linkedin/Burrow/wiki/Consumer-Lag-Evaluation-Rules), the
-evaluator ``core/internal/evaluator/caching.go`` (functions ``isLagAlwaysNotZero``,
-``checkIfOffsetsRewind``, ``checkIfOffsetsStopped``, ``checkIfOffsetsStalled``,
-``checkIfLagNotDecreasing``, ``checkIfRecentLagZero``) and PR #716 ("Allow rewind
-detection when previous zero lag").  Implemented here from those descriptions:
-
-Burrow keeps, per partition, a sliding window of the last ``intervals`` (default
-10) committed offsets, each with its timestamp and the lag when it was seen, and
-evaluates the partition at time ``now``:
-
-0. If the current lag is zero the partition is OK: no rule can make it an error.
-1. (Rule 1) If the lag was zero anywhere in the window, the partition is OK.
-2. (Rule 2, REWIND) If the committed offset ever goes down from one entry to the next.
-   Since PR #716 a rewind is reported even when the lag was zero earlier in the
-   window, unless the consumer has since recovered (committed again at or beyond
-   the offset it had before the rewind); so this is checked before rule 1.
-3. (Rule 3, STOP) If ``now`` minus the newest commit's timestamp is larger than the
-   span between the oldest and newest commit in the window, the consumer has stopped
-   committing.  Current Burrow checks this before rule 1 too, and suppresses it when a
-   recent log-end offset was <= the last committed offset (the consumer was caught up
-   a moment ago, ``checkIfRecentLagZero``; here "recent" = the polls since the last commit).
-4. (Rule 4, STALL) If every committed offset in the window is the same (the consumer
-   commits but does not move) while there is lag.
-5. (Rule 5, WARN) If the offsets move but the lag never decreases across the window
-   (each entry's lag >= the previous one): the consumer is falling behind.
-6. Otherwise OK.  The group's status is its worst partition; STOP, STALL and REWIND
-   are errors.  Status numbers are Burrow's ``StatusConstant`` values
-   (OK=1, WARN=2, ERR=3, STOP=4, STALL=5, REWIND=6).
-
-How monsoon maps its data onto Burrow's window (an honest approximation): Burrow
-sees every commit from ``__consumer_offsets``; monsoon polls the committed offset
-about once a second.  Each poll is one window entry (timestamp = poll time), so
-``window=10`` means the last ten polls.  A poll cannot tell a consumer that
-re-commits the same offset from one that commits nothing, so a dead consumer whose
-offsets are still stored shows as STALL (both are errors).  STOP is reported when
-the committed offset of a partition stops being reported (it goes back to -1 or
-the partition vanishes from successful polls) for longer than the window spanned,
-and, as a monsoon extension, when a partition has had lag but no committed offset
-for a whole window (the consumer never started).  Partitions with fewer than
-``window`` entries are not judged (Burrow's completeness rule).
-
-Lag in seconds
---------------
-The kafka-lag-exporter way (lightbend/seglo kafka-lag-exporter, README "Interpolation" and
-issue #5 "Interpolate for less variable consumer lag in time estimates"): keep a table
-of (time, log-end offset) per partition, find the interval the committed offset falls
-in and interpolate linearly the time at which the log-end offset equalled it; the lag
-in seconds is ``now`` minus that time.  Here the table holds the whole run (the
-exporter keeps a sliding window); before the oldest entry the first rising
-segment's slope is extrapolated (monsoon's choice).
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/lag.py"."""
 from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field

@@ -1,31 +1,6 @@
 """The generator's self-check: was the load that was asked for the load that was sent?
 
-``load_valid`` is added to every experiment (like ``faults_landed`` to every experiment with faults).
-An open-model generator that falls behind its schedule measures a gentler load than the one the
-experiment names: its verdict must not read as a pass.  It reads the fleet's per-second ``load``
-events and its ``load-end`` totals from the timeline:
-
-* **late**: messages handed to the socket more than the fleet's tolerance after their intended time.
-  The fleet's sockets never block it (a stalled server fills buffers, and a dead one refuses: those
-  count ``failed``), so lateness measures the generator itself: CPU starvation, a slow payload,
-  a GC pause of its own;
-* **pacing error** per phase: |messages taken off the schedule - target| / target, where the target
-  sums the per-second ``target_rate``: what the schedule asks for in that second (the integral of
-  its rate over ``[s, s+1)``, :meth:`monsoon.load.schedule.Schedule.expected_per_second`), so a generator
-  that keeps its schedule is on target on a ramp or a spike too;
-* **dropped**: messages whose time came but that were never sent (a run stopped early).
-* **the generator's CPU**: the per-second ``gen_cpu_s`` (CPU seconds the generator used in that second)
-  against the machine's CPUs (``cpus`` in ``load-end``): cores busy in its busiest phase and CPU per
-  message sent. Every verdict says it ("the generator used 0.31 cores of 2"). On a machine the generator
-  shares with the platform, every core it takes is one the platform does not have: above
-  ``warn_generator_pct`` (25 %) of the machine the message carries a warning with the numbers, and above
-  ``max_generator_pct`` (75 %) the verdict is ``unknown``: the platform was measured on a quarter of the
-  machine or less, so its capacity figures describe the generator's leftovers. Between the two the verdict
-  stands (testing on one machine always costs some CPU, and the figures let the reader weigh it); a
-  generator on another machine (a Kubernetes Job) reports no ``gen_cpu_s`` and is not judged on it.
-
-Any of them above its limit gives ``unknown`` with the reason "invalid load", never ``pass``.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/load.py"."""
 from __future__ import annotations
 
 from monsoon.checks.base import PASS, RunData, UNKNOWN, Verdict

@@ -1,40 +1,6 @@
 """Jepsen-style accounting of every written element: each (device, seq) across sent, acked and stored.
 
-Inputs, all datasets of a run directory (checks never talk to a live system), each as zstd Parquet parts
-(``sent.parquet/``, ...: what a run writes, :mod:`monsoon.timeline.columnar`) or as the CSV of the same
-name (older runs, ``monsoon export --csv``):
-
-* ``sent.csv``   ``device,last_seq`` — written by the runner at load end: the highest sequence number the
-  fleet handed out per device (``-1``: none).  Sequence numbers start at 0 and have no gaps.
-* ``acked.csv``  ``device,seq,intended_ms,acked_ms`` — written by the fleet, one row per PUBACK.
-* ``stored.csv`` ``device,seq[,stored_ms]`` — what storage holds after the drain, exported by a
-  :class:`StoredSource` (the stack's ``storage``).  ``stored_ms`` (epoch ms at which the row became
-  durable) is optional; without it ``reordered`` and the end-to-end latency are not reported.
-
-What each stored or acked (device, seq) turns out to be:
-
-==================  ===========================================================================
-``acked_lost``      acknowledged, not stored
-``recovered``       stored and sent but never acknowledged (its PUBACK was lost or never came)
-``unexpected``      stored but never sent: an unknown device, or a seq above the device's last
-                    sent seq (needs ``sent.csv``)
-``duplicates``      stored copies beyond the first (``duplicate_keys``: keys stored more than once)
-``reordered``       per device, a message whose first copy was stored after the first copy of a
-                    higher seq (needs ``stored_ms``; equal ``stored_ms`` count as in seq order, so
-                    one batch committed at once is never "reordered")
-``e2e_*_ms``        end to end, send -> stored: ``stored_ms`` of the first copy minus the intended
-                    send time of an acked message (nearest-rank percentiles, exact to the ms)
-==================  ===========================================================================
-
-Memory: a 24 h soak at 400 msg/s is ~35M rows, far too many for sets of tuples (~150 bytes per key).
-Devices are few and each device's seqs are dense from 0, so everything lives in per-device numpy
-arrays indexed by seq: the acked intended time (int32 ms from a base; a bool when there is no
-``stored_ms``) and a stored-copy count (uint16): 3 to 6 bytes per sent message.  With ``stored_ms`` the
-stored rows are also kept per device (int64 seq + int64 ms, 16 bytes per row) to sort them.  Rows
-outside the dense range (unknown devices, seqs beyond what was sent) are kept sparsely.  The CSVs are
-parsed in 2 MB chunks with vectorised numpy (falling back to the csv module for a chunk that is not
-plain ``name,int,...`` lines: quotes, signs, decimals); a last row cut off mid-line is not data.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/loss.py"."""
 from __future__ import annotations
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict

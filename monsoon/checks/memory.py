@@ -1,47 +1,6 @@
 """Memory checks over a saved run: leak slope (heap after GC, RSS) and the fraction of time spent in GC.
 
-Leak slope
-----------
-A leak shows as memory that survives garbage collection growing steadily.  Two
-series are judged, each over its *back half* (by time: the warm-up, class loading
-and cache filling of the first half are left out):
-
-* heap after GC: the ``before->after(total)`` figure of every ``Pause`` line in the
-  JVM's unified GC log (``services/*/gc.log``, ``-Xlog:gc*:file=...:time,uptime,
-  level,tags``).  With Parallel GC the heap after a *young* pause still holds old-gen
-  garbage that only a full GC frees, so when the back half holds at least
-  ``MIN_POINTS`` full-GC pauses only those are used (they measure the live set).
-  When the log shows a JVM restart (uptime going back), each JVM life contributes its
-  own back half.
-* RSS: ``rss_mb`` of the ``process`` samples, each pid (process life) its own back half, cut at every
-  injected fault window (and 60 s after its heal) into pieces with their own intercepts: a 2 h soak's
-  platform RSS stepped once by +122 MB within 15 s of a Kafka broker restart and then stayed flat, and the
-  pooled slope read that one step as +230 MB/h; between faults it climbed 29-41 MB/h in every life.
-
-A service that restarts (a soak's pod kills) is judged across its lives: one slope
-shared by every life, each life with its own intercept (a pooled within-life fit), so
-a leak that climbs again after every restart is caught and the drop at a restart is
-not taken for a recovery.
-
-The slope is an ordinary least-squares fit of MB against hours; its standard
-error is ``sqrt(SSR / (n - 2) / Sxx)`` and ``t = slope / se``.  (scipy is not used:
-with n >= 10 points ``t > 3`` is a one-sided p < 0.01 under Student's t with
-n - 2 degrees of freedom, and the residuals of a GC sawtooth are autocorrelated, so a
-stricter cut than 2 is wise.)  A series *leaks* when its slope is significant
-(t > 3) **and** above the hard cap ``max_mb_per_hour``; flat or insignificant slopes
-pass; fewer than 10 points say unknown.  A back half shorter than ``min_minutes``
-cannot tell a warm-up ramp (first touch of heap pages, caches) from a leak, so a
-significant steep slope there is unknown, not fail.
-
-GC time fraction
-----------------
-delta ``gc_seconds`` / delta wall seconds per phase, from the ``metrics`` samples
-(a Prometheus ``jvm_gc_collection_seconds_sum`` counter; resets are handled as
-Prometheus' ``increase`` does).  Without that counter the pause durations of the GC
-log are summed per phase instead (their ``time`` decorator is mapped onto the
-timeline clock).  In the Eclipse Ditto benchmark the GC fraction was the
-saturation signal: a JVM that spends a fifth of its time collecting is out of heap.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/memory.py"."""
 from __future__ import annotations
 
 import bisect

@@ -1,43 +1,6 @@
 """Out-of-memory evidence from every angle, and the ``no_oom`` check that combines it.
 
-Each angle reads what a collector wrote into the timeline (checks never talk to a
-live system), so ``monsoon analyze`` reaches the same verdict offline:
-
-* **process** — ``service`` exit events of the stack's supervisor: JVM exit 3 with
-  "Terminating due to java.lang.OutOfMemoryError", exit 137, OutOfMemoryError in the
-  log (``monsoon.stack.exit_cause``).  Exits and restarts an injected kill explains
-  are the fault working (``injected_kills``), unless the exit shows an OOM death.
-* **cgroup** — the ``cgroup`` collector samples the observed service's memory cgroup
-  (v1 ``memory.oom_control`` ``oom_kill`` and ``memory.failcnt``; v2
-  ``memory.events(.local)`` ``oom_kill`` and ``max``) and writes cumulative
-  increases since it started (``oom_kills``, ``limit_hits``).  It follows the
-  service's *current* cgroup (``/proc/<pid>/cgroup`` every sample) and the child
-  ``m_<run-id>__<service>`` that monsoon's memory-pressure fault creates.  An exit
-  137 of that service with an ``oom_kill`` increase in the same sample interval is
-  "killed by the kernel OOM killer" — even inside an injected kill's window; an exit
-  137 the cgroup saw no ``oom_kill`` for is a plain SIGKILL.  An increase no exit
-  explains is a process of the service's cgroup killed by the kernel (fail when the
-  cgroup holds only the service's processes, unknown when it is shared).
-* **kubernetes** — the ``kube`` collector: every container of the pods matching
-  ``observe.kubernetes`` with its ``restartCount`` and its terminations
-  (``state.terminated`` / ``lastState.terminated``: reason ``OOMKilled``, exit code,
-  ``finishedAt``).  A termination first seen during the run with reason OOMKilled is
-  an OOM; ``restartCount`` increases are restarts.
-* **docker** — the ``docker`` collector: ``docker inspect`` of the ``observe.docker``
-  containers: ``State.OOMKilled``, ``State.ExitCode``, ``State.FinishedAt``,
-  ``RestartCount``.  Docker clears ``OOMKilled`` when a restart policy restarts the
-  container, so a fast restart may show only as a restart.
-* **memory-limit stall** — a service whose cgroup sits at its limit (usage >= 97 %, anonymous memory >= 50 %)
-  for 10 s or more while the load is starved of acks (``limit_stalls``): the kernel reclaims the JVM's file
-  pages instead of killing it, so the container lives, at its limit, serving nothing. A fail.
-* **headroom** — the peak heap-after-GC (every ``Pause`` of ``services/*/gc.log`` and of the
-  ``gc.log.N`` files the JVM rotated away at each restart: a JVM that died of OOM is there)
-  divided by the max heap (the ``heap_max`` metric, else the log's ``Heap Max
-  Capacity``): ``heap_headroom_pct = 100 * (1 - peak / max)``.  Reported always;
-  with ``min_headroom_pct`` a lower headroom fails (a near-OOM).
-
-Verdict: fail beats unknown beats pass; with no angle holding data, unknown.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/oom.py"."""
 from __future__ import annotations
 
 import bisect

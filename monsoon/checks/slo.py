@@ -1,45 +1,6 @@
 """An OpenSLO-style latency/availability SLO, evaluated per phase from the fleet's ``load`` events.
 
-The SLO (OpenSLO ``ratioMetric`` shape): *good* = messages acknowledged within
-``latency_ms`` of their intended send time, *valid* = messages scheduled;
-objective e.g. 0.99, so the error budget is ``(1 - objective) * valid``.  Each
-phase (warmup, burst, recovery, steady, ...) is its own SLO window with its own
-budget, so a planned burst does not spend the steady phase's budget.
-
-Per-second accounting (the ``load`` event of second ``sec``: scheduled, acked,
-failed, p50_ms/p99_ms/max_ms of the acks received in that second):
-
-* Outcomes are counted in the second they resolve (like a request counter that is
-  incremented on completion): ``acked + failed``.  Messages still unresolved when
-  the load ended (scheduled - acked - failed over the whole run, after the fleet's
-  drain) are bad; they are charged to the seconds that scheduled them, assuming
-  acknowledgements arrive in scheduling order (the last ones scheduled are the
-  unresolved ones).  So over the run ``valid == scheduled``.
-* Good acks are *counted* from the fleet's per-second HdrHistograms (``latency.hlog``, one
-  interval per load second, values within 0.8 %) when the run has them.  Without them
-  (an older run) they are *approximated* from the load event's three quantiles: the fraction of a second's acks within the threshold is read
-  off a piecewise-linear CDF through (0 ms, 0), (p50, 0.5), (p99, 0.99), (max, 1).
-  max <= threshold: all good; p99 <= threshold < max: between 99 % and 100 % good;
-  p50 <= threshold < p99: between 50 % and 99 %.  The error of this is at most
-  the width of the bracket (1 % of a second's acks above p99, 49 % between p50 and
-  p99); linear interpolation inside the tail bracket errs on the pessimistic side for
-  the usual right-skewed latency distribution.  Seconds with acks but no latency
-  figures count their acks as good and are reported as ``unmeasured``.
-* ``failed`` sends are bad.
-
-Multi-window, multi-burn-rate rules: the Google SRE workbook ("Alerting on SLOs",
-table 5-8) pairs for a 30-day SLO: 1 h / 5 m at 14.4, 6 h / 30 m at 6, 1 d / 2 h at 3,
-3 d / 6 h at 1.  A rule fires when the burn rate (bad/valid over the window divided
-by 1 - objective) is above its factor over both its long and its short window.
-Windows are scaled to the SLO window the way Pyrra does it (pyrra-dev/pyrra
-``slo/rules.go`` ``Windows(sloWindow)``: every alert window is a fixed fraction of the
-SLO window -- Pyrra's base is 28 d, e.g. long = sloWindow/(28*24) -- then rounded);
-here the base is the workbook's 30 d, the SLO window is the phase length, and
-windows are rounded to whole seconds with a floor of one second (the data's
-resolution; Pyrra rounds to a minute).  A rule is only evaluated where its long
-window fits in the phase; pairs that floor to the same windows as a faster rule are
-dropped.  By default the warmup phase is not judged.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/slo.py"."""
 from __future__ import annotations
 
 import builtins

@@ -1,36 +1,6 @@
 """Torn runs said out loud: a verdict that rests on a part of the run that was cut off is ``unknown``.
 
-A run killed mid-write leaves files that end mid-line (:mod:`monsoon.timeline.torn`).  Their readers leave
-the cut-off line out, so every check still reads sound data, but not all of it.  :func:`withhold` (applied
-by :func:`monsoon.checks.registry.evaluate` to every verdict, a hook's checks included) turns a verdict
-the missing part could overturn into ``unknown``, with the torn file, its byte offset and the check's own
-message in the reason.  An intact run's verdicts are untouched.
-
-What each check reads (:data:`READS`):
-
-* **the timeline, up to an event**: the runner writes ``op: load-end`` after the last load second and the
-  fault plan's ``fault-census``, then ``drain`` after the drain wait (the samplers stop there), then
-  ``stored`` after the stored-messages export.  A check reads the run up to one of them; a timeline cut
-  before it (or with a line that is not JSON before it) misses part of what the check reads.  A timeline
-  cut after it (say during the stack's stop) leaves the check's verdict as it was.
-* **acked.csv, stored.csv, sent.csv, latency.hlog**: a torn file lacks its rows after the cut.
-
-Which verdicts the missing part could overturn, per check family:
-
-* **pass**, always: what was not read may hold the failure (an OOM after the cut, a lost message never
-  compared, a lag that never came down).
-* **fail**, only where the cut itself can make a failure: ``no_acked_loss`` (cut before the drain and the
-  export: late is not lost; ``stored.csv`` cut: the rows after the cut look lost), ``no_unexpected``
-  (``sent.csv`` cut: the devices after the cut look never sent), ``error_budget`` (messages in flight at
-  the cut count as never acked; a phase cut short has a smaller budget), ``latency_objective`` and
-  ``throughput_drop`` (a percentile or a mean of part of a window is not the window's),
-  ``no_memory_leak`` and ``gc_time_fraction`` (the back half, or the phase, of the part read is not the
-  run's), ``no_thread_leak`` (the end of the part read is not the end of the load).  A failure seen in
-  what was read stands elsewhere: an OOM, a duplicate, a lag over its bound, a stalled partition, a fault
-  not healed happened whatever came after.
-* a check added through ``pytest_monsoon_add_checks``: it may read anything, up to the export: its pass is
-  withheld on any torn file.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/checks/torn.py"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,32 +1,6 @@
 """``make defects``: prove the checks on seeded defects, and prove they stay quiet on a clean stack.
 
-The reference platform carries seven deliberate bugs, each switched on by a ``DEFECT_*``
-environment variable (``stacks/reference-platform/README.md``, "Seeded defects").  Every
-defect has a quick experiment ``experiments/defect-<letter>-<slug>.yaml`` that sets its flag
-through the experiment-level ``env:`` key and injects the faults that trigger it.
-
-This runner
-
-1. runs each defect's experiment once: the defect is **caught** when its intended check's
-   verdict is ``fail`` (``caught_by`` lists every check that failed);
-2. runs the **clean controls** ``--repeats`` times (default 3): each defect experiment with
-   its ``DEFECT_*`` flags removed and nothing else changed.  Defects whose experiments are
-   identical once the flags are gone (same stack, load, faults, checks, other env) share one
-   control, so a clean run exercises every check of those defects under the very faults that
-   trigger them.  Any check failing on a clean run is a **false alarm**.  A check that says
-   ``unknown`` on a clean run is not a pass either (the run proved nothing about it): it is
-   counted apart as ``clean_unknown`` and, like a false alarm, makes the exit status 1;
-3. prints progress, then ONE JSON line::
-
-     {"defects": 6, "caught": 6, "clean_runs": 9, "clean_repeats": 3, "false_alarms": 0,
-      "clean_unknown": 0, "matrix": {"a-drop-acked": {"expected": "no_acked_loss",
-      "caught_by": ["no_acked_loss"], "caught": true, ...}, ...}, "clean": [...], "seconds": T}
-
-   and writes it to ``<run dir>/defects.json`` (next to ``summary.json`` and the report).
-
-Exit status 0 only when every defect is caught by its intended check and the clean runs have
-no false alarm and no unknown.  ``python -m monsoon.selftest.defects --help`` for the options.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/selftest/defects.py"."""
 from __future__ import annotations
 
 import argparse
@@ -267,7 +241,7 @@ def select(only: str | None) -> list[Defect]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m monsoon.defects",
+    ap = argparse.ArgumentParser(prog="python -m monsoon.selftest.defects",
                                  description="Run every seeded defect's quick experiment and the clean controls; "
                                              "print the catch matrix as one JSON line.")
     ap.add_argument("--only", help="comma-separated defects (letters or keys, e.g. a,d); their clean controls only")

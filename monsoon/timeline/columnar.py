@@ -1,28 +1,6 @@
 """Run data in columns: ``acked``, ``stored`` and ``sent`` as zstd Parquet, written a part at a time.
 
-Why Parquet through pyarrow (not DuckDB's own file): a run directory must stay readable by anything
-(pandas, Polars, DuckDB, Spark, ``pyarrow.dataset`` all read a directory of Parquet files), and a
-run killed with ``kill -9`` must keep what it wrote.  A Parquet file is only readable once its footer is
-written, so one file per flush is the unit of durability: a :class:`PartWriter` buffers rows and every
-``flush_s`` seconds (or ``flush_rows`` rows) writes them as one row group to ``part-NNNNNN.parquet.tmp``,
-then renames it into place.  Bounded memory (one flush's rows), and a run cut off mid-way keeps every part
-renamed before the cut; a ``.tmp`` left behind is the part being written, never read.  ``close()`` writes
-``_closed.json`` (parts, rows): a dataset without it was cut off, and :func:`dataset_state` says where
-its data ends.  DuckDB measured no compute gain over numpy here, and its single-file database is
-neither appendable by several processes nor readable after a crash mid-checkpoint without its WAL.
-
-Who writes them, during the run: the Python fleets (``monsoon.load.aio``, ``monsoon.load.mqtt``) append each
-acked message to a :class:`PartWriter` (a part every :data:`FLUSH_S` seconds); the native fleet's workers write
-plain CSV shards that the parent turns into parts every :data:`FLUSH_S` seconds (:func:`csv_block_table`);
-``sent`` and the stored read-back are written once, after the load and after the drain (:func:`write_rows`,
-:class:`CsvParts`), into a ``.tmp`` directory renamed into place, so a failed export leaves no half dataset.
-
-Layout: ``acked.parquet/`` beside where ``acked.csv`` would be (``stored.parquet/``, ``sent.parquet/``),
-columns ``device`` (string, dictionary-encoded) and int64 ``seq``, ``intended_ms``, ``acked_ms`` /
-``stored_ms`` / ``last_seq``, the same names as the CSV headers.  Readers take whichever the run has
-(:func:`parts_dir`): old CSV run directories stay readable, and ``monsoon export RUN --csv`` writes the
-CSVs back for people who want them.  zstd Parquet costs ~3 B per acked message where CSV costs ~60.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/timeline/columnar.py"."""
 from __future__ import annotations
 
 import csv

@@ -1,29 +1,6 @@
 """The run timeline: append-only typed events in a JSON-lines file.
 
-It is the single source for checks and the report.  Every event carries
-``type``, ``t`` (seconds since the timeline opened, monotonic) and ``wall``
-(epoch seconds).  Writers call :meth:`Timeline.add` from any thread.
-
-Event types written by monsoon:
-
-* ``meta``    — stack, experiment, profile, load parameters (first event)
-* ``phase``   — name, start, end (planned, seconds from load start ``t0``)
-* ``load``    — one per second from the fleet: sec (second index from load start), target_rate, scheduled,
-  sent, acked, failed, late, connected, p50_ms, p99_ms, max_ms (ack latency from the intended send time)
-* ``sample``  — one per collector per second: ``collector`` plus its values, or ``error``:
-  ``process`` (up, pid, rss_mb, threads), ``metrics`` (the stack's observe.metrics signals, e.g. heap_used,
-  heap_max, queue_depth, received, acked, stored, gc_seconds), ``kafka`` (lag, partitions:
-  {"topic-p": {end, committed, lag}}), ``storage`` (stored), ``cgroup`` (the observed service's memory
-  cgroup: oom_kill count, limit hits), ``kube`` / ``docker`` (OOMKilled, restart counts; when configured)
-* ``service`` — start / ready / exit (code, cause, oom) / restart / stop of a stack service
-* ``drain``   — whether the system under test drained its backlog after the load
-* ``stored``  — the stored-messages export (path, rows)
-* ``fault-plan`` — the fault plan's clock start (its ``t``) and its faults with their windows
-* ``fault``   — one per inject / heal of a fault window: name, kind, backend, target, window, phase,
-  intended and effective seconds from the plan start, landed (true/false/null), evidence (how it was measured)
-* ``fault-census`` — after the final heal: what each backend swept, and what is still in place (leftovers)
-* ``op``      — anything else worth journaling (provisioning, connects)
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/timeline/store.py"."""
 from __future__ import annotations
 
 import json
