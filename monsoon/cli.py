@@ -146,7 +146,8 @@ def story_problems(summary: dict) -> list[str]:
     """How a burst run differs from the reference ThingsBoard story (empty list: reproduced): in-memory x10 fails
     by OOM and loses acked messages, Kafka x10 passes with lag and no loss; x3, when it ran, passes on both."""
     by = {(r["stack"], r["experiment"]): r for r in summary["results"]}
-    fig = lambda r, check, key: next((c["figures"].get(key) for c in r["checks"] if c["name"] == check), None)
+    def fig(r, check, key):
+        return next((c["figures"].get(key) for c in r["checks"] if c["name"] == check), None)
     problems = []
     for key in [("inmemory", "burst-x10"), ("kafka", "burst-x10")]:
         if key not in by:
@@ -340,10 +341,10 @@ def validate_cli(args) -> int:
             return [SpecError(what, None, "", f"could not be validated: {type(e).__name__}: {e}")]
 
     for f in files:
-        for e in guarded(str(f), lambda: validate_file(f, args.force) and None):
+        for e in guarded(str(f), lambda f=f: validate_file(f, args.force) and None):
             report(problem_line(e))
     for stack, exp in pairs:
-        for e in guarded(f"{stack} + {exp}", lambda: validate_pair(stack, exp, args.profile and [args.profile], args.force)):
+        for e in guarded(f"{stack} + {exp}", lambda stack=stack, exp=exp: validate_pair(stack, exp, args.profile and [args.profile], args.force)):
             report(problem_line(e))
     n_pairs = f" and {len(pairs)} stack/experiment pair(s)" if pairs else ""
     verdict = f"{len(printed)} problem(s)" if printed else "all valid"

@@ -207,7 +207,8 @@ def markdown(s: Signoff) -> str:
 
 
 def to_html(s: Signoff) -> str:
-    e = lambda x: html.escape(str(x), quote=True)
+    def e(x) -> str:
+        return html.escape(str(x), quote=True)
     vu = s.valid_until
     cls = {"GO": "go", "NO-GO": "nogo", "EXPIRED": "expired"}
     h = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">', f'<title>monsoon {e(s.policy.name)}</title>',

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -160,7 +159,7 @@ def _in_windows(sec: np.ndarray, windows: list[tuple[float, float]]) -> np.ndarr
 
 class _Csv:
     def __init__(self, path: Path, header: bytes):
-        self.fh = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.fh = open(path, "wb")  # closed by close()
         self.fh.write(header)
 
     def rows(self, dev: np.ndarray, *cols: np.ndarray) -> None:
@@ -298,7 +297,8 @@ def _write_timeline(exp: Path, plan: Plan, per_sec: np.ndarray, hist_by_sec: dic
             counts = hist_by_sec.get(s)
             if counts is not None and counts.sum():
                 cum = np.cumsum(counts)
-                q = lambda p: float(lat_all[np.searchsorted(cum, p * cum[-1])])  # noqa: E731
+                def q(p: float, cum=cum) -> float:
+                    return float(lat_all[np.searchsorted(cum, p * cum[-1])])
                 p50, p99, mx = q(0.5), q(0.99), float(lat_all[np.flatnonzero(counts)[-1]])
             else:
                 p50 = p99 = mx = None
