@@ -5,4 +5,6 @@ from __future__ import annotations
 
 from monsoon.settings import ROOT as REPO, cache_dir
 
+__all__ = ["CACHE", "REPO"]
+
 CACHE = cache_dir()

@@ -87,7 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     specs = config.getoption("--monsoon-specs") or config.getini("monsoon_specs")
     # the user's project is the root: specs, runs and the recorded commit (put back at pytest_unconfigure)
     project = config.rootpath if config.inipath else settings.find_project(config.rootpath)   # no ini: upwards
-    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs):
+    # B008: the default is evaluated here on purpose: configure() runs now and the lambda restores what it replaced
+    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs):  # noqa: B008
                              settings.restore(prev)]
     compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
     if compare_to is not None or fail_expr:

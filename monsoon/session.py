@@ -7,7 +7,6 @@ and only then a :class:`~monsoon.run.experiment.RunContext` handed to the runner
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Callable, TextIO

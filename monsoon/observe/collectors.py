@@ -22,7 +22,6 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 import psycopg
 import json
-import os
 import subprocess
 
 from monsoon.faults.base import FaultError

@@ -74,7 +74,7 @@ def _drain(bootstrap: str | None, group: str | None, topic: str | None, rate: fl
         while time.monotonic() < end and not stop.is_set():
             try:
                 lag = c.sample().get("lag")
-            except Exception:   # noqa: BLE001 - a poll that fails is retried until the deadline
+            except Exception:   # a poll that fails is retried until the deadline
                 lag = None
             if lag is not None and lag <= max(100.0, 0.5 * rate):
                 break
@@ -190,7 +190,7 @@ def cli(args) -> int:
             try:
                 sizes = tuple(int(x) for x in args.sizes.split(","))
             except ValueError:
-                raise SpecError("--sizes", None, "sizes", f"want comma-separated integers, got {args.sizes!r}")
+                raise SpecError("--sizes", None, "sizes", f"want comma-separated integers, got {args.sizes!r}") from None
             exp = exp.model_copy(update={"load": exp.load.model_copy(update={
                 "payload": type(exp.load.payload).model_validate({"sizes": sizes})})})
         if not exp.load.payload.sizes:
