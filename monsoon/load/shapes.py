@@ -509,7 +509,7 @@ class PythonShape:
             return None
         try:
             r = self.fn(t, self.context) if self._with_ctx else self.fn(t)  # type: ignore[attr-defined]
-        except Exception as e:  # noqa: BLE001 - user code: say where it failed
+        except Exception as e:  # user code: say where it failed
             raise ValueError(f"python shape {self.name} raised at t={t:g}s: {type(e).__name__}: {e}") from e
         if r is None:
             return None

@@ -133,6 +133,6 @@ def kafka_throughput(bootstrap: str, size: int, seconds: float, *, drain_s: floa
         cons.close()
         try:
             admin.delete_topics([topic])[topic].result(10)
-        except Exception:   # noqa: BLE001 - a leftover topic of a stack that is about to stop
+        except Exception:   # a leftover topic of a stack that is about to stop
             pass
     return res

@@ -81,7 +81,7 @@ class CassandraSource:
                 columns = [c[2] for c in session.prepare(self.cql).result_metadata]   # (keyspace, table, name, type)
             finally:
                 cluster.shutdown()
-        except Exception as e:   # noqa: BLE001 - the driver's errors name what is wrong
+        except Exception as e:   # the driver's errors name what is wrong
             raise ValueError(" ".join(str(e).split())) from None
         missing = [c for c, alts in (("device", ("device", "entity_id")), ("seq", ("seq",)))
                    if not any(a in columns for a in alts)]

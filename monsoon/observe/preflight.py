@@ -35,7 +35,7 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
                 c.probe()        # both its queries: the exact one and the running one
                 continue
             got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector)) else None
-        except Exception as e:   # noqa: BLE001 - any failure to answer is the finding
+        except Exception as e:   # any failure to answer is the finding
             key = getattr(e, "key", None) or {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
                                                "storage": "storage.count_query"}[c.name]
             problems[key] = f"{type(e).__name__}: {' '.join(str(e).split())}"
@@ -47,7 +47,7 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
     if source is not None:
         try:
             source.check()
-        except Exception as e:   # noqa: BLE001
+        except Exception as e:
             problems["storage.cql" if spec.storage.kind == "cassandra" else "storage.loss_query"] = str(e)
     return problems
 

@@ -177,7 +177,7 @@ def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
         events = Events.load(run_dir / TIMELINE_FILE) if (run_dir / TIMELINE_FILE).exists() else None
         if plot(record, run_dir / "sweep.png", events):
             record = dict(record, plot="sweep.png")
-    except Exception as e:   # noqa: BLE001 - a plot that cannot be drawn must not lose the table
+    except Exception as e:   # a plot that cannot be drawn must not lose the table
         record = dict(record, plot_error=f"{type(e).__name__}: {e}")
     (run_dir / "checklist.md").write_text(markdown(record, verdicts))
     (run_dir / "report.html").write_text(html_page(record, verdicts))

@@ -228,7 +228,7 @@ def _load_function(function: str | None, file: str | None) -> Any:
                 raise ImportError("not a Python source file")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - user code
+        except Exception as e:  # user code
             raise ValueError(f"cannot load python shape file {path}: {type(e).__name__}: {e}") from None
         attr, where = function, str(path)
     else:
@@ -238,7 +238,7 @@ def _load_function(function: str | None, file: str | None) -> Any:
         mod, attr = function.split(":", 1)
         try:
             module = importlib.import_module(mod)
-        except Exception as e:  # noqa: BLE001 - user code
+        except Exception as e:  # user code
             raise ValueError(f"cannot import module {mod!r} of the python shape: {type(e).__name__}: {e}") from None
         where = f"module {mod!r}"
     obj: Any = module

@@ -52,7 +52,7 @@ def cql_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     try:
         session = cluster.connect()
         return session.execute("SELECT release_version FROM system.local").one() is not None
-    except Exception:   # noqa: BLE001 - any failure means "not yet"
+    except Exception:   # any failure means "not yet"
         return False
     finally:
         cluster.shutdown()
