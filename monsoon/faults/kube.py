@@ -12,7 +12,7 @@ any) and only namespaces on the allow-list may be targeted (an empty allow-list
 allows none).
 
 Rendered kinds:
-* Chaos Mesh (``chaos-mesh.org/v1alpha1``): PodChaos ``pod-kill``, NetworkChaos
+* Chaos Mesh (``chaos-mesh.org/v1alpha1``): PodChaos ``pod-kill`` and ``pod-failure``, NetworkChaos
   ``delay``, StressChaos memory, and a ``Schedule`` wrapping any of them when the
   fault repeats.
 * Litmus (``litmuschaos.io/v1alpha1``): ChaosEngine with ``pod-delete``,
@@ -28,12 +28,16 @@ Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
   Litmus (a ChaosEngine has no conditions): an entry of ``status.experiments[]``
   whose ``status`` is ``Running`` or ``Completed``, or ``status.engineStatus ==
   "completed"`` (``initialized`` alone only says the operator took the engine).
+* pod-failure, by its effect: a selected pod (the same UID) whose spec runs another image than before (the
+  controller's ``POD_FAILURE_PAUSE_IMAGE``) and that is not Ready; healed when, besides the object being gone,
+  every container is back on its own image and the pod is Ready again (``params.landing_timeout``).
 * heal — every object is gone (404).  A Litmus engine is first patched to
   ``spec.engineState: stop`` (the operator aborts its experiments) and then
   deleted.  A Chaos Mesh object still there after ``heal_timeout`` with a
   ``deletionTimestamp`` (its finalizer cannot recover a pod) is annotated
-  ``chaos-mesh.chaos-mesh.org/cleanFinalizer: forced`` and polled again; the
-  evidence says it was forced.
+  ``chaos-mesh.chaos-mesh.org/cleanFinalizer: forced`` and polled again (``FORCE_WAIT_S``); when nobody
+  acts on that (the controller is gone), its finalizers are removed outright and it is polled once more.
+  The evidence says which.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
-from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodKillParams
+from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
 from monsoon.stack.cluster import Cluster
 from monsoon.stack.pods import kubeconfig_path
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
@@ -63,6 +67,7 @@ LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown", "ca
 # chaos-mesh controllers/common: AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
 CLEAN_FINALIZER = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
 CLEAN_FINALIZER_FORCED = "forced"
+FORCE_WAIT_S = 15.0     # after the forced annotation (and after removing the finalizers): how long to wait for the gone
 # litmus chaos-operator api/litmuschaos/v1alpha1: status.experiments[].status (ExperimentStatus)
 LITMUS_RAN = ("running", "completed", "execution successful")
 LITMUS_FAILED = ("chaosexperiment not found", "forcefully aborted", "skipped")
@@ -156,6 +161,10 @@ def _cm_selector(fault: FaultSpec) -> dict:
 def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
     """(kind, spec) of the Chaos Mesh object for one injection (no schedule)."""
     p, dur = fault.params, _dur(fault.schedule.duration)
+    if fault.kind == "pod-failure":
+        # the controller swaps every container's image for its pause image and puts them back when the object
+        # goes (or after `duration`, its own backstop should monsoon die)
+        return "PodChaos", {"action": "pod-failure", "mode": "one", "selector": _cm_selector(fault), "duration": dur}
     if fault.kind in KILL_KINDS:
         assert isinstance(p, PodKillParams)
         return "PodChaos", {"action": "pod-kill", "mode": "one", "selector": _cm_selector(fault),
@@ -332,7 +341,9 @@ class KubeBackend:
             f.write_text(to_yaml(objs))
             handle.data["file"] = str(f)
         if self.apply:
-            if fault.kind in KILL_KINDS:   # judged by its effect: the UIDs of the pods it may kill, before
+            if fault.kind == "pod-failure":   # judged by its effect: the images of the pods it may fail, before
+                handle.data["pods_before"] = self._pod_states(fault)
+            elif fault.kind in KILL_KINDS:   # judged by its effect: the UIDs of the pods it may kill, before
                 try:
                     handle.data["uids_before"] = sorted(self._pod_uids(fault))
                 except Exception as e:     # no pod list (RBAC, no core API): judged on AllInjected alone, said so
@@ -353,6 +364,49 @@ class KubeBackend:
         pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
                                               _request_timeout=5).items
         return {p.metadata.uid: p.status.phase for p in pods if p.metadata.deletion_timestamp is None}
+
+    def _pod_states(self, fault: FaultSpec) -> dict[str, dict]:
+        """UID -> name, spec images, Ready, and each container's state of the live pods the selector matches."""
+        k = fault.target.kube
+        if self._core is None:
+            self._core = kube_client(FaultError).CoreV1Api()
+        pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
+                                              _request_timeout=5).items
+        out = {}
+        for p in pods:
+            if p.metadata.deletion_timestamp is not None:
+                continue
+            conds = {c.type: c.status for c in (p.status.conditions or [])}
+            states = {}
+            for cs in p.status.container_statuses or []:
+                st = cs.state
+                now = ("running" if st.running else f"waiting: {st.waiting.reason}" if st.waiting
+                       else f"terminated: {st.terminated.reason} ({st.terminated.exit_code})" if st.terminated else "?")
+                states[cs.name] = {"state": now, "image": cs.image, "restarts": cs.restart_count}
+            out[p.metadata.uid] = {"pod": p.metadata.name, "images": {c.name: c.image for c in p.spec.containers},
+                                   "ready": conds.get("Ready") == "True", "containers": states}
+        return out
+
+    def _failure_effect(self, handle: Handle, healed: bool) -> tuple[bool, dict]:
+        """pod-failure, by its effect. Injected: a selected pod (same UID) runs another image than before and is
+        not Ready. Healed: every selected pod runs its own images again and is Ready."""
+        fault, before = handle.fault, handle.data.get("pods_before") or {}
+        p = fault.params
+        bound = p.landing_timeout if isinstance(p, PodFailureParams) else 60.0
+
+        def probe() -> tuple[bool, dict]:
+            now = self._pod_states(fault)
+            swapped = {u: x for u, x in now.items() if u in before and x["images"] != before[u]["images"]}
+            if healed:
+                back = [u for u, x in now.items() if u in before and x["images"] == before[u]["images"]]
+                done = bool(now) and not swapped and all(x["ready"] for x in now.values())
+                return done, {"pods": now, "images_back": bool(back) and not swapped}
+            failed = [u for u, x in swapped.items() if not x["ready"]]
+            return bool(failed), {"pods": now, "failed_uids": failed}
+        done, ev, polls, waited = self._poll(probe, bound)
+        # kubelet stops the container the image swap replaces with SIGTERM (its grace period): its exit may come late
+        return done, {"pods_before": before, **ev, "signal": "SIGTERM", "effect_polls": polls,
+                      "effect_waited_s": waited}
 
     def _kill_effect(self, handle: Handle) -> tuple[bool, dict]:
         """A pod kill landed when a pod it selected is gone and a new pod (a new UID) runs in its place."""
@@ -441,8 +495,19 @@ class KubeBackend:
         for o, _ in stuck:   # Chaos Mesh's documented way out of a finalizer that cannot recover its pods
             self._patch(o, {"metadata": {"annotations": {CLEAN_FINALIZER: CLEAN_FINALIZER_FORCED}}})
         ev["forced_finalizer"] = True
-        gone, _, polls2, waited2 = self._poll(lambda: (not present(), None), self.heal_timeout)
-        ev.update(present=not gone, polls=polls + polls2, waited_s=round(waited + waited2, 3))
+        wait = min(self.heal_timeout, FORCE_WAIT_S)
+        gone, _, polls2, waited2 = self._poll(lambda: (not present(), None), wait)
+        polls, waited = polls + polls2, waited + waited2
+        if not gone:         # nobody acted on the annotation (no controller): take the finalizers off ourselves
+            try:
+                for o, _ in stuck:
+                    self._patch(o, {"metadata": {"finalizers": None}})
+                ev["finalizers_removed"] = True
+            except Exception as e:   # kubernetes.client.ApiException (RBAC): say so; the census still sees it
+                ev["finalizers_removed"] = f"refused: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            gone, _, polls3, waited3 = self._poll(lambda: (not present(), None), wait)
+            polls, waited = polls + polls3, waited + waited3
+        ev.update(present=not gone, polls=polls, waited_s=round(waited, 3))
         return gone, ev
 
     def _listed(self, run_id: str | None) -> list[dict]:
@@ -482,7 +547,8 @@ class KubeBackend:
         self._stop_engines(objs)
         self._delete(objs)
         _, ev = self._await_gone(objs)
-        forced = " (finalizer forced)" if ev.get("forced_finalizer") else ""
+        forced = (" (finalizers removed)" if ev.get("finalizers_removed") is True
+                  else " (finalizer forced)" if ev.get("forced_finalizer") else "")
         return [f"{o['kind']} {o['metadata']['namespace']}/{o['metadata']['name']} deleted{forced}" for o in objs]
 
     def census(self, run_id: str) -> list[str]:
@@ -494,6 +560,12 @@ class KubeBackend:
                                   "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in handle.data["objects"]]})
         if handle.healed:   # the heal landed when every object is gone
             gone, ev = self._await_gone(handle.data["objects"])
+            if gone and "pods_before" in handle.data:    # pod-failure: and its pod back on its own image, Ready
+                back, more = self._failure_effect(handle, healed=True)
+                ev.update(more, method="api+pod-image")
+                if not back:
+                    ev["not_healed"] = "the pod is not back on its own image and Ready in time"
+                return Landing(back, ev)
             return Landing(gone, ev)
         o = handle.data["objects"][0]
 
@@ -505,7 +577,13 @@ class KubeBackend:
             return done, (landed, ev)
         _, (landed, ev), polls, waited = self._poll(probe, self.inject_timeout)
         ev = {"method": "api", "present": ev.pop("present", True), **ev, "polls": polls, "waited_s": waited}
-        if "uids_before" in handle.data:      # AllInjected is evidence, not proof: the pod must be replaced
+        if "pods_before" in handle.data:      # pod-failure: the pod must run another image, and not be Ready
+            effect, more = self._failure_effect(handle, healed=False)
+            ev.update(more, method="api+pod-image", all_injected=landed)
+            landed = bool(effect) if landed is not False else False
+            if not effect:
+                ev["not_landed"] = "no selected pod ran another image and went not Ready in time"
+        elif "uids_before" in handle.data:      # AllInjected is evidence, not proof: the pod must be replaced
             effect, more = self._kill_effect(handle)
             ev.update(more, method="api+pod-uid", all_injected=landed)
             landed = bool(effect) if landed is not False else False

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-KILL_KINDS = ("pod-kill", "kafka-broker-restart")
+# pod-failure (Chaos Mesh) stops the pod's container too: kubelet SIGTERMs it when its image becomes the pause image
+KILL_KINDS = ("pod-kill", "kafka-broker-restart", "pod-failure")
 
 
 KILL_EXIT_WITHIN_S = 60.0      # a SIGTERM'd service's exit is the kill's if it comes this soon after it

@@ -160,6 +160,7 @@ class FakeCustomObjectsApi:
         self.store: dict[tuple[str, str, str, str, str], dict] = {}
         self.calls: list[tuple] = []          # (verb, plural, name[, body]) in call order
         self.controller = None                # called with (api, key, obj) before every GET: the operator's work
+        self.refuse_finalizers = False        # RBAC: patches of metadata.finalizers are refused (403)
 
     def finalize(self, key) -> None:
         """What the operator does when its finalizer is done: drop it; the server then removes the object."""
@@ -227,8 +228,13 @@ class FakeCustomObjectsApi:
                     merge(dst[k], v)
                 else:
                     dst[k] = v
+        if self.refuse_finalizers and "finalizers" in (body.get("metadata") or {}):
+            raise self._error(403, "Forbidden")
         merge(self.store[key], yaml.safe_load(yaml.safe_dump(body)))
-        return self.store[key]
+        o = self.store[key]
+        if o["metadata"].get("deletionTimestamp") and not o["metadata"].get("finalizers"):
+            del self.store[key]               # the API server removes a deleted object once its finalizers are gone
+        return o
 
     def runs(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -458,14 +464,32 @@ def test_chaos_mesh_heal_stuck_in_its_finalizer_is_forced_with_the_clean_finaliz
     assert be.census("r1") == []
 
 
+def test_a_finalizer_nobody_clears_even_forced_is_removed_outright():
+    """No controller acts on the forced annotation (it is stopped): the heal takes the finalizers off itself."""
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("chaos-mesh", api, clock, heal_timeout=5)
+    h = be.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r1"))
+    with_finalizer(api)
+    be.heal(h)
+    land = be.verify(h)
+    name = h.data["objects"][0]["metadata"]["name"]
+    assert [c for c in api.calls if c[0] == "patch"] == [
+        ("patch", "podchaos", name, {"metadata": {"annotations": {"chaos-mesh.chaos-mesh.org/cleanFinalizer": "forced"}}}),
+        ("patch", "podchaos", name, {"metadata": {"finalizers": None}})]
+    assert land.landed is True and land.evidence["finalizers_removed"] is True and land.evidence["present"] is False
+    assert be.census("r1") == []
+
+
 def test_a_heal_that_never_goes_did_not_land_and_says_why():
     api, clock = FakeCustomObjectsApi(), FakeClock()
     be = polled_backend("chaos-mesh", api, clock, heal_timeout=5)
     h = be.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r1"))
     with_finalizer(api)                                   # and nobody ever removes it, forced or not
+    api.refuse_finalizers = True                          # nor may monsoon (RBAC)
     be.heal(h)
     land = be.verify(h)
     assert land.landed is False and land.evidence["forced_finalizer"] is True
+    assert land.evidence["finalizers_removed"].startswith("refused: ApiException")
     assert land.evidence["deletion_pending"] == [f"PodChaos/{h.data['objects'][0]['metadata']['name']}"]
     assert be.census("r1")                                # still there: the census says so
 
@@ -516,3 +540,52 @@ def test_heal_all_stops_litmus_engines_and_waits_for_them(tmp_path):
     assert len(done) == 1 and done[0].endswith("deleted")
     assert [c[0] for c in api.calls if c[0] in ("patch", "delete")] == ["patch", "delete"]
     assert api.store == {} and fresh.census("r1") == []
+
+
+# ------------------------------------------------------------------ pod-failure: judged by the pod's image and Ready
+
+def test_pod_failure_podchaos():
+    (o,) = render(spec("pod-failure", "chaos-mesh", {}), "r", ["iot"])
+    assert o["kind"] == "PodChaos" and o["spec"]["action"] == "pod-failure" and o["spec"]["mode"] == "one"
+    assert o["spec"]["duration"] == "60s" and o["spec"]["selector"]["namespaces"] == ["iot"]
+    with pytest.raises(Exception, match="cannot do pod-failure"):
+        spec("pod-failure", "litmus", {})
+
+
+class FakeCore:
+    """list_namespaced_pod of one pod whose image and Ready condition the test sets."""
+
+    def __init__(self):
+        self.image, self.ready = "monsoon/platform", True
+
+    def list_namespaced_pod(self, namespace, label_selector=None, **kw):
+        from types import SimpleNamespace as NS
+        cs = NS(name="platform", image=self.image, restart_count=1,
+                state=NS(running=NS() if self.ready else None, terminated=None,
+                         waiting=None if self.ready else NS(reason="CrashLoopBackOff")))
+        pod = NS(metadata=NS(uid="u1", name="platform-abc", deletion_timestamp=None),
+                 spec=NS(containers=[NS(name="platform", image=self.image)]),
+                 status=NS(conditions=[NS(type="Ready", status="True" if self.ready else "False")],
+                           container_statuses=[cs]))
+        return NS(items=[pod])
+
+
+def test_pod_failure_lands_on_the_pause_image_and_not_ready_and_heals_on_its_own_image_ready():
+    api, clock, core = FakeCustomObjectsApi(), FakeClock(), FakeCore()
+    be = polled_backend("chaos-mesh", api, clock)
+    be._core = core
+    api.controller = lambda a, k, o: o.update(status={"conditions": [{"type": "AllInjected", "status": "True"}]})
+    h = be.inject(spec("pod-failure", "chaos-mesh", {"landing_timeout": 10}), FaultContext(run_id="r1"))
+    assert h.data["pods_before"]["u1"]["images"] == {"platform": "monsoon/platform"}
+    land = be.verify(h)                      # the image is still its own: not landed by the bound
+    assert land.landed is False and "no selected pod ran another image" in land.evidence["not_landed"]
+    core.image, core.ready = "registry.k8s.io/pause:3.6", False
+    land = be.verify(h)
+    assert land.landed is True and land.evidence["failed_uids"] == ["u1"] and land.evidence["method"] == "api+pod-image"
+    assert land.evidence["pods"]["u1"]["containers"]["platform"]["state"] == "waiting: CrashLoopBackOff"
+    be.heal(h)
+    healed = be.verify(h)                    # the object is gone, but the pod still runs the pause image
+    assert healed.landed is False and "not back on its own image" in healed.evidence["not_healed"]
+    core.image, core.ready = "monsoon/platform", True
+    healed = be.verify(h)
+    assert healed.landed is True and healed.evidence["images_back"] is True and healed.evidence["present"] is False
