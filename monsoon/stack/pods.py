@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
+import pytest
+
 from monsoon import settings
 from monsoon.spec.stack import SERVICE_POD_LABEL, ReadySpec
 from monsoon.stack import cluster, dockerd
@@ -531,22 +533,72 @@ def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
                     os.environ[k] = v
 
 
-def cluster_for_session(config: Any, namespaces: tuple[str, ...] = ()) -> Cluster:
-    """:func:`cluster_for_stacks` held for a whole pytest session (``config``: pytest's Config): the first test
-    module that asks starts the cluster (unless it runs), the session's end stops it (if it was started here),
-    later modules add their ``namespaces``. Raises :class:`ClusterUnavailable` (the same line each time)."""
-    held = getattr(config, "_monsoon_k8s_session", None)
-    if held is None:
-        cm = cluster_for_stacks(namespaces)
+SESSION_ENV = ("KUBECONFIG", "MONSOON_KUBE_NAMESPACES")
+
+
+class _SessionCluster:
+    """The cluster a pytest session holds (one per session, on its Config): started by the first test module that
+    asks, released after the last test that needs it (:meth:`pytest_runtest_teardown`), started again if a later
+    module asks again."""
+
+    def __init__(self) -> None:
+        self.cm: Any = None
+        self.held: Cluster | ClusterUnavailable | None = None
+        self.saved: dict[str, str | None] = {}
+
+    def acquire(self, namespaces: tuple[str, ...]) -> Cluster:
+        if self.held is None:
+            self.saved = {k: os.environ.get(k) for k in SESSION_ENV}
+            cm = cluster_for_stacks(namespaces)
+            try:
+                self.held, self.cm = cm.__enter__(), cm
+            except ClusterUnavailable as e:
+                self.held = e
+        if isinstance(self.held, ClusterUnavailable):
+            raise self.held
+        have = [x.strip() for x in (settings.env("MONSOON_KUBE_NAMESPACES") or "").split(",") if x.strip()]
+        os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+        return self.held
+
+    def release(self) -> None:
+        """Stop the cluster if this session started it, and put KUBECONFIG and MONSOON_KUBE_NAMESPACES back."""
+        cm, self.cm, self.held, saved, self.saved = self.cm, None, None, self.saved, {}
         try:
-            held = (cm, cm.__enter__())
-        except ClusterUnavailable as e:
-            held = (None, e)
-        else:
-            config.add_cleanup(lambda: cm.__exit__(None, None, None))
-        config._monsoon_k8s_session = held
-    if isinstance(held[1], ClusterUnavailable):
-        raise held[1]
-    have = [x.strip() for x in (settings.env("MONSOON_KUBE_NAMESPACES") or "").split(",") if x.strip()]
-    os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
-    return held[1]
+            if cm is not None:
+                cm.__exit__(None, None, None)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    @staticmethod
+    def needs(item: Any) -> bool:
+        return item.get_closest_marker("kubernetes") is not None
+
+    # trylast: after pytest's own teardown, which tears the module's fixtures down when the module ends
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: Any, nextitem: Any) -> None:
+        """After a test's teardown (its module's fixtures included when the module ends): release the cluster
+        unless the next test is of the same module or carries the ``kubernetes`` marker."""
+        if self.held is None:
+            return
+        if nextitem is None or (nextitem.path != item.path and not self.needs(nextitem)):
+            self.release()
+
+    def pytest_unconfigure(self, config: Any) -> None:
+        self.release()
+
+
+def cluster_for_session(config: Any, namespaces: tuple[str, ...] = ()) -> Cluster:
+    """:func:`cluster_for_stacks` held by a pytest session (``config``: pytest's Config): the first test module
+    that asks starts the cluster (unless it runs); it is stopped (if it was started here) and the environment put
+    back right after the last test that needs it, the last one of a run of modules marked ``kubernetes``; a
+    module asking later starts it again. Later modules add their ``namespaces``. Raises
+    :class:`ClusterUnavailable` (the same line each time)."""
+    sc = getattr(config, "_monsoon_k8s_session", None)
+    if sc is None:
+        sc = config._monsoon_k8s_session = _SessionCluster()
+        config.pluginmanager.register(sc, "monsoon-k8s-session")
+    return sc.acquire(namespaces)

@@ -1,8 +1,9 @@
 """monsoon's single-node Kubernetes cluster for real (make k8s; monsoon cluster up|down): the node gets Ready, a
 Deployment's pod runs and comes back with a new UID when deleted, a pod over its 32Mi limit is OOMKilled (exit 137),
 Chaos Mesh's controller kills a pod for a PodChaos that monsoon's chaos-mesh backend creates and heals. One cluster
-for the whole pytest session (shared with test_kubernetes_story.py, whose last tests take it down and check that
-down leaves nothing behind)."""
+for this module and test_kubernetes_story.py, which runs right after it (the name keeps them adjacent: the session
+stops the cluster after the last test marked kubernetes in a row, and test_kubernetes_story.py's last tests take it
+down and check that down leaves nothing behind)."""
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from monsoon.spec.fault import FaultSpec
 from monsoon.stack import cluster
 from monsoon.stack.pods import ClusterUnavailable, cluster_for_session
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
 NS = "monsoon-it"
 

@@ -1,8 +1,9 @@
-"""Unit tests run with no cluster configured, whatever ran before them in the same session.
+"""Unit tests run with no cluster configured, whatever ran before them in the same session and whatever the shell
+exports.
 
-`make test` runs `pytest tests`: the integration modules first, and the Kubernetes ones hold monsoon's cluster for
-the whole session (`pods.cluster_for_session`), with KUBECONFIG and MONSOON_KUBE_NAMESPACES pointed at it until the
-session ends. A unit test that needs either sets it itself."""
+The Kubernetes integration modules point KUBECONFIG and MONSOON_KUBE_NAMESPACES at monsoon's cluster while they
+run (`pods.cluster_for_session`) and put them back after the last of them; a KUBECONFIG in the user's shell would
+still reach a unit test that reads it. A unit test that needs either sets it itself."""
 import pytest
 
 

@@ -229,3 +229,66 @@ def test_heal_all_on_a_cluster_without_litmus_finds_nothing_of_it_and_does_not_f
     be._api = Broken()
     with pytest.raises(ApiException):                # anything else still says so
         be.census("r1")
+
+
+# ------------------------------------------------------------------ the session's cluster: released after its last user
+
+SESSION_CONFTEST = '''
+import contextlib, os
+import pytest
+from monsoon.stack import pods
+
+LOG = []
+
+@contextlib.contextmanager
+def fake_cluster(namespaces):
+    saved = os.environ.get("KUBECONFIG")
+    LOG.append("up")
+    os.environ["KUBECONFIG"] = "/fake/kubeconfig"
+    try:
+        yield "cluster"
+    finally:
+        LOG.append("down")
+        if saved is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = saved
+
+pods.cluster_for_stacks = fake_cluster
+
+@pytest.fixture(scope="module")
+def kube(request):
+    c = pods.cluster_for_session(request.config, ("ns-" + request.module.__name__[-1],))
+    yield c
+    LOG.append("module-teardown:" + request.module.__name__)   # while the cluster still runs
+'''
+
+
+def test_the_session_cluster_stops_after_the_last_test_that_needs_it_and_gives_the_env_back(pytester, monkeypatch):
+    """Two marked modules in a row share one cluster; the unmarked module after them runs without it (the
+    environment put back); a marked module later starts it again; the session's end stops that one."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("MONSOON_KUBE_NAMESPACES", raising=False)
+    pytester.makeconftest(SESSION_CONFTEST)
+    marked = '''
+import os, pytest
+from conftest import LOG
+pytestmark = pytest.mark.kubernetes
+def test_one(kube):
+    LOG.append("test:" + __name__)
+    assert os.environ["KUBECONFIG"] == "/fake/kubeconfig"
+def test_two(kube):
+    assert LOG[0] == "up" and LOG.count("up") - LOG.count("down") == 1
+'''
+    pytester.makepyfile(test_a=marked, test_b=marked, test_d=marked, test_c='''
+import os
+from conftest import LOG
+def test_without(request):
+    assert "KUBECONFIG" not in os.environ and "MONSOON_KUBE_NAMESPACES" not in os.environ
+    assert LOG == ["up", "test:test_a", "module-teardown:test_a", "test:test_b", "module-teardown:test_b", "down"]
+''', test_e='''
+from conftest import LOG
+def test_last():
+    assert LOG[-3:] == ["test:test_d", "module-teardown:test_d", "down"]
+''')
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=8)
