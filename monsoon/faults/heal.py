@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend, cluster_configured
+from monsoon.faults.litmus import LitmusBackend
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
 from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
@@ -108,7 +109,8 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
     notes: list[str] = []
     apis = list(dict.fromkeys([*toxiproxy_apis, *_toxiproxy_apis_of_runs()]))
     tox = [ToxiproxyBackend(a) for a in apis]
-    kube = [KubeBackend(f, kube_namespaces()) for f in ("chaos-mesh", "litmus")] if cluster_configured() else []
+    kube = [KubeBackend("chaos-mesh", kube_namespaces()), LitmusBackend(kube_namespaces())] \
+        if cluster_configured() else []
     if kube and not kube_namespaces():
         notes.append(f"a Kubernetes cluster is configured but {KUBE_NAMESPACES_ENV} is empty: "
                      "no Kubernetes object was looked for")

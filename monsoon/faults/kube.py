@@ -53,6 +53,7 @@ import yaml
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
 from monsoon.stack.cluster import Cluster
+from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
 from monsoon.stack.pods import kubeconfig_path
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 from monsoon.timeline.views import KILL_KINDS
@@ -213,7 +214,9 @@ def _env(d: dict[str, Any]) -> list[dict]:
 
 
 def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[str], *,
-                  service_account: str = "litmus-admin", app_kind: str = "deployment") -> list[dict]:
+                  service_account: str | None = None, app_kind: str = "deployment") -> list[dict]:
+    """The ChaosEngine; its ``chaosServiceAccount`` is named as the engine unless given (faults/litmus.py makes
+    that ServiceAccount, its Role and the ChaosExperiment)."""
     check_namespace(fault, allowed_namespaces)
     p, k, sch = fault.params, fault.target.kube, fault.schedule
     env: dict[str, Any] = {"TOTAL_CHAOS_DURATION": _whole_seconds(sch.duration)}
@@ -232,13 +235,17 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
     if k.container:
         env["TARGET_CONTAINER"] = k.container
     group, version = LITMUS
-    return [{"apiVersion": f"{group}/{version}", "kind": "ChaosEngine", "metadata": _meta(fault, run_id, exp),
+    meta = _meta(fault, run_id, exp)
+    return [{"apiVersion": f"{group}/{version}", "kind": "ChaosEngine", "metadata": meta,
              # components.runner and experiments[].spec.rank: required by the operator's generated CRD
-             # (config/crd/bases); the empty/zero values are what the operator assumes when they are absent
+             # (config/crd/bases). The runner: the image tools/build-litmus made (no registry: IfNotPresent), the
+             # run's label on its pod (the experiment's Job gets the engine's labels); the Job deleted when done
              "spec": {"engineState": "active",
                       "appinfo": {"appns": k.namespace, "applabel": k.selector_string(), "appkind": app_kind},
-                      "chaosServiceAccount": service_account,
-                      "components": {"runner": {}},
+                      "chaosServiceAccount": service_account or meta["name"],
+                      "jobCleanUpPolicy": "delete",
+                      "components": {"runner": {"image": LITMUS_RUNNER_IMAGE, "imagePullPolicy": "IfNotPresent",
+                                                "runnerLabels": {RUN_LABEL: run_id}}},
                       "experiments": [{"name": exp, "spec": {"rank": 0, "components": {"env": _env(env)}}}]}}]
 
 

@@ -14,6 +14,7 @@ from monsoon import settings
 from monsoon.faults.base import FaultBackend, FaultError
 from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, kernel_refusal, local_cluster, one_window, render, to_yaml
+from monsoon.faults.litmus import LitmusBackend
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.toxiproxy import ToxiproxyBackend
 from monsoon.spec.base import _resolve
@@ -132,7 +133,8 @@ def build_backends(faults: list[FaultSpec], stack: Any, run_dir: Path) -> dict[s
         elif name == "cgroup":
             out[name] = CgroupBackend(stack=stack)
         else:
-            out[name] = KubeBackend(name, _allowed(None, stack), out_dir=run_dir)
+            out[name] = (LitmusBackend(_allowed(None, stack), out_dir=run_dir) if name == "litmus"
+                         else KubeBackend(name, _allowed(None, stack), out_dir=run_dir))
     return out
 
 

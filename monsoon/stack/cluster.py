@@ -68,8 +68,8 @@ HOST_PATHS = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/c
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 SUN_PATH_MAX = 107
 # stop order: kubelet first (it would restart containers), the API server and etcd last
-DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "kube-controller-manager", "kube-scheduler",
-           "kube-apiserver", "etcd")
+DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "chaos-operator", "kube-controller-manager",
+           "kube-scheduler", "kube-apiserver", "etcd")    # chaos-operator: Litmus's (monsoon.stack.litmus starts it)
 
 
 class ClusterError(RuntimeError):

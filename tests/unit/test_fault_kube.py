@@ -131,7 +131,10 @@ def test_long_fault_names_give_valid_distinct_labels_and_names():
 def test_litmus_engine_has_what_its_crd_requires_and_whole_seconds():
     f = FaultSpec(name="k", kind="pod-kill", target=SEL, backend="litmus", schedule={"duration": 0.5})
     (o,) = render(f, "r", ["iot"])
-    assert o["spec"]["components"] == {"runner": {}} and o["spec"]["experiments"][0]["spec"]["rank"] == 0
+    assert o["spec"]["components"] == {"runner": {"image": "monsoon.local/litmus-runner:3.18.0",
+                                                  "imagePullPolicy": "IfNotPresent",
+                                                  "runnerLabels": {"monsoon.io/run-id": "r"}}}
+    assert o["spec"]["experiments"][0]["spec"]["rank"] == 0 and o["spec"]["jobCleanUpPolicy"] == "delete"
     env = {x["name"]: x["value"] for x in o["spec"]["experiments"][0]["spec"]["components"]["env"]}
     assert env["TOTAL_CHAOS_DURATION"] == "1" and env["CHAOS_INTERVAL"] == "1"   # not "0": no chaos at all
 

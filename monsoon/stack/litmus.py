@@ -1,0 +1,124 @@
+"""Litmus on monsoon's cluster: its CRDs, the runner and experiment images, and its chaos-operator, run out of
+cluster inside the cluster's network namespace (``WATCH_NAMESPACE=""``, ``ANALYTICS=FALSE``, the cluster's admin
+kubeconfig) the way Chaos Mesh's controller runs (:mod:`monsoon.stack.cluster`), and stopped with the cluster
+(``cluster.DAEMONS`` names it).
+
+What it runs is built by ``tools/build-litmus`` from clones of Litmus's three public repositories at
+:data:`VERSION` into ``<cache>/litmus/<VERSION>/`` (the module proxy refuses Litmus's own modules)::
+
+    bin/chaos-operator bin/chaos-runner bin/experiments   crds/litmus.yaml
+    images/chaos-runner.tar (RUNNER_IMAGE)   images/litmus-go.tar (EXPERIMENT_IMAGE)
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from monsoon.paths import CACHE
+from monsoon.stack import cluster
+
+VERSION = "3.18.0"
+RUNNER_IMAGE = f"monsoon.local/litmus-runner:{VERSION}"
+EXPERIMENT_IMAGE = f"monsoon.local/litmus-go:{VERSION}"
+OPERATOR = "chaos-operator"
+PROBE_PORT = 18081          # the operator's health probe, inside the cluster's namespace
+METRICS_PORT = 18080
+CLONES_HINT = (f"run tools/build-litmus with clones of github.com/litmuschaos/chaos-operator, chaos-runner and "
+               f"litmus-go at {VERSION} (git clone --branch {VERSION} --depth 1 https://github.com/litmuschaos/<repo>)")
+
+
+def home() -> Path:
+    """``<cache>/litmus/<VERSION>``: what ``tools/build-litmus`` built."""
+    return Path(CACHE) / "litmus" / VERSION
+
+
+def missing(h: Path | None = None) -> list[str]:
+    """One line per piece ``tools/build-litmus`` has not built (empty: all there)."""
+    h = h or home()
+    return [f"{rel}: not built ({h / rel})" for rel in
+            ("bin/chaos-operator", "bin/chaos-runner", "bin/experiments", "crds/litmus.yaml",
+             "images/chaos-runner.tar", "images/litmus-go.tar")
+            if not (h / rel).is_file()]
+
+
+def skip_reason() -> str | None:
+    """Why the Litmus scenarios cannot run here (one line), or None."""
+    why = cluster.skip_reason(chaos_mesh=True)
+    if why:
+        return why
+    miss = missing()
+    return f"Litmus {VERSION} is not built ({miss[0]}): {CLONES_HINT}" if miss else None
+
+
+def running(c: cluster.Cluster | None = None) -> bool:
+    c = c or cluster.Cluster()
+    return cluster._pid(c.dir, OPERATOR) is not None
+
+
+def operator_argv(c: cluster.Cluster, h: Path) -> tuple[list[str], dict[str, str]]:
+    kc = str(c.kubeconfig_inside)
+    return ([str(h / "bin" / OPERATOR), f"-kubeconfig={kc}", f"-metrics-bind-address=127.0.0.1:{METRICS_PORT}",
+             f"-health-probe-bind-address=127.0.0.1:{PROBE_PORT}"],
+            {"WATCH_NAMESPACE": "", "ANALYTICS": "FALSE", "KUBECONFIG": kc, "OPERATOR_NAME": OPERATOR})
+
+
+def install_crds(c: cluster.Cluster, h: Path) -> list[str]:
+    """Create Litmus's CRDs (already there: fine) and wait until each is Established; their names."""
+    api = c.api()
+    names = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for doc in yaml.load_all((h / "crds" / "litmus.yaml").read_text(), Loader=loader):
+        if not doc or doc.get("kind") != "CustomResourceDefinition":
+            continue
+        code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, timeout=30)
+        if code not in (201, 409):
+            raise cluster.ClusterError(f"Litmus CRD {doc['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
+        names.append(doc["metadata"]["name"])
+
+    def established() -> bool:
+        for n in names:
+            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}") or {}
+            if not any(x.get("type") == "Established" and x.get("status") == "True"
+                       for x in (crd.get("status") or {}).get("conditions") or []):
+                return False
+        return True
+    cluster._wait("Litmus CRDs (Established)", established, 30, c.dir, None)
+    return names
+
+
+def start(say: Callable[[str], None] = lambda s: None) -> bool:
+    """Add Litmus to the running cluster: CRDs, the two images, the operator. False when it already ran."""
+    h = home()
+    miss = missing(h)
+    if miss:
+        raise cluster.ClusterError(f"Litmus {VERSION} is not built ({miss[0]}): {CLONES_HINT}")
+    c = cluster.Cluster()
+    if not cluster.running(c):
+        raise cluster.ClusterError("the monsoon cluster is not running (monsoon cluster up)")
+    with cluster._locked(c.dir):
+        if running(c):
+            return False
+        t0 = time.monotonic()
+        names = install_crds(c, h)
+        for tar in ("chaos-runner.tar", "litmus-go.tar"):
+            c.import_archive(h / "images" / tar)
+        argv, extra = operator_argv(c, h)
+        pid = cluster._spawn(c.dir, OPERATOR, argv, extra)
+        cluster._wait("Litmus chaos-operator", lambda: cluster._http_inside(PROBE_PORT, "/healthz", b" 200 "),
+                      60, c.dir, OPERATOR, pid)
+        say(f"Litmus {VERSION}: {len(names)} CRDs, 2 images and chaos-operator in {time.monotonic() - t0:.1f}s")
+    return True
+
+
+def stop() -> bool:
+    """Stop the operator (the cluster's down stops it too). True when it ran."""
+    c = cluster.Cluster()
+    pid = cluster._pid(c.dir, OPERATOR)
+    if pid is None:
+        return False
+    cluster._kill(pid, 10.0)
+    (c.dir / "pids" / f"{OPERATOR}.pid").unlink(missing_ok=True)
+    return True
