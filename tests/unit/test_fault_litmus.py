@@ -1,0 +1,63 @@
+"""Litmus's objects besides the ChaosEngine: the engine's ServiceAccount/Role/RoleBinding, the pod-delete
+ChaosExperiment on the image tools/build-litmus makes, and the one-line refusal of kinds without an experiment."""
+import pytest
+
+from monsoon.faults.base import FaultContext, FaultError
+from monsoon.faults.kube import render
+from monsoon.faults.litmus import LitmusBackend, pod_delete_experiment, rbac, refusal
+from monsoon.spec.fault import FaultSpec
+from monsoon.stack import litmus
+from monsoon.stack.reaper import RUN_LABEL
+
+SEL = {"namespace": "iot", "labelSelector": {"monsoon.io/service": "platform"}}
+
+
+def spec(kind, params=None):
+    return FaultSpec(name=f"{kind}-x", kind=kind, target=SEL, backend="litmus", params=params or {},
+                     schedule={"at": 5, "duration": 5})
+
+
+def test_the_engine_runs_as_its_own_service_account_bound_to_a_namespaced_role():
+    (engine,) = render(spec("pod-kill"), "run-3", ["iot"])
+    sa_name = engine["spec"]["chaosServiceAccount"]
+    assert sa_name == engine["metadata"]["name"]
+    sa, role, binding = rbac(sa_name, "iot", "run-3")
+    assert [o["kind"] for o in (sa, role, binding)] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert all(o["metadata"]["namespace"] == "iot" and o["metadata"]["labels"][RUN_LABEL] == "run-3"
+               for o in (sa, role, binding))
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa_name}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa_name, "namespace": "iot"}]
+    deletes = [r for r in role["rules"] if "pods" in r["resources"]]
+    assert deletes and "delete" in deletes[0]["verbs"]
+
+
+def test_pod_delete_experiment_runs_the_built_image_without_pulling():
+    x = pod_delete_experiment("iot", "run-3")
+    d = x["spec"]["definition"]
+    assert (x["kind"], x["metadata"]["name"]) == ("ChaosExperiment", "pod-delete")
+    assert d["image"] == litmus.EXPERIMENT_IMAGE and d["imagePullPolicy"] == "IfNotPresent"
+    assert d["command"] == ["/usr/local/bin/experiments"] and d["args"] == ["-name", "pod-delete"]
+    # the runner adds chaosUID to these labels (it panics on none) and copies them onto the Job
+    assert d["labels"]["name"] == "pod-delete" and d["labels"][RUN_LABEL] == "run-3"
+
+
+def test_kinds_without_a_built_experiment_are_refused_in_one_line():
+    assert refusal(spec("pod-kill")) is None
+    why = refusal(spec("memory-pressure", {"hog_mb": 64}))
+    assert why and "helper image" in why and "\n" not in why
+    with pytest.raises(FaultError, match="only pod-delete"):
+        LitmusBackend(["iot"], apply=False).inject(spec("network-latency", {"latency_ms": 50}),
+                                                   FaultContext(run_id="r"))
+
+
+def test_dry_run_writes_the_engine_alone(tmp_path):
+    be = LitmusBackend(["iot"], out_dir=tmp_path, apply=False)
+    h = be.inject(spec("pod-kill"), FaultContext(run_id="r9"))
+    assert be.verify(h).landed is None and h.data["dry_run"] and "extras" not in h.data
+
+
+def test_skip_reason_names_the_build_when_it_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(litmus, "home", lambda: tmp_path)
+    monkeypatch.setattr(litmus.cluster, "skip_reason", lambda chaos_mesh=False: None)
+    why = litmus.skip_reason()
+    assert why and "tools/build-litmus" in why and "3.18.0" in why and "\n" not in why
