@@ -13,7 +13,11 @@ the bench runs during a measured phase):
    ``paho`` (a plain paho-mqtt 2.2 client in a subprocess publishing QoS1 as fast as it can,
    large ``max_inflight``, until every PUBACK; measured by ``getrusage`` around connect +
    publish + acks, so interpreter start-up does not count) and ``monsoon_python`` (the
-   Python :class:`~monsoon.load.mqtt.MqttFleet`, same measure). ``ratio`` = monsoon / paho (goal <= 0.1),
+   Python :class:`~monsoon.load.mqtt.MqttFleet`, same measure), and ``locust`` (a load tool users run
+   themselves: Locust's own MQTT user, ``--devices`` users as fast as they go, in its own virtualenv
+   installed into the cache on first use; its CPU is a ``--peer-long`` run's minus a ``--peer-short``
+   run's, so start-up does not count; ``ratio_locust`` = monsoon / locust; ``--skip-peer`` leaves it out).
+   ``ratio`` = monsoon / paho (goal <= 0.1),
    ``monsoon`` itself goal <= 2 us; ``msgs_per_write`` says how many publishes each write carried.
 2. **Connections held**: ``--connections`` devices (default 50,000) over several worker
    processes (``--shard``; a 20,000 open-file hard limit per process) and source addresses
@@ -64,6 +68,7 @@ from monsoon.load.payloads import Payload
 from monsoon.load.shapes import Steady
 from monsoon.load.stats import machine_cpus
 from monsoon.stack.provision import Device
+from monsoon.selftest.peer import LOCUST_VERSION, PeerUnavailable, measure_locust
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -320,6 +325,20 @@ def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path, binary: Path |
         r.update(sinks.usage(m0))
         out["monsoon_python"] = r
         log(f"  -> {r}")
+    # a load tool users run themselves: Locust's MQTT user (its own virtualenv in the cache)
+    if not a.skip_peer:
+        log(f"cpu: locust {LOCUST_VERSION} MqttUser, {a.devices} users as fast as they go "
+            f"(CPU of a {a.peer_long}s run minus a {a.peer_short}s run)")
+        m0 = sinks.mark()
+        try:
+            r = measure_locust(sinks.port, users=a.devices, short_s=a.peer_short, long_s=a.peer_long, log=log)
+            r["elapsed_s"] = r["seconds"]
+            r.update(sinks.usage(m0))
+            out["locust"] = r
+            log(f"  -> {r}")
+        except PeerUnavailable as e:
+            out["locust"] = {"unavailable": str(e)}
+            log(f"  -> locust unavailable: {e}")
     return out
 
 
@@ -412,6 +431,7 @@ def cpu_ratios(us: dict) -> dict:
     def r(a: str, b: str) -> float | None:
         return round(us[a] / us[b], 4) if us.get(a) and us.get(b) else None
     return {"ratio": r("monsoon", "paho"), "ratio_python": r("monsoon_python", "paho"),
+            "ratio_locust": r("monsoon", "locust"),
             "ratio_floor": r("monsoon", "floor"), "ratio_unbatched_floor": r("monsoon_unbatched", "floor_unbatched"),
             "batching_gain": r("monsoon_unbatched", "monsoon")}
 
@@ -433,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-ms", type=float, default=None,
                     help="the native engine's batching tick in ms (default: the engine's, 5; 0 = a write per wake-up)")
     ap.add_argument("--skip-python", action="store_true", help="no monsoon_python column")
+    ap.add_argument("--skip-peer", action="store_true",
+                    help="no locust column (Locust's MQTT user; installed on first use into the cache, ~60 s)")
+    ap.add_argument("--peer-short", type=int, help="seconds of the shorter locust run (5)")
+    ap.add_argument("--peer-long", type=int, help="seconds of the longer locust run (20)")
     ap.add_argument("--skip-unbatched", action="store_true",
                     help="no monsoon_unbatched column (the engine with batch_ms 0) nor its floor")
     ap.add_argument("--connections", type=int, help="connections to hold (50000)")
@@ -476,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         a.keepalive = 20 if a.keepalive == 60 else a.keepalive
     a.cpu_duration = a.cpu_duration or (3.0 if q else 10.0)
     a.paho_messages = a.paho_messages or (30_000 if q else 200_000)
+    a.peer_short = a.peer_short or (3 if q else 5)
+    a.peer_long = a.peer_long or (8 if q else 20)
     a.connections = a.connections or (2_000 if q else 50_000)
     a.hold = a.hold or (5.0 if q else 60.0)
     a.pacing_duration = a.pacing_duration or (5.0 if q else 60.0)
@@ -495,13 +521,13 @@ def main(argv: list[str] | None = None) -> int:
             if "cpu" in phases:
                 cpu = phase_cpu(a, sinks, workdir, binary)
                 us = {k: per_msg(cpu.get(k)) for k in ("monsoon", "monsoon_unbatched", "floor", "floor_unbatched",
-                                                       "paho", "monsoon_python")}
+                                                       "paho", "monsoon_python", "locust")}
                 result["cpu_us_per_msg"] = {**us, **cpu_ratios(us)}
                 result["msgs_per_write"] = {k: (cpu[k].get("msgs_per_write") if k.startswith("monsoon")
                                                 else cpu[k].get("batch"))
                                             for k in ("monsoon", "monsoon_unbatched", "floor", "floor_unbatched")
                                             if k in cpu}
-                result["msgs_per_s"] = {k: rate(cpu.get(k)) for k in ("monsoon", "paho", "monsoon_python")}
+                result["msgs_per_s"] = {k: rate(cpu.get(k)) for k in ("monsoon", "paho", "monsoon_python", "locust")}
                 result["cpu_runs"] = cpu
             if "connections" in phases:
                 # a sink process holds < 20,000 sockets, and SO_REUSEPORT spreads connections by hash,
@@ -533,11 +559,9 @@ def main(argv: list[str] | None = None) -> int:
                                   if result.get("cpu_runs", {}).get("monsoon", {}).get("acked") else None)}
         finally:
             sinks.close()
-    result["third_party"] = ("not measured: ThingsBoard's performance-tests is built around a running ThingsBoard (its devices via "
-                             "ThingsBoard's REST API; not tried against an ack-only sink), emqtt-bench is "
-                             "Erlang (on no registry reachable here), and the Go module proxy refuses "
-                             "github.com/krylovsk/mqtt-benchmark (403); the baselines are the paho-mqtt client "
-                             "and the physical floor")
+    result["third_party"] = (result.get("cpu_runs", {}).get("locust", {}).get("tool")
+                             or result.get("cpu_runs", {}).get("locust", {}).get("unavailable")
+                             or "not measured (--skip-peer)")
     goals = {}
     if "cpu_us_per_msg" in result and result["cpu_us_per_msg"]["ratio"] is not None:
         goals["ratio<=0.1"] = result["cpu_us_per_msg"]["ratio"] <= 0.1
