@@ -17,12 +17,13 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 @hookspec
 def pytest_monsoon_add_checks(register) -> None:
-    """Add checks of your own, once, when monsoon's plugin is configured.
+    """Add checks of your own, once per session, when a test first asks for the ``monsoon`` fixture.
 
     ``register(name, fn)``: ``fn(run: monsoon.checks.base.RunData, **params) -> monsoon.checks.base.Verdict``,
     a pure function of the saved run directory like every built-in check. Experiments then name it under
     ``checks:``; its parameters are validated from ``fn``'s signature. A name that is already taken is an
-    error. (``monsoon analyze`` outside pytest knows only the built-in checks.)"""
+    error. The check lives in the session's registry (``session.checks``), not in the process: two sessions
+    do not see each other's. (``monsoon analyze`` outside pytest knows only the built-in checks.)"""
 
 
 @hookspec

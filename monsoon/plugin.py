@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
     """The session, built when a test first asks for it: the heavy imports happen here, and SIGTERM becomes
     an interrupt from now until pytest_unconfigure."""
-    from monsoon.checks.registry import register_check
+    from monsoon.checks.registry import CheckRegistry
     from monsoon.run.shield import sigterm_as_interrupt
     from monsoon.session import MonsoonSession
 
@@ -147,16 +147,17 @@ def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
     def on_result(result, session) -> None:
         config.pluginmanager.hook.pytest_monsoon_result(result=result, session=session)
 
+    checks = CheckRegistry()   # this session's: the built-in checks and those the hook registers
+    config.pluginmanager.hook.pytest_monsoon_add_checks(register=checks.register)
     session = MonsoonSession(profile=profile, run_id=config.getoption("--monsoon-run-id"), progress=progress,
                              dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
-                             on_result=on_result, force=config.getoption("--monsoon-force"))
+                             on_result=on_result, force=config.getoption("--monsoon-force"), checks=checks)
     session.no_history = config.getoption("--monsoon-no-history")
     config.stash[SESSION_KEY] = session
     if threading.current_thread() is threading.main_thread():
         before = signal.getsignal(signal.SIGTERM)
         config.stash[RESTORE].append(lambda: signal.signal(signal.SIGTERM, before))
     sigterm_as_interrupt("monsoon")
-    config.pluginmanager.hook.pytest_monsoon_add_checks(register=register_check)
     return session
 
 

@@ -1,8 +1,8 @@
 """A monsoon session: one run id, one run directory, many experiment results.
 
-The session is where a run is prepared: both specs validated (:func:`monsoon.run.validate.validate`),
-``base_rate: auto`` resolved to a calibrated x1 (calibrating first when there is no fresh calibration),
-and only then a :class:`~monsoon.run.experiment.RunContext` handed to the runner.
+Each run is planned once (:func:`monsoon.run.plan.plan_run`: both specs validated, faults and checks resolved
+against the session's check registry), x1 settled (:func:`monsoon.run.plan.settle_x1`: ``base_rate: auto``
+calibrated when needed), and only then the plan handed to the runner.
 """
 from __future__ import annotations
 
@@ -11,19 +11,17 @@ import threading
 from pathlib import Path
 from typing import Callable, TextIO
 
+from monsoon.checks.registry import CheckRegistry
 from monsoon.faults.resolve import describe
-from monsoon.load.shapes import check_shape
 from monsoon.observe.progress import Progress
 from monsoon import settings
 from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
 from monsoon.report.write import write as write_report
-from monsoon.run.calibrate import calibration_dir as default_calibration_dir, resolve_experiment, saved_capacity
 from monsoon.run.experiment import RunContext, run_experiment
-from monsoon.run.validate import validate
+from monsoon.run.plan import CalibrationFailed, RunPlan, plan_run, settle_x1
 from monsoon.rundir import RESULT_FILE, new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
-from monsoon.spec.yamlio import SpecError
 from monsoon.stack.ports import StackError
 from monsoon.stack.supervisor import Stack
 
@@ -31,50 +29,41 @@ from monsoon.stack.supervisor import Stack
 def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *, run_id: str,
             progress: Progress = lambda s: None, progress_every: float = 5.0, stop: threading.Event | None = None,
             dry_run: bool = False, calibration_dir: Path | None = None, live: TextIO | None = None,
-            faults: list | None = None) -> ExperimentResult:
-    """Validate, resolve ``base_rate: auto``, then run one experiment (``dry_run``: print what would be done,
-    start nothing). A bad spec raises SpecError before anything starts; a calibration that fails gives a
-    result with an error (verdict unknown). ``faults``: validate() already ran and gave these. See :func:`monsoon.run.experiment.run_experiment` for the rest."""
+            plan: RunPlan | None = None) -> ExperimentResult:
+    """Plan (unless ``plan`` is given: :func:`plan_run` already ran), settle x1, then run one experiment
+    (``dry_run``: print what would be done, start nothing). A bad spec raises SpecError before anything
+    starts; a calibration that fails gives a result with an error (verdict unknown). See
+    :func:`monsoon.run.experiment.run_experiment` for the rest."""
     out_dir = Path(out_dir)
-    if faults is None:
-        faults = validate(stack_spec, exp, profile)   # a bad fault, env or check fails here, before anything starts
-    base_rate = None
-    if exp.load.auto:   # base_rate: auto: x1 = base_fraction x the calibrated capacity (calibrates first if needed)
-        try:
-            exp, base_rate = resolve_experiment(stack_spec, exp, profile, out_dir, run_id=run_id, progress=progress,
-                                                stop=stop, dry_run=dry_run, cal_dir=calibration_dir)
-        except Exception as e:   # could not calibrate: the run did not run (verdict unknown)
-            result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, error=f"{type(e).__name__}: {e}")
-            progress(f"[{stack_spec.name}/{exp.name}] ERROR {result.error}")
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
-            return result
-        if exp.load.shape.kind == "python" and not dry_run:
-            try:   # its rates depend on the calibrated x1: sampled now, before anything starts
-                check_shape(exp.load.shape, exp.load.base_rate, exp.durations(profile), profile)
-            except ValueError as e:
-                raise SpecError(exp.source, None, "load.shape",
-                                f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
-    elif not dry_run:   # a fixed x1: its stack's saved capacity rides along when there is a usable calibration
-        base_rate = saved_capacity(stack_spec, exp.load.base_rate, profile=profile,
-                                   cal_dir=Path(calibration_dir) if calibration_dir is not None
-                                   else default_calibration_dir(out_dir.parent.parent))
+    if plan is None:
+        plan = plan_run(stack_spec, exp, profile)   # a bad fault, env or check fails here, before anything starts
+    try:
+        plan = settle_x1(plan, out_dir, run_id=run_id, progress=progress, stop=stop, dry_run=dry_run,
+                         cal_dir=calibration_dir)
+    except CalibrationFailed as e:   # could not calibrate: the run did not run (verdict unknown)
+        result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir,
+                                  error=f"{type(e.cause).__name__}: {e.cause}")
+        progress(f"[{stack_spec.name}/{exp.name}] ERROR {result.error}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+        return result
     if dry_run:
-        result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=base_rate)
-        result.dry_run = describe(stack_spec, exp, profile, faults, run_id)
-        if base_rate:
-            result.dry_run = result.dry_run.replace(f"x1 = {exp.load.base_rate:g} msg/s", base_rate["describe"])
+        result = ExperimentResult(plan.stack.name, plan.exp.name, profile, out_dir, base_rate=plan.base_rate)
+        result.dry_run = describe(plan.stack, plan.exp, profile, list(plan.faults), run_id)
+        if plan.base_rate:
+            result.dry_run = result.dry_run.replace(f"x1 = {plan.exp.load.base_rate:g} msg/s",
+                                                    plan.base_rate["describe"])
         progress(result.dry_run)
         return result
-    return run_experiment(RunContext(stack_spec, exp, profile, out_dir, run_id, faults=faults, base_rate=base_rate,
-                                     progress=progress, progress_every=progress_every,
+    return run_experiment(RunContext(plan, out_dir, run_id, progress=progress, progress_every=progress_every,
                                      stop=stop or threading.Event(), live=live))
 
 
 class MonsoonSession:
     def __init__(self, *, profile: str = "quick", runs_dir: Path | None = None, run_id: str | None = None,
                  progress: Callable[[str], None] = print, dry_run: bool = False, live: TextIO | None = None,
-                 on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None, force: bool = False):
+                 on_result: Callable[[ExperimentResult, "MonsoonSession"], None] | None = None, force: bool = False,
+                 checks: CheckRegistry | None = None):
         self.profile = profile
         self.runs_dir = settings.runs_dir(runs_dir)
         self.run_id = run_id or new_run_id()
@@ -86,6 +75,8 @@ class MonsoonSession:
         self.on_result = on_result   # sees each result before the report is written (pytest_monsoon_result)
         self.force = force           # lift the multiplier ceiling (--monsoon-force)
         self.interrupted: dict | None = None   # the signal that stopped the session: stack, experiment, signal, t
+        self.checks = checks if checks is not None else CheckRegistry()   # built-in + pytest_monsoon_add_checks
+        self.no_history = False      # --monsoon-no-history: results are not recorded in the run history
 
     @property
     def run_dir(self) -> Path:
@@ -95,9 +86,9 @@ class MonsoonSession:
         """Validate both specs, then run the experiment against a fresh stack. ``skip_unavailable``: a stack
         whose ``requires`` are missing (a part set-up cannot fetch, like ThingsBoard's jar) raises
         :class:`StackUnavailable` (a skip, in one line) instead of giving an ``unknown`` result."""
-        stack_spec = load_stack(stack)
-        exp = load_experiment(experiment)
-        faults = validate(stack_spec, exp, self.profile, force=self.force)   # fail before starting anything
+        plan = plan_run(load_stack(stack), load_experiment(experiment), self.profile, force=self.force,
+                        registry=self.checks)   # fail before starting anything
+        stack_spec, exp = plan.stack, plan.exp
         if skip_unavailable:
             try:
                 Stack(stack_spec, self.run_dir, run_id=self.run_id).preflight()
@@ -105,7 +96,7 @@ class MonsoonSession:
                 raise StackUnavailable(" ".join(str(e).split())) from None
         if self.dry_run:
             return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
-                           run_id=self.run_id, progress=self.progress, dry_run=True, faults=faults)
+                           run_id=self.run_id, progress=self.progress, dry_run=True, plan=plan)
         out = self.run_dir / f"{stack_spec.name}--{exp.name}"
         n = 2
         while out.exists():
@@ -116,7 +107,7 @@ class MonsoonSession:
         try:
             try:
                 result = run_one(stack_spec, exp, self.profile, out, run_id=self.run_id,
-                                 progress=self.progress, stop=self.stop, live=self.live, faults=faults)
+                                 progress=self.progress, stop=self.stop, live=self.live, plan=plan)
             except RunInterrupted as e:   # torn down already; its result (judged over what exists) is reported
                 self.interrupted = {"stack": stack_spec.name, "experiment": exp.name, **e.interruption}
                 self._add(e.result)

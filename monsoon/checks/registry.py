@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
 
 from monsoon.checks.base import RunData, UNKNOWN, Verdict
 from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
@@ -28,7 +29,7 @@ from monsoon.checks.torn import withhold
 from monsoon.timeline.store import Events
 
 
-CHECKS: dict[str, Callable[..., Verdict]] = {
+_BUILT_IN: dict[str, Callable[..., Verdict]] = {
     "lag_recovers_within": lag_recovers_within,
     "no_acked_loss": no_acked_loss,
     "no_duplicates": no_duplicates,
@@ -50,16 +51,77 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
     "serves_throughout": serves_throughout,
 }
 
+#: monsoon's own checks, read-only. A session's :class:`CheckRegistry` starts from these.
+CHECKS: Mapping[str, Callable[..., Verdict]] = MappingProxyType(_BUILT_IN)
 
-def register_check(name: str, fn: Callable[..., Verdict]) -> None:
-    """Add a check (the ``pytest_monsoon_add_checks`` hook): ``fn(run, **params) -> Verdict``."""
-    if not name.isidentifier():
-        raise ValueError(f"check name {name!r} must be an identifier")
-    if CHECKS.get(name, fn) is not fn:
-        raise ValueError(f"a check named {name!r} exists already")
-    if not callable(fn) or not list(inspect.signature(fn).parameters):
-        raise ValueError(f"check {name!r} must be a function of the run data: fn(run, **params) -> Verdict")
-    CHECKS[name] = fn
+
+class CheckRegistry:
+    """The checks one session (or one ``monsoon analyze``) knows: the built-in ones plus those registered on it.
+
+    Each pytest session builds its own and hands ``register`` to the ``pytest_monsoon_add_checks`` hook; the
+    plan of every run carries it, so validation and judging see the same checks and nothing is process-wide."""
+
+    def __init__(self, checks: Mapping[str, Callable[..., Verdict]] | None = None) -> None:
+        self._checks: dict[str, Callable[..., Verdict]] = dict(CHECKS if checks is None else checks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._checks
+
+    def __getitem__(self, name: str) -> Callable[..., Verdict]:
+        return self._checks[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._checks)
+
+    def register(self, name: str, fn: Callable[..., Verdict]) -> None:
+        """Add a check (the ``pytest_monsoon_add_checks`` hook's ``register``): ``fn(run, **params) -> Verdict``."""
+        if not name.isidentifier():
+            raise ValueError(f"check name {name!r} must be an identifier")
+        if self._checks.get(name, fn) is not fn:
+            raise ValueError(f"a check named {name!r} exists already")
+        if not callable(fn) or not list(inspect.signature(fn).parameters):
+            raise ValueError(f"check {name!r} must be a function of the run data: fn(run, **params) -> Verdict")
+        self._checks[name] = fn
+
+    def validate(self, name: str, params: dict[str, Any]) -> None:
+        """Raise ValueError naming what is wrong with a check reference."""
+        if name not in self._checks:
+            raise ValueError(f"unknown check {name!r} (known: {', '.join(self.names())})")
+        fn = self._checks[name]
+        sig = inspect.signature(fn)
+        accepted = [p for p in list(sig.parameters)[1:]]
+        for k, v in params.items():
+            if k not in accepted:
+                raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
+            default = sig.parameters[k].default
+            allowed = literal_values(fn, k)
+            if allowed is not None:
+                if v not in allowed:
+                    raise ValueError(f"check {name!r}: {k} must be one of {', '.join(map(str, allowed))}, got {v!r}")
+                continue
+            if isinstance(v, str) and (default is None or isinstance(default, str)):
+                continue  # a name, e.g. error_budget's phase
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"check {name!r}: {k} must be a number >= 0, got {v!r}")
+        for p in list(sig.parameters.values())[1:]:
+            if p.default is inspect.Parameter.empty and p.name not in params:
+                raise ValueError(f"check {name!r} needs parameter {p.name!r}")
+
+    def evaluate(self, run_dir: Path, checks: Iterable[tuple[str, dict[str, Any]]],
+                 events: Events | None = None) -> list[Verdict]:
+        """Every check's verdict on a saved run (``events``: its timeline, when already loaded with
+        :meth:`Events.load`).  A verdict that a torn file can overturn is ``unknown`` (:func:`withhold`)."""
+        run = RunData(run_dir, events)
+        out = []
+        for name, params in checks:
+            try:
+                out.append(withhold(run, name, self._checks[name](run, **params)))
+            except Exception as e:  # a broken check must not hide the others
+                out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
+        return out
+
+
+BUILT_IN = CheckRegistry()   # what runs outside a session (``monsoon analyze``, ``monsoon validate``) know
 
 
 def literal_values(fn: Callable, param: str) -> tuple | None:
@@ -72,37 +134,10 @@ def literal_values(fn: Callable, param: str) -> tuple | None:
 
 
 def validate_check(name: str, params: dict[str, Any]) -> None:
-    """Raise ValueError naming what is wrong with a check reference."""
-    if name not in CHECKS:
-        raise ValueError(f"unknown check {name!r} (known: {', '.join(sorted(CHECKS))})")
-    sig = inspect.signature(CHECKS[name])
-    accepted = [p for p in list(sig.parameters)[1:]]
-    for k, v in params.items():
-        if k not in accepted:
-            raise ValueError(f"check {name!r} has no parameter {k!r} (accepts: {', '.join(accepted) or 'none'})")
-        default = sig.parameters[k].default
-        allowed = literal_values(CHECKS[name], k)
-        if allowed is not None:
-            if v not in allowed:
-                raise ValueError(f"check {name!r}: {k} must be one of {', '.join(map(str, allowed))}, got {v!r}")
-            continue
-        if isinstance(v, str) and (default is None or isinstance(default, str)):
-            continue  # a name, e.g. error_budget's phase
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"check {name!r}: {k} must be a number >= 0, got {v!r}")
-    for p in list(sig.parameters.values())[1:]:
-        if p.default is inspect.Parameter.empty and p.name not in params:
-            raise ValueError(f"check {name!r} needs parameter {p.name!r}")
+    """Raise ValueError naming what is wrong with a reference to a built-in check."""
+    BUILT_IN.validate(name, params)
 
 
-def evaluate(run_dir: Path, checks: list[tuple[str, dict[str, Any]]], events: Events | None = None) -> list[Verdict]:
-    """Every check's verdict on a saved run (``events``: its timeline, when already loaded with
-    :meth:`Events.load`).  A verdict that a torn file can overturn is ``unknown`` (:func:`withhold`)."""
-    run = RunData(run_dir, events)
-    out = []
-    for name, params in checks:
-        try:
-            out.append(withhold(run, name, CHECKS[name](run, **params)))
-        except Exception as e:  # a broken check must not hide the others
-            out.append(Verdict(name, UNKNOWN, {}, f"check crashed: {type(e).__name__}: {e}"))
-    return out
+def evaluate(run_dir: Path, checks: Iterable[tuple[str, dict[str, Any]]], events: Events | None = None) -> list[Verdict]:
+    """The built-in checks' verdicts on a saved run (:meth:`CheckRegistry.evaluate`)."""
+    return BUILT_IN.evaluate(run_dir, checks, events)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from monsoon.checks.registry import evaluate
 from monsoon.faults.base import FaultContext
 from monsoon.faults.plan import FaultPlan
 from monsoon.faults.resolve import build_backends
@@ -26,13 +25,11 @@ from monsoon.observe.storage import storage_services, stored_source
 from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.run.drain import Drain
-from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict, experiment_shape
+from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict
+from monsoon.run.plan import RunPlan
 from monsoon.run.shield import FinishFirst, TeardownShield
 from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.signals import signal_of
-from monsoon.spec.experiment import ExperimentSpec
-from monsoon.spec.fault import FaultSpec
-from monsoon.spec.stack import StackSpec
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.columnar import fresh, parts_dir, write_rows
 from monsoon.timeline.store import Timeline
@@ -40,15 +37,11 @@ from monsoon.timeline.store import Timeline
 
 @dataclass
 class RunContext:
-    """Everything one run needs, validated and resolved before it starts (see :func:`monsoon.session.run_one`):
-    the experiment's ``base_rate: auto`` already replaced by the calibrated x1, its faults resolved."""
-    stack: StackSpec
-    exp: ExperimentSpec
-    profile: str
+    """One run: its plan (validated and resolved, x1 settled: :mod:`monsoon.run.plan`), where it writes, and
+    how it reports progress."""
+    plan: RunPlan
     out_dir: Path
     run_id: str
-    faults: list[FaultSpec] = field(default_factory=list)
-    base_rate: dict | None = None           # base_rate: auto: how x1 was resolved (monsoon.run.calibrate)
     progress: Progress = lambda s: None
     progress_every: float = 5.0             # seconds between plain progress lines
     stop: threading.Event = field(default_factory=threading.Event)
@@ -60,21 +53,16 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     A SIGINT/SIGTERM tears everything down (faults healed first), then the checks judge the data that
     exists and :class:`RunInterrupted` carries that result (verdict unknown, ``interrupted`` set) up to the
     session, which writes its checklist before it stops."""
-    stack_spec, exp, profile, run_id = ctx.stack, ctx.exp, ctx.profile, ctx.run_id
-    out_dir, faults, progress, stop, live = Path(ctx.out_dir), ctx.faults, ctx.progress, ctx.stop, ctx.live
+    plan, registry = ctx.plan, ctx.plan.registry
+    stack_spec, exp, profile, run_id = plan.stack, plan.exp, plan.profile, ctx.run_id
+    out_dir, faults, progress, stop, live = Path(ctx.out_dir), list(plan.faults), ctx.progress, ctx.stop, ctx.live
     progress_every = ctx.progress_every
-    result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=ctx.base_rate)
-    durations = exp.durations(profile)
-    shape = experiment_shape(exp, profile)
+    result = ExperimentResult(stack_spec.name, exp.name, profile, out_dir, base_rate=plan.base_rate)
+    durations = plan.durations
+    shape = plan.shape()
     out_dir.mkdir(parents=True, exist_ok=True)
-    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)]
-    if faults and "faults_landed" not in {n for n, _ in checks}:
-        checks.append(("faults_landed", {}))   # a fault that did not land or heal must show in the verdict
-    if "no_oom" in {n for n, _ in checks} and "no_unexpected_exit" not in {n for n, _ in checks}:
-        checks.append(("no_unexpected_exit", {}))   # a death that is not an OOM must still show in the verdict
-    if "load_valid" not in {n for n, _ in checks}:
-        checks.append(("load_valid", {}))      # the generator's self-check: a load that fell behind is not a pass
-    label = f"{stack_spec.name}/{exp.name}"
+    checks = list(plan.checks)   # the experiment's, then the implied ones (monsoon.run.plan.run_checks)
+    label = plan.label
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
@@ -116,17 +104,17 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                     view.update(progress_fields(st.t, ph, st, sampler.value, on_event.restarts))
 
                 if faults:
-                    ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
-                    plan = FaultPlan(faults, build_backends(faults, stack, out_dir), tl, ctx=ctx,
-                                     horizon=durations.total)
+                    fault_ctx = FaultContext(run_id=run_id, stack=stack, out_dir=out_dir)
+                    fault_plan = FaultPlan(faults, build_backends(faults, stack, out_dir), tl, ctx=fault_ctx,
+                                           horizon=durations.total)
                     progress(f"[{label}] faults: " + "; ".join(
                         f"{f.name} ({f.kind}) on {f.target} at "
                         + ", ".join(f"{a:g}s" for a, _ in f.schedule.windows(durations.total)[:6])
                         for f in faults))
                     # heals every fault on every exit path, then takes the census (shielded up to the stack's stop)
-                    with shield.around_exit(plan, hold=True), view:
+                    with shield.around_exit(fault_plan, hold=True), view:
                         totals = fleet.run(stop, on_second)
-                    _report_plan(plan, label, progress)
+                    _report_plan(fault_plan, label, progress)
                 else:
                     with view:
                         totals = fleet.run(stop, on_second)
@@ -161,7 +149,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     # one signal while the checks run lets them finish (a run 1 s from its end keeps its verdict);
     # a second one, or any after an interrupted run, stops at once
     with FinishFirst(progress, f"finishing the checks of {label}", already=result.interrupted is not None) as fin:
-        result.checks = evaluate(out_dir, checks)
+        result.checks = registry.evaluate(out_dir, checks)
     (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
     if result.interrupted is not None:
         raise RunInterrupted(result, result.interrupted)

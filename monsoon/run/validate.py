@@ -1,17 +1,16 @@
-"""The one entry point that validates a run before anything starts: ``validate(stack, experiment, profile)``.
+"""Validation of a run before anything starts: ``validate(stack, experiment, profile)``.
 
-:func:`monsoon.spec.experiment.load_experiment` checks an experiment's structure and every rule that needs
-only the spec. What needs the rest of monsoon happens here, still with file, line and key in every error:
-each profile's load shape is built and its rate sampled, every check reference is resolved against the
-check registry, every fault reference against its fault profile (and the stack's services). The CLI's
-``validate``, the session, pytest's collection and calibration all come through here.
+:func:`monsoon.spec.experiment.load_experiment` checks an experiment's structure and every rule that needs only
+the spec; what needs the rest of monsoon is here, still with file, line and key in every error: each profile's
+shape sampled, check references resolved against a check registry, fault references against their profiles and
+the stack, and this machine's limits. :func:`monsoon.run.plan.plan_run` builds a run's plan on top of it.
 """
 from __future__ import annotations
 
 import resource
 from pathlib import Path
 
-from monsoon.checks.registry import validate_check
+from monsoon.checks.registry import BUILT_IN, CheckRegistry
 from monsoon.faults.resolve import experiment_faults, resolve_fault
 from monsoon.load.shapes import check_shape
 from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, check_fits, load_experiment
@@ -20,9 +19,10 @@ from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 
 
-def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> ExperimentSpec:
-    """Every rule of an experiment that needs shapes, checks or fault profiles, and the limits of this machine
-    and of each profile (:func:`limits`; ``force`` lifts the multiplier ceiling), for each of its profiles."""
+def check_experiment(spec: ExperimentSpec, *, force: bool = False, registry: CheckRegistry = BUILT_IN) -> ExperimentSpec:
+    """Every rule of an experiment that needs shapes, checks (known to ``registry``) or fault profiles, and the
+    limits of this machine and of each profile (:func:`limits`; ``force`` lifts the multiplier ceiling), for
+    each of its profiles."""
     peaks: dict[str, float] = {}
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
@@ -46,7 +46,7 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
             if not c.applies(profile):
                 continue
             try:
-                validate_check(c.name, c.resolved(profile))
+                registry.validate(c.name, c.resolved(profile))
             except SpecError as e:
                 raise spec.fail(("checks", i), f"{e.key}: no value for profile {profile!r}") from None
             except ValueError as e:
@@ -54,8 +54,10 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
     for profile in spec.profiles if spec.faults else ():
         seen: dict[str, int] = {}
         for i, ref in enumerate(spec.faults):
+            def line_in_entry(p: tuple, i: int = i) -> int | None:
+                return spec.line_of(("faults", i, *p))
             f = resolve_fault(ref, profile, where=(spec.source, spec.line_of(("faults", i)), f"faults.{i}"),
-                              line_in_entry=lambda p, i=i: spec.line_of(("faults", i, *p)))
+                              line_in_entry=line_in_entry)
             if f.name in seen:
                 raise spec.fail(("faults", i), f"fault name {f.name!r} is also the name of faults.{seen[f.name]}: "
                                 "give each fault a distinct name")
@@ -65,9 +67,10 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False) -> Experiment
     return spec
 
 
-def load_checked(name_or_path: str | Path, *, force: bool = False) -> ExperimentSpec:
+def load_checked(name_or_path: str | Path, *, force: bool = False,
+                 registry: CheckRegistry = BUILT_IN) -> ExperimentSpec:
     """An experiment file parsed and fully validated (every profile), as ``monsoon validate`` does it."""
-    return check_experiment(load_experiment(name_or_path), force=force)
+    return check_experiment(load_experiment(name_or_path), force=force, registry=registry)
 
 
 # Limits known up front: what this machine and a profile can run. An experiment past one is refused at
@@ -127,12 +130,12 @@ def limits(exp: ExperimentSpec, profile: str, *, force: bool = False, peak: floa
 
 
 def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None = None, *,
-             force: bool = False) -> list[FaultSpec]:
+             force: bool = False, registry: CheckRegistry = BUILT_IN) -> list[FaultSpec]:
     """Everything a run of ``exp`` on ``stack`` in ``profile`` needs, checked before anything starts.
 
     Raises SpecError (file, line, key) on the first problem; returns the experiment's faults resolved for
     the profile and the stack (empty without a stack or a profile). ``force`` lifts the multiplier ceiling."""
-    check_experiment(exp, force=force)
+    check_experiment(exp, force=force, registry=registry)
     if profile is None:
         return []
     exp.durations(profile)   # the experiment has this profile

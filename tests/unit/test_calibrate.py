@@ -201,7 +201,7 @@ def test_auto_accepts_a_python_shape_whose_sign_depends_on_x1_and_the_runner_che
     (tmp_path / "wave.py").write_text("def rate_at(t, ctx):\n    return ctx.base_rate - 150\n")
     exp = load_checked(write(tmp_path, shape))          # fine for x1 >= 150: not refused at validation
     fixed = exp.model_copy(update={"load": exp.load.model_copy(update={"base_rate": 100.0})})
-    monkeypatch.setattr("monsoon.session.resolve_experiment",
+    monkeypatch.setattr("monsoon.run.plan.resolve_experiment",
                         lambda stack_spec, exp, profile, out_dir, **kw: (fixed, {"base_rate": 100.0}))
     from monsoon.spec.stack import load_stack
     with pytest.raises(SpecError) as ei:                    # x1 resolved to 100: -50 msg/s, refused before start

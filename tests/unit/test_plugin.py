@@ -80,10 +80,11 @@ def test_a_check_added_through_the_hook_is_validated_like_a_built_in_one(pyteste
     pytester.makepyfile(f"""
         from monsoon.checks.registry import CHECKS
         def test_x(monsoon):
-            assert "stored_within" in CHECKS
+            assert "stored_within" in monsoon.checks and "stored_within" not in CHECKS   # the session's alone
             monsoon.run("inmemory", {str(exp)!r}).assert_pass()   # a dry run: validated, then skipped
     """)
-    res = pytester.runpytest_subprocess("-rs", "--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
+    # in-process: the check lives in that session's registry, not in this process's
+    res = pytester.runpytest("-rs", "--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
     res.assert_outcomes(skipped=1)
     assert "dry run of inmemory/e" in res.stdout.str()
 
@@ -95,7 +96,7 @@ def test_without_the_hook_the_same_experiment_names_the_unknown_check(pytester, 
         def test_x(monsoon):
             monsoon.run("inmemory", {str(exp)!r})
     """)
-    res = pytester.runpytest_subprocess("--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
+    res = pytester.runpytest("--monsoon-dry-run", f"--monsoon-runs-dir={tmp_path / 'runs'}")
     res.assert_outcomes(failed=1)
     assert f"{exp}:8: checks.0: unknown check 'stored_within'" in res.stdout.str()
 
