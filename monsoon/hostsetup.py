@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from monsoon import settings
-from monsoon.load.native import LoadgenBuildError, ensure_loadgen
+from monsoon.load.loadgen_build import LoadgenBuildError, ensure_loadgen
 
 PIECES = ("kafka", "postgres", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
           "docker", "images", "k8s")

@@ -8,6 +8,7 @@ import aiocoap
 from aiocoap import GET, POST, Message, Reliable, Unreliable
 
 from monsoon.load.aio import AsyncFleet, _Dev
+from monsoon.load.base import FleetOptions
 from monsoon.load.http import telemetry_path
 from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import Device
@@ -25,9 +26,10 @@ class CoapFleet(AsyncFleet):
     DEFAULT_MAX_INFLIGHT = 1
     CONTENT_FORMAT_JSON = 50
 
-    def __init__(self, devices: list[Device], host: str, port: int, *, confirmable: bool = True, **kw: Any) -> None:
-        super().__init__(devices, host, port, **kw)
-        self.confirmable = confirmable
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
+        self.confirmable = self.options.confirmable
         self._ctxs: list[Any] = []
         self._post: Any = None
         self._tuning: Any = None

@@ -9,6 +9,7 @@ import aiohttp
 from yarl import URL
 
 from monsoon.load.aio import AsyncFleet, _Dev
+from monsoon.load.base import FleetOptions
 from monsoon.load.stats import FleetConnectError
 from monsoon.stack.provision import Device
 
@@ -28,8 +29,9 @@ class HttpFleet(AsyncFleet):
     DEFAULT_MAX_INFLIGHT = 8
     KEEPALIVE_S = 15.0     # below the JDK HttpServer's 30 s idle timeout: the client closes idle ones first
 
-    def __init__(self, devices: list[Device], host: str, port: int, **kw: Any) -> None:
-        super().__init__(devices, host, port, **kw)
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
         self._session: Any = None
         self._headers = {"Content-Type": "application/json"}
 

@@ -1,24 +1,8 @@
-"""The load as a Kubernetes Indexed Job: when one machine is not enough, each pod runs one shard.
-
-The Job runs ``monsoon-loadgen run --config /etc/monsoon/load.json --shard auto/N`` in every pod: the
-same binary and the same shard arithmetic as the local worker processes (``--shard i/N``), with ``i``
-read from ``JOB_COMPLETION_INDEX``, which Kubernetes sets in each pod of an Indexed Job. The load
-config (devices, schedule segments, payload, endpoint) goes into a ConfigMap next to it.
-
-Both objects carry the run id as the label ``monsoon.io/run-id`` (as the chaos backends' objects do),
-and a namespace must be on the allow-list like any other Kubernetes target.
-
-:class:`KubeJobFleet` runs that Job in monsoon's own cluster (``load.kubernetes: {shards: N}``, engine
-``kubernetes``): a :class:`~monsoon.load.native.NativeFleet` whose N workers are the Job's pods. The pods run
-``monsoon-loadgen`` from an image of their own (the binary, the libraries it links and busybox, imported into
-containerd), on the node's network (hostNetwork, inside the cluster's namespace, where the stack's pods listen),
-with the run directory mounted at its own path: each shard writes its acked CSV where a local worker writes it,
-so the accounting is the local fleet's, byte for byte. Each pod's stdin and stdout are a FIFO and a file in the
-run directory, relayed by a small local process per shard (``python -m monsoon.load.kube_job relay``) that the
-fleet starts as it would start a worker: the same ``connected`` / ``start`` / per-second / ``totals`` protocol,
-so a start on one wall instant, a stop, and the end of monsoon (stdin EOF: the shard stops) behave alike. The
-Job lives in a namespace of its own, labelled with the run id and monsoon's PID: the fleet deletes it at close,
-``monsoon heal --all`` after a kill -9.
+"""The load as a Kubernetes Indexed Job: each pod runs ``monsoon-loadgen --shard auto/N`` (``i`` from
+``JOB_COMPLETION_INDEX``) on a ConfigMap of the load, both labelled with the run id. :class:`KubeJobFleet` (engine
+``kubernetes``, ``load.kubernetes: {shards: N}``) is a :class:`~monsoon.load.native.NativeFleet` whose workers are
+the pods of such a Job in monsoon's own cluster, each relayed by a local process (``python -m
+monsoon.load.kube_job relay``) speaking the workers' protocol; the Job's namespace is deleted at close.
 """
 from __future__ import annotations
 
@@ -36,7 +20,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from monsoon.load.native import NativeFleet, ensure_loadgen, loadgen_config
+from monsoon.load.base import FleetOptions
+from monsoon.load.loadgen_build import ensure_loadgen
+from monsoon.load.native import NativeFleet, loadgen_config
 from monsoon.load.stats import FleetConnectError, FleetTotals, SecondStats
 from monsoon.load.payloads import build_payload
 from monsoon.load.shapes import build_shape
@@ -128,7 +114,7 @@ def job_for_experiment(exp: ExperimentSpec, *, host: str, port: int, profile: st
     shape = build_shape(exp.load.shape, float(rate), exp.durations(profile), profile)
     devices = [Device(n, t) for n, t in device_names(exp.load.device_prefix, exp.load.devices)]
     config = loadgen_config(devices, host, port, shape=shape, topic=topic, qos=exp.load.qos,
-                            payload=build_payload(exp.load.payload), acked_path="/tmp/acked-{shard}.csv")
+                            payload=build_payload(exp.load.payload), shard_csv="/tmp/acked-{shard}.csv")
     return render_load_job(config, experiment=exp.name, run_id=run_id, shards=shards, image=image,
                            namespace=namespace, allowed_namespaces=allowed_namespaces)
 
@@ -227,10 +213,10 @@ class KubeJobFleet(NativeFleet):
 
     NAMESPACE_PREFIX = "monsoon-load"
 
-    def __init__(self, devices: list[Device], host: str, port: int, *, run_id: str | None = None,
-                 experiment: str | None = None, **kw: Any) -> None:
-        super().__init__(devices, host, port, **kw)
-        self.run_id, self.experiment = run_id, experiment
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
+        self.run_id, self.experiment = self.options.run_id, self.options.experiment
         self.namespace: str | None = None
         self.job_name: str | None = None
         self._kube: Kube | None = None
@@ -297,7 +283,7 @@ class KubeJobFleet(NativeFleet):
 
     def _batch(self):
         # optional dependency (extra "kube"): Kube() has said so in one line when it is missing
-        from kubernetes import client as k  # type: ignore[import-not-found]
+        from kubernetes import client as k
         assert self._kube is not None
         return k.BatchV1Api(self._kube.api_client)
 

@@ -1,79 +1,32 @@
-"""Open-model MQTT load: a fleet of devices publishing telemetry on a schedule.
-
-Three layers, each testable on its own:
-
-* :class:`Schedule` — pure. Turns a :class:`~monsoon.load.shapes.LoadShape` into the
-  intended send time of every message (seconds from start), by integrating
-  ``rate_at``. The k-th time is *computed* from the start of its constant-rate
-  segment, never accumulated from "now", so there is no drift, and rate
-  changes take effect exactly at phase boundaries.
-* :class:`Pacer` — pure bookkeeping over a schedule and a clock: hands every
-  message whose intended time has come to a sink, counts ``scheduled``,
-  ``sent``, ``failed``, ``late`` and (when stopped) ``dropped``. Open model: a
-  stalled sink does not slow the schedule down; the backlog is sent as fast as
-  possible afterwards and counted late.
-* :class:`MqttFleet` — paho-mqtt clients (one per device) driven by a single
-  event loop (``selectors`` over all client sockets) **in the thread that
-  calls connect()/run()/close()**. The fleet starts no thread of its own.
-
-Accounting invariants (asserted by the tests):
-``scheduled == sent + failed + dropped`` and, for QoS1,
-``sent == acked + unacked``.
+"""The in-process MQTT engine: :class:`MqttFleet`, one paho-mqtt client per device, every socket driven by one
+``selectors`` loop **in the thread that calls connect()/run()/close()** (no thread of its own). Messages come
+off the shared schedule (:class:`~monsoon.load.base.PacedFleet`); a client the broker dropped is reconnected
+with a fresh client (its in-flight messages counted ``lost_in_flight``). Accounting:
+``scheduled == sent + failed + dropped`` and, for QoS 1, ``sent == acked + unacked``.
 """
-
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import selectors
 import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import paho.mqtt
 import paho.mqtt.client as mqtt
-import json
 
-from monsoon.load.payloads import Payload
-from monsoon.load.schedule import Pacer, Schedule
-from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import (FleetConnectError, FleetTotals, SecondStats, SecondTicker, _pct_ms, acked_parts,
-                                 flush_acked)
-from monsoon.timeline.hdrlog import HIST_MAX_US, new_histogram
+from monsoon.load.base import FleetOptions, PacedFleet
+from monsoon.load.stats import FleetConnectError, FleetTotals, SecondStats
 from monsoon.stack.provision import Device
-from monsoon.timeline.columnar import PartWriter
-from monsoon.timeline.hdrlog import IntervalLogWriter
 
 
-__all__ = [
-    "Device",
-    "FleetConnectError",
-    "FleetTotals",
-    "MqttFleet",
-    "Pacer",
-    "Schedule",
-    "SecondStats",
-]
+__all__ = ["MqttFleet"]
 
 log = logging.getLogger("monsoon.load")
-
-
-# --------------------------------------------------------------------------
-# Schedule: pure, no clock.
-# --------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------
-# Pacer: pure bookkeeping over a schedule, time supplied by the caller.
-# --------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------
-# Stats
-# --------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------
@@ -93,7 +46,7 @@ class _NoInfo:
         pass
 
 
-_NO_INFO = _NoInfo()
+_NO_INFO: Any = _NoInfo()     # where paho types an MQTTMessageInfo
 
 
 def _fleet_client_class() -> type:
@@ -117,7 +70,7 @@ def _fleet_client_class() -> type:
     again = mqtt.MQTTErrorCode.MQTT_ERR_AGAIN
     no_conn = mqtt.MQTTErrorCode.MQTT_ERR_NO_CONN
 
-    class FleetClient(mqtt.Client):  # type: ignore[misc]
+    class FleetClient(mqtt.Client):
         fleet_on_ack: Callable[[int], None]
         _rbuf: bytes = b""
         _rpos: int = 0
@@ -170,14 +123,14 @@ def _fleet_client_class() -> type:
                 head = bytes(packet)
             return self._packet_queue(_PUBLISH, head + body, mid, qos, _NO_INFO), mid
 
-        def _handle_pubackcomp(self, cmd):  # type: ignore[no-untyped-def]
+        def _handle_pubackcomp(self, cmd):
             if cmd == "PUBACK" and self._protocol != mqtt.MQTTv5:
                 pkt = self._in_packet["packet"]
                 self.fleet_on_ack((pkt[0] << 8) | pkt[1])
                 return ok
             return super()._handle_pubackcomp(cmd)
 
-        def loop_read(self, max_packets: int = 1):  # type: ignore[no-untyped-def]
+        def loop_read(self, max_packets: int = 1):
             # read everything available (bounded), not one packet per call
             for _ in range(4096):
                 if self._sock is None:
@@ -228,7 +181,7 @@ class _Conn:
         self.render: Callable[[int, int, int], bytes] | None = None
 
 
-class MqttFleet:
+class MqttFleet(PacedFleet):
     """A fleet of MQTT devices publishing an open-model load.
 
     Threading: the fleet starts **no threads**. ``connect()``, ``run()`` and
@@ -245,87 +198,29 @@ class MqttFleet:
     BACKOFF_MIN = 0.2
     BACKOFF_MAX = 2.0
     MISC_INTERVAL = 0.2
-    MAX_BATCH = 500
 
-    def __init__(
-        self,
-        devices: list[Device],
-        host: str,
-        port: int,
-        *,
-        topic: str = "v1/devices/me/telemetry",
-        qos: int = 1,
-        shape: LoadShape,
-        acked_path: Path,
-        late_tolerance_s: float = 0.05,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-        keepalive: int = 15,
-        drain_timeout_s: float = 5.0,
-        latency_log_path: Path | None = None,
-        payload: Payload | None = None,
-    ) -> None:
-        if not devices:
-            raise ValueError("devices must not be empty")
-        names = [d.name for d in devices]
-        if len(set(names)) != len(names):
-            raise ValueError("device names must be unique")
-        if qos not in (0, 1):
-            raise ValueError(f"qos must be 0 or 1, got {qos!r}")
-        self.devices = list(devices)
-        self.host = host
-        self.port = int(port)
-        self.topic = topic
-        self.qos = qos
-        self.shape = shape
-        self.acked_path = Path(acked_path)
-        self.late_tolerance_s = late_tolerance_s
-        self.keepalive = keepalive
-        self.drain_timeout_s = drain_timeout_s
-        # per-second HdrHistograms of ack latency (monsoon.timeline.hdrlog): checks add them up per phase
-        self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
-        self._hlog: Any = None
-        self._clock = clock
-        self._wall = wall
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
         self._conns = [_Conn(i, d) for i, d in enumerate(self.devices)]
         # what each device publishes (default: the minimal payload); every payload carries the
         # device, its per-device ``seq`` and the intended send time ``ts``
-        self.payload = payload if payload is not None else Payload()
         for conn in self._conns:
             conn.render = self.payload.renderer(conn.idx, conn.device.name)
         self._client_cls = _fleet_client_class()
+        topic = self.topic
         tb = topic.encode()
         if not tb or "+" in topic or "#" in topic or len(tb) > 65535:
             raise ValueError(f"invalid publish topic {topic!r}")
         self._topic16 = len(tb).to_bytes(2, "big") + tb
         self._sel: selectors.BaseSelector | None = None
-        self._n_connected = 0
         self._inflight = 0
-        self._acked = 0
         self._reconnects = 0
         self._lost_in_flight = 0
         self._connected_once = False
-        self._closing = False
-        self._closed = False
-        self._ran = False
-        self._idle = threading.Event()
-        self._idle.set()
-        self._lock = threading.Lock()
-        self._acked_rows: list[tuple] = []          # this second's acks, handed to the parts each second
-        self._acked_parts: PartWriter | None = None
-        self._t0 = 0.0
-        self._wall0_ms = 0.0
-        self._hist_sec = new_histogram()
-        self._hist_total = new_histogram()
 
-    # ---------------------------------------------------------------- props
-    @property
-    def connected(self) -> int:
-        return self._n_connected
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
+    def _ready(self) -> bool:
+        return self._connected_once
 
     # ------------------------------------------------------------ callbacks
     def _on_socket_open(self, client: Any, conn: _Conn, sock: socket.socket) -> None:
@@ -384,12 +279,8 @@ class MqttFleet:
         if rec is None:
             return
         seq, intended, ts = rec
-        now = self._clock()
-        self._acked += 1
         self._inflight -= 1
-        us = int((now - intended) * 1_000_000)
-        self._hist_sec.record_value(1 if us < 1 else (us if us < HIST_MAX_US else HIST_MAX_US))
-        self._acked_rows.append((conn.device.name, seq, ts, int(self._wall() * 1000)))
+        self._record_ack(conn.device.name, seq, intended, ts, self._clock())
 
     # ------------------------------------------------------------- sockets
     def _open(self, conn: _Conn) -> None:
@@ -426,7 +317,7 @@ class MqttFleet:
             else:
                 conn.connect_error = f"{type(e).__name__}: {e}"
             if client.socket() is not None:  # pragma: no cover - defensive
-                client._sock_close()  # noqa: SLF001
+                client._sock_close()
             now = self._clock()
             conn.retry_at = now + conn.backoff
             conn.backoff = min(conn.backoff * 2, self.BACKOFF_MAX)
@@ -473,8 +364,7 @@ class MqttFleet:
         device cannot connect: nothing listening, CONNACK refused, or not all
         connected within ``timeout`` seconds.
         """
-        if self._closed or self._closing:
-            raise RuntimeError("fleet is closed")
+        self._check_open()
         if self._sel is None:
             self._sel = selectors.DefaultSelector()
         deadline = self._clock() + timeout
@@ -528,10 +418,7 @@ class MqttFleet:
         client = conn.client
         seq = conn.next_seq
         conn.next_seq = seq + 1
-        ts = int(self._wall0_ms + (intended - self._t0) * 1000.0)
-        if ts <= conn.last_ts:
-            ts = conn.last_ts + 1
-        conn.last_ts = ts
+        ts = self._stamp(conn, intended)
         sent_ms = int(self._wall() * 1000)
         payload = conn.render(seq, ts, sent_ms)
         rc, mid = client.fleet_publish(self._topic16, payload, self.qos)
@@ -553,51 +440,14 @@ class MqttFleet:
             self._want_write(conn)
         return True
 
-    def _flush_acked(self) -> None:
-        flush_acked(self._acked_parts, self._acked_rows)
-
-    def run(
-        self,
-        stop: threading.Event,
-        on_second: Callable[[SecondStats], None] | None = None,
-    ) -> FleetTotals:
-        """Run the shape to its end (or until ``stop`` is set), then wait up to
-        ``drain_timeout_s`` for outstanding PUBACKs. One run per fleet.
-
-        Connects first if ``connect()`` has not been called.
-        """
-        with self._lock:
-            if self._closed or self._closing:
-                raise RuntimeError("fleet is closed")
-            if self._ran:
-                raise RuntimeError("MqttFleet.run() can only be called once")
-            self._ran = True
-            self._idle.clear()
-        try:
-            if not self._connected_once:
-                self.connect()
-            return self._run(stop, on_second)
-        finally:
-            self._idle.set()
-
     def _run(
         self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None
     ) -> FleetTotals:
         clock = self._clock
-        self.acked_path.parent.mkdir(parents=True, exist_ok=True)
-        self._acked_parts = acked_parts(self.acked_path)
-
-        schedule = Schedule(self.shape)
-        targets = schedule.expected_per_second()   # before t0: it walks the shape
-        self._t0 = t0 = clock()
-        self._wall0_ms = self._wall() * 1000.0
-        if self.latency_log_path is not None:
-
-            self._hlog = IntervalLogWriter(self.latency_log_path, self._wall0_ms / 1000.0)
-        pacer = Pacer(schedule, t0, clock=clock, late_tolerance=self.late_tolerance_s)
+        pacer, targets = self._start_pacing()
+        t0 = self._t0
         next_misc = t0 + self.MISC_INTERVAL
-        tick = SecondTicker(t0, targets, lambda: (pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late),
-                            lambda: self._n_connected, self._hist_sec, self._hist_total, self._hlog, self._flush_acked,
+        tick = self._ticker(targets, lambda: (pacer.scheduled, pacer.sent, self._acked, pacer.failed, pacer.late),
                             on_second)
 
         send = self._send
@@ -635,18 +485,9 @@ class MqttFleet:
             tick.finish(now)
             elapsed = clock() - t0
         finally:
-            self._flush_acked()
-            if self._acked_parts is not None:
-                self._acked_parts.close()
-                self._acked_parts = None
-            if self._hlog is not None:
-                self._hlog.close()
-                self._hlog = None
+            self._close_writers()
 
-        if self._hist_sec.get_total_count():
-            self._hist_total.add(self._hist_sec)
-            self._hist_sec.reset()
-        p50, p99, mx = _pct_ms(self._hist_total)
+        p50, p99, mx = self._latency_ms()
         sent = pacer.sent
         return FleetTotals(
             scheduled=pacer.scheduled,
@@ -678,7 +519,7 @@ class MqttFleet:
                     continue
                 try:
                     client.disconnect()  # writes DISCONNECT and closes when it can
-                except Exception:  # noqa: BLE001 - best effort
+                except Exception:  # best effort
                     log.debug("disconnect of %s failed", conn.device.name, exc_info=True)
             deadline = time.monotonic() + grace
             while any(c.sock is not None for c in self._conns) and time.monotonic() < deadline:
@@ -688,7 +529,7 @@ class MqttFleet:
             for conn in self._conns:
                 client = conn.client
                 if client is not None and client.socket() is not None:
-                    client._sock_close()  # noqa: SLF001 - force; paho has no public close
+                    client._sock_close()  # force: paho has no public close
                 conn.client = None
                 conn.sock = None
                 if conn.connected:
@@ -702,29 +543,8 @@ class MqttFleet:
                 self._sel = None
             self._connected_once = False
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop a running ``run()`` (waiting for it), disconnect every device,
-        close every socket. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closing = True
-        if not self._idle.wait(timeout):
-            raise RuntimeError(f"MqttFleet.run() did not stop within {timeout:g}s")
-        try:
-            if self._sel is not None:
-                self._closing = False
-                self._disconnect_all()
-        finally:
-            self._closing = True
-            self._closed = True
-            if self._acked_parts is not None:
-                self._flush_acked()
-                self._acked_parts.close()
-                self._acked_parts = None
-
-    def __enter__(self) -> MqttFleet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _teardown(self) -> None:
+        """Disconnect every device, close every socket."""
+        if self._sel is not None:
+            self._closing = False
+            self._disconnect_all()

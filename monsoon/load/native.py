@@ -1,32 +1,15 @@
-"""The native load core: ``monsoon-loadgen`` (Rust, ``monsoon/load/loadgen``) driven from Python.
-
-:class:`NativeFleet` is a drop-in for :class:`monsoon.load.mqtt.MqttFleet` (same constructor
-arguments where they apply, same ``connect()`` / ``run(stop, on_second)`` / ``close()``,
-same :class:`~monsoon.load.stats.SecondStats` per second, :class:`~monsoon.load.stats.FleetTotals`, the
-same ``acked`` dataset and ``latency.hlog``) whose devices live in ``workers`` generator processes.
-Worker i takes the devices ``[i*D/n, (i+1)*D/n)`` (``--shard i/n``) and sends only their
-messages: message k of the global schedule goes to device ``k % D`` exactly as in
-``MqttFleet``, so the fleets publish the same messages at the same intended times.
-
-Protocol with a worker (all on its stdin/stdout, one JSON object per stdout line)::
-
-    worker: {"event": "connected", ...}        (or {"error": ...} and exit 3)
-    python: start <unix_ms>                     (all workers start on the same wall instant)
-    worker: {"t": 0, "scheduled": ..., "hist": "HISTF..."} ... one line per second
-    python: stop (or stdin EOF)                 (stop early: due messages count ``dropped``)
-    worker: {"totals": {...}}
-
-The per-second lines of all workers are summed per second; the histograms (HdrHistogram V2,
-base64) are added up, so percentiles are exact over the whole fleet, and written to
-``latency.hlog`` with :class:`monsoon.timeline.hdrlog.IntervalLogWriter`.
+"""The native engine: :class:`NativeFleet` drives ``monsoon-loadgen`` (Rust, ``monsoon/load/loadgen``) in
+``workers`` processes, worker i the devices ``[i*D/n, (i+1)*D/n)`` (``--shard i/n``) of the same global schedule
+as :class:`~monsoon.load.mqtt.MqttFleet`. Each worker speaks JSON lines on stdin/stdout (``connected``,
+``start <unix_ms>``, one line a second with its histogram, ``stop``, ``totals``); the seconds and histograms
+of all workers are summed into one :class:`~monsoon.load.stats.SecondStats` a second. See docs for the protocol.
 """
 from __future__ import annotations
 
-import fcntl
+import dataclasses
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
@@ -38,25 +21,18 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from monsoon import settings
+from monsoon.load.base import FleetBase, FleetOptions
+from monsoon.load.loadgen_build import CRATE_DIR, LoadgenBuildError, ensure_loadgen
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
-from monsoon.load.shapes import LoadShape
-from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms, acked_parts
+from monsoon.load.stats import ACKED_CSV_HEADER, FleetConnectError, FleetTotals, SecondStats, _pct_ms
 from monsoon.spec.experiment import PER_SOURCE, workers_problem
 from monsoon.stack.provision import Device
 from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release, shard_block, shard_path
-from monsoon.timeline.hdrlog import IntervalLogWriter
 
 
-__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "shard_range"]
-
-CRATE_DIR = Path(__file__).resolve().parent / "loadgen"
-BINARY_NAME = "monsoon-loadgen"
-
-
-class LoadgenBuildError(RuntimeError):
-    """The native generator could not be built (names what to install)."""
+__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "loopback_sources",
+           "shard_range"]
 
 
 def shard_range(n_devices: int, i: int, n: int) -> tuple[int, int]:
@@ -66,112 +42,49 @@ def shard_range(n_devices: int, i: int, n: int) -> tuple[int, int]:
     return i * n_devices // n, (i + 1) * n_devices // n
 
 
-def _sources_newer_than(binary: Path) -> bool:
-    mtime = binary.stat().st_mtime
-    files = [CRATE_DIR / "Cargo.toml", CRATE_DIR / "Cargo.lock", *(CRATE_DIR / "src").rglob("*.rs")]
-    return any(f.exists() and f.stat().st_mtime > mtime for f in files)
-
-
-def _find_cargo() -> str | None:
-    c = shutil.which("cargo")
-    if c:
-        return c
-    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "bin" / "cargo"
-    return str(home) if home.exists() else None
-
-
-def ensure_loadgen() -> Path:
-    """Path of the ``monsoon-loadgen`` binary; builds it (``cargo build --release --locked``)
-    into the crate's ``target/`` on first use or when its sources changed.
-
-    ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary instead (e.g. in a container).
-    """
-    env = settings.env("MONSOON_LOADGEN")
-    if env:
-        p = Path(env)
-        if not os.access(p, os.X_OK):
-            raise LoadgenBuildError(f"MONSOON_LOADGEN={env} is not an executable file")
-        return p
-    # the build: next to the crate in a checkout (make loadgen), in the cache when installed (never site-packages)
-    target = CRATE_DIR / "target" if settings.CHECKOUT is not None else settings.cache_dir() / "loadgen"
-    binary = target / "release" / BINARY_NAME
-    if binary.exists() and not _sources_newer_than(binary):
-        return binary
-    cargo = _find_cargo()
-    if cargo is None:
-        raise LoadgenBuildError(
-            "monsoon's native load generator (monsoon/load/loadgen) is built with Rust's cargo, "
-            "which is not installed: install Rust (https://rustup.rs, or `apt-get install cargo`), "
-            "or point MONSOON_LOADGEN at a prebuilt monsoon-loadgen binary"
-        )
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".build.lock", "w") as lock:  # parallel test workers build once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists() and not _sources_newer_than(binary):
-            return binary
-        r = subprocess.run(
-            [cargo, "build", "--release", "--locked", "--target-dir", str(target)], cwd=CRATE_DIR,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        if r.returncode != 0 or not binary.exists():
-            raise LoadgenBuildError(
-                f"`cargo build --release --locked` in {CRATE_DIR} failed (exit {r.returncode}):\n"
-                + r.stdout[-4000:]
-            )
-        os.utime(binary)   # up to date even when cargo had nothing to relink (a touched source)
-    return binary
-
-
-def loadgen_config(
-    devices: Sequence[Device],
-    host: str,
-    port: int,
-    *,
-    shape: LoadShape,
-    topic: str = "v1/devices/me/telemetry",
-    qos: int = 1,
-    late_tolerance_s: float = 0.05,
-    payload: Payload | None = None,
-    acked_path: str | None = None,
-    source_addrs: Sequence[str] = (),
-    connect_rate: float = 0.0,
-    keepalive: int = 15,
-    drain_timeout_s: float = 5.0,
-    connect_timeout_s: float = 30.0,
-    hist: bool = True,
-    client_id_prefix: str = "",
-    step: float = 0.1,
-    batch_ms: float | None = None,
-) -> dict[str, Any]:
-    """The binary's JSON config for a fleet (segments from ``Schedule(shape).segments()``). ``batch_ms``: due
-    messages are written at most once per this many ms, all of a connection's in one write (None = the
-    engine's default, 5 ms, never more than a quarter of the late tolerance; 0 = at every wake-up)."""
-    segs = [[float(a), float(b), float(r)] for a, b, r in Schedule(shape, step=step).segments()]
-    extra = {} if batch_ms is None else {"batch_ms": float(batch_ms)}
+def loadgen_config(devices: Sequence[Device], host: str, port: int, options: FleetOptions | None = None, /, *,
+                   shard_csv: str | None = None, connect_timeout_s: float = 30.0, hist: bool = True,
+                   client_id_prefix: str = "", step: float = 0.1, **fields: Any) -> dict[str, Any]:
+    """The binary's JSON config for a fleet of ``options`` (or the :class:`FleetOptions` ``fields``): segments from
+    ``Schedule(shape).segments()``, each worker's acks into ``shard_csv`` (``{shard}`` its index; None = none).
+    ``batch_ms``: due messages are written at most once per this many ms, all of a connection's in one write
+    (None = the engine's default, 5 ms, never more than a quarter of the late tolerance; 0 = at every wake-up)."""
+    o = options if options is not None else FleetOptions(**fields)
+    segs = [[float(a), float(b), float(r)] for a, b, r in Schedule(o.shape, step=step).segments()]
+    extra = {} if o.batch_ms is None else {"batch_ms": float(o.batch_ms)}
     return {**extra,
         "host": host,
         "port": int(port),
-        "qos": int(qos),
-        "topic": topic,
+        "qos": int(o.qos),
+        "topic": o.topic,
         "client_id_prefix": client_id_prefix,
         "devices": [{"name": d.name, "token": d.token} for d in devices],
         "segments": segs,
-        "late_tolerance_ms": late_tolerance_s * 1000.0,
-        "payload": (payload or Payload()).native_spec(),
-        "acked_path": acked_path,
-        "source_addrs": list(source_addrs),
-        "connect_rate": float(connect_rate),
-        "keepalive_s": int(keepalive),
-        "drain_timeout_s": float(drain_timeout_s),
+        "late_tolerance_ms": o.late_tolerance_s * 1000.0,
+        "payload": (o.payload or Payload()).native_spec(),
+        "acked_path": shard_csv,
+        "source_addrs": list(o.source_addrs),
+        "connect_rate": float(o.connect_rate),
+        "keepalive_s": int(o.keepalive),
+        "drain_timeout_s": float(o.drain_timeout_s),
         "connect_timeout_s": float(connect_timeout_s),
         "hist": bool(hist),
     }
 
 
-def _hist_from(b64: str | None) -> HdrHistogram | None:
-    if not b64:
-        return None
-    return HdrHistogram.decode(b64)
+def _hist_sum(lines: list[dict], key: str) -> HdrHistogram | None:
+    """The histograms (HdrHistogram V2, base64) under ``key`` of the workers' ``lines``, added up (None: none)."""
+    total = None
+    for ln in lines:
+        b64 = ln.get(key)
+        if not b64:
+            continue
+        h = HdrHistogram.decode(b64)
+        if total is None:
+            total = h
+        else:
+            total.add(h)
+    return total
 
 
 @dataclass
@@ -197,106 +110,46 @@ def loopback_sources(host: str, n_devices: int) -> list[str]:
     return [f"127.0.0.{2 + i}" for i in range(-(-n_devices // PER_SOURCE))]
 
 
-class NativeFleet:
+class NativeFleet(FleetBase):
     """A fleet of MQTT devices publishing an open-model load from native worker processes.
 
-    Constructor arguments as :class:`~monsoon.load.mqtt.MqttFleet` (``clock``/``wall`` do not apply:
-    the workers keep time), plus ``workers`` (processes; each holds at most ~19,900 connections
-    under a 20,000 open-file hard limit), ``source_addrs`` (127.0.0.x addresses client sockets
-    are bound to, round-robin, for more than ~28k connections to one port), ``connect_rate``
-    (new connections/s per worker, 0 = unlimited), ``batch_ms`` (the engine's batching tick: due messages go
-    out at most once per tick, all of a connection's in one write; None = the engine's 5 ms, 0 = at every
-    wake-up), ``max_pending_connects`` (handshakes in flight per worker; None = the engine's 512).
-    Each second's :class:`~monsoon.load.stats.SecondStats` carries ``gen_cpu_s``, the workers' own CPU seconds.
+    Options as :class:`~monsoon.load.mqtt.MqttFleet` (``clock``/``wall`` do not apply: the workers keep time),
+    plus ``workers`` (processes; each holds at most ~19,900 connections under a 20,000 open-file hard limit),
+    ``source_addrs`` (127.0.0.x addresses client sockets are bound to, round-robin, for more than ~28k
+    connections to one port), ``connect_rate`` (new connections/s per worker, 0 = unlimited), ``batch_ms`` (the
+    engine's batching tick: due messages go out at most once per tick, all of a connection's in one write; None =
+    the engine's 5 ms, 0 = at every wake-up), ``max_pending_connects`` (handshakes in flight per worker; None =
+    the engine's 512). Each second's :class:`~monsoon.load.stats.SecondStats` carries ``gen_cpu_s``, the
+    workers' own CPU seconds.
     """
 
-    def __init__(
-        self,
-        devices: list[Device],
-        host: str,
-        port: int,
-        *,
-        topic: str = "v1/devices/me/telemetry",
-        qos: int = 1,
-        shape: LoadShape,
-        acked_path: Path,
-        late_tolerance_s: float = 0.05,
-        keepalive: int = 15,
-        drain_timeout_s: float = 5.0,
-        latency_log_path: Path | None = None,
-        payload: Payload | None = None,
-        workers: int = 1,
-        source_addrs: Sequence[str] = (),
-        connect_rate: float = 0.0,
-        binary: Path | None = None,
-        batch_ms: float | None = None,
-        max_pending_connects: int | None = None,
-    ) -> None:
-        if not devices:
-            raise ValueError("devices must not be empty")
-        names = [d.name for d in devices]
-        if len(set(names)) != len(names):
-            raise ValueError("device names must be unique")
-        if qos not in (0, 1):
-            raise ValueError(f"qos must be 0 or 1, got {qos!r}")
-        if not 1 <= int(workers) <= len(devices):
-            raise ValueError(f"workers must be from 1 to the number of devices, got {workers!r}")
-        self.devices = list(devices)
-        self.host = host
-        self.port = int(port)
-        self.topic = topic
-        self.qos = qos
-        self.shape = shape
-        self.acked_path = Path(acked_path)
-        self.late_tolerance_s = late_tolerance_s
-        self.keepalive = keepalive
-        self.drain_timeout_s = drain_timeout_s
-        self.latency_log_path = None if latency_log_path is None else Path(latency_log_path)
-        self.payload = payload if payload is not None else Payload()
-        self.n_workers = int(workers)
-        self.source_addrs = list(source_addrs) or loopback_sources(host, len(self.devices))
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
+        o = self.options
+        if not 1 <= int(o.workers) <= len(self.devices):
+            raise ValueError(f"workers must be from 1 to the number of devices, got {o.workers!r}")
+        self.n_workers = int(o.workers)
+        self.source_addrs = list(o.source_addrs) or loopback_sources(host, len(self.devices))
         problem = workers_problem(len(self.devices), self.n_workers)
         if problem:
             raise ValueError(problem)
-        self.connect_rate = float(connect_rate)
-        self.batch_ms = batch_ms
-        self.max_pending_connects = max_pending_connects
-        self._binary = binary
+        self._binary = o.binary
         self._workers: list[_Worker] = []
-        self._workdir: Path | None = None
-        self._connected = 0
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._closed = False
-        self._ran = False
-        self._idle = threading.Event()
-        self._idle.set()
-        #: extra results of the last run: send lateness (``send_late_p99_ms``), worker pids, CPU
-        self.extra: dict[str, Any] = {}
-
-    # ---------------------------------------------------------------- props
-    @property
-    def connected(self) -> int:
-        return self._connected
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
 
     @property
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers]
 
     def config(self, *, connect_timeout_s: float = 30.0) -> dict[str, Any]:
-        extra = {} if self.max_pending_connects is None else {"max_pending_connects": int(self.max_pending_connects)}
+        mpc = self.options.max_pending_connects
+        extra = {} if mpc is None else {"max_pending_connects": int(mpc)}
         return extra | loadgen_config(
-            self.devices, self.host, self.port, shape=self.shape, topic=self.topic, qos=self.qos,
-            late_tolerance_s=self.late_tolerance_s, payload=self.payload,
-            acked_path=str(shard_path(self.acked_path, "{shard}")), source_addrs=self.source_addrs,
-            connect_rate=self.connect_rate, keepalive=self.keepalive,
-            drain_timeout_s=self.drain_timeout_s, connect_timeout_s=connect_timeout_s, hist=True,
-            batch_ms=self.batch_ms,
-        )
+            self.devices, self.host, self.port, dataclasses.replace(self.options, source_addrs=self.source_addrs),
+            shard_csv=str(shard_path(self.acked_path, "{shard}")), connect_timeout_s=connect_timeout_s, hist=True)
+
+    def _ready(self) -> bool:
+        return bool(self._workers)
 
     # -------------------------------------------------------------- connect
     def connect(self, timeout: float = 30) -> None:
@@ -304,13 +157,11 @@ class NativeFleet:
 
         Raises :class:`~monsoon.load.stats.FleetConnectError` (and stops every worker) otherwise.
         """
-        if self._closed or self._closing.is_set():
-            raise RuntimeError("fleet is closed")
+        self._check_open()
         if self._workers:
             return
         binary = self._binary or ensure_loadgen()
         self.acked_path.parent.mkdir(parents=True, exist_ok=True)
-        self._workdir = self.acked_path.parent
         cfg_path = self.acked_path.with_name(f".{self.acked_path.name}.loadgen.json")
         cfg_path.write_text(json.dumps(self.config(connect_timeout_s=timeout)))
         try:
@@ -348,7 +199,7 @@ class NativeFleet:
                         raise FleetConnectError(f"MQTT broker {self.endpoint}: {msg['error']}")
                     if msg.get("event") == "connected":
                         w.connected = msg
-            self._connected = sum(w.connected["connected"] for w in self._workers if w.connected)
+            self._n_connected = sum(w.connected["connected"] for w in self._workers if w.connected)
         except BaseException:
             self._kill_all()
             raise
@@ -372,27 +223,6 @@ class NativeFleet:
         w.lines.put(None)
 
     # ------------------------------------------------------------------ run
-    def run(
-        self,
-        stop: threading.Event,
-        on_second: Callable[[SecondStats], None] | None = None,
-    ) -> FleetTotals:
-        """Run the shape to its end (or until ``stop`` is set), then wait up to
-        ``drain_timeout_s`` for outstanding PUBACKs. One run per fleet."""
-        with self._lock:
-            if self._closed or self._closing.is_set():
-                raise RuntimeError("fleet is closed")
-            if self._ran:
-                raise RuntimeError("NativeFleet.run() can only be called once")
-            self._ran = True
-            self._idle.clear()
-        try:
-            if not self._workers:
-                self.connect()
-            return self._run(stop, on_second)
-        finally:
-            self._idle.set()
-
     def _send(self, w: _Worker, text: str) -> None:
         try:
             assert w.proc.stdin is not None
@@ -402,13 +232,11 @@ class NativeFleet:
             pass
 
     def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> FleetTotals:
-        hlog = None
         targets = Schedule(self.shape).expected_per_second()   # the per-second target, as in MqttFleet
         start_wall = time.time() + (0.05 if self.n_workers > 1 else 0.0)
-        if self.latency_log_path is not None:
-            hlog = IntervalLogWriter(self.latency_log_path, start_wall)
+        self._open_hlog(start_wall)
         start_ms = int(start_wall * 1000)
-        parts = acked_parts(self.acked_path)
+        parts = self._open_acked()
         next_part = time.monotonic() + FLUSH_S
         for w in self._workers:
             self._send(w, f"start {start_ms}\n")
@@ -416,38 +244,30 @@ class NativeFleet:
         done: set[int] = set()
         emitted = -1
         stop_sent = False
-        hist_total: HdrHistogram | None = None
         n = len(self._workers)
         conn_by_worker: dict[int, int] = {}
 
         def emit(sec: int, lines: list[dict]) -> None:
-            h = None
-            for ln in lines:
-                hh = _hist_from(ln.get("hist"))
-                if hh is not None:
-                    if h is None:
-                        h = hh
-                    else:
-                        h.add(hh)
-            if h is not None and hlog is not None:
-                hlog.write(sec, h)
+            h = _hist_sum(lines, "hist")
+            if h is not None and self._hlog is not None:
+                self._hlog.write(sec, h)
             p50, p99, mx = _pct_ms(h)
             for ln in lines:   # a worker without a line for this second keeps its last count
                 conn_by_worker[ln["_w"]] = ln["connected"]
-            self._connected = sum(conn_by_worker.values())
+            self._n_connected = sum(conn_by_worker.values())
             if on_second is not None:
                 on_second(SecondStats(
                     t=sec, target_rate=targets[sec] if sec < len(targets) else 0.0,
                     scheduled=sum(ln["scheduled"] for ln in lines),
                     sent=sum(ln["sent"] for ln in lines), acked=sum(ln["acked"] for ln in lines),
                     failed=sum(ln["failed"] for ln in lines), late=sum(ln["late"] for ln in lines),
-                    connected=self._connected, p50_ms=p50, p99_ms=p99, max_ms=mx,
+                    connected=self._n_connected, p50_ms=p50, p99_ms=p99, max_ms=mx,
                     gen_cpu_s=round(sum(float(ln.get("cpu_s") or 0.0) for ln in lines), 4),
                 ))
 
         try:
             while len(done) < n:
-                if not stop_sent and (stop.is_set() or self._closing.is_set()):
+                if not stop_sent and (stop.is_set() or self._closing):
                     for w in self._workers:
                         self._send(w, "stop\n")
                     stop_sent = True
@@ -491,35 +311,21 @@ class NativeFleet:
             for sec in sorted(pending):
                 emit(sec, pending.pop(sec))
         finally:
-            if hlog is not None:
-                hlog.close()
+            if self._hlog is not None:
+                self._hlog.close()
+                self._hlog = None
             self._reap()
             try:
                 self._shards_to_parts(parts, last=True)
             finally:
-                parts.close()
+                self._close_writers()
         missing = [w.index for w in self._workers if w.totals is None]
         if missing:
             raise RuntimeError(f"load worker(s) {missing} ended without totals: "
                                + "; ".join(self._stderr(self._workers[i]) for i in missing))
-        tots = [w.totals for w in self._workers]
-        for t in tots:
-            h = _hist_from(t.get("hist"))
-            if h is not None:
-                if hist_total is None:
-                    hist_total = h
-                else:
-                    hist_total.add(h)
-        late_h = None
-        for t in tots:
-            h = _hist_from(t.get("send_late_hist"))
-            if h is not None:
-                if late_h is None:
-                    late_h = h
-                else:
-                    late_h.add(h)
-        p50, p99, mx = _pct_ms(hist_total)
-        lp50, lp99, lmx = _pct_ms(late_h)
+        tots = [w.totals for w in self._workers if w.totals is not None]
+        p50, p99, mx = _pct_ms(_hist_sum(tots, "hist"))
+        lp50, lp99, lmx = _pct_ms(_hist_sum(tots, "send_late_hist"))
         last_seq: dict[str, int] = {}
         for t in tots:
             last_seq.update(t["last_seq"])
@@ -621,20 +427,13 @@ class NativeFleet:
             except OSError:
                 pass
         self._workers = []
-        self._connected = 0
+        self._n_connected = 0
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop a running ``run()`` (waiting for it), stop every worker process. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closing.set()
-        if not self._idle.wait(timeout):
-            raise RuntimeError(f"NativeFleet.run() did not stop within {timeout:g}s")
+    def _teardown(self) -> None:
+        """Every worker process stopped; their config and empty stderr files removed."""
         try:
             self._kill_all()
         finally:
-            self._closed = True
             self._cleanup_files()
 
     def _cleanup_files(self) -> None:
@@ -647,9 +446,3 @@ class NativeFleet:
                     p.unlink()
             except OSError:
                 pass
-
-    def __enter__(self) -> NativeFleet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -112,9 +112,9 @@ class Payload:
         off = idx * 97
         head = f'"values":{{"device":{name_json},"seq":'
 
-        def render(seq: int, ts: int, sent_ms: int) -> bytes:
+        def render_tails(seq: int, ts: int, sent_ms: int) -> bytes:
             return f'{{"ts":{ts},{head}{seq},"sent_ms":{sent_ms},{tails[(seq + off) & _MASK]}}}}}'.encode()
-        return render
+        return render_tails
 
     def render(self, idx: int, device: str, seq: int, ts: int, sent_ms: int) -> bytes:
         """One payload (slow path: builds the device's renderer each call; for tests and previews)."""

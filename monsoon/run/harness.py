@@ -4,7 +4,7 @@ from typing import Any
 from pathlib import Path
 import time
 
-from monsoon.load.fleet import build_fleet
+from monsoon.load.fleet import Fleet, FleetOptions, build_fleet
 from monsoon.load.payloads import Payload
 from monsoon.load.shapes import LoadShape, build_shape
 from monsoon.load.stats import SecondStats
@@ -24,7 +24,10 @@ from monsoon.timeline.store import Timeline
 def experiment_shape(exp: ExperimentSpec, profile: str):
     """The experiment's load shape for ``profile`` (see ``ShapeSpec``: how each kind uses the profile's
     warmup / burst / recovery windows)."""
-    return build_shape(exp.load.shape, exp.load.base_rate, exp.durations(profile), profile)
+    rate = exp.load.base_rate
+    if rate == "auto":
+        raise ValueError(f"{exp.name}: base_rate auto must be resolved (calibrated) before the shape is built")
+    return build_shape(exp.load.shape, rate, exp.durations(profile), profile)
 
 
 def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None = None) -> list[Device]:
@@ -84,7 +87,7 @@ class LoadHarness:
 
     def __init__(self, tl: Timeline):
         self.tl = tl
-        self.fleet: Any = None
+        self._fleet: Fleet | None = None
         self.sampler: Sampler | None = None
         self.collectors: list = []
         self.t0: float | None = None
@@ -105,11 +108,11 @@ class LoadHarness:
         t = time.monotonic()
         devs = provision(stack, device_prefix, devices, created=self.created)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
-        self.fleet = build_fleet(dev.transport, devs, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                                 topic=dev.topic, qos=qos, shape=shape, acked_path=out_dir / ACKED_FILE,
-                                 latency_log_path=out_dir / LATENCY_FILE, payload=payload, engine=engine,
-                                 workers=workers)
-        self.fleet.connect()
+        options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_FILE, topic=dev.topic, qos=qos,
+                               latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers)
+        host, port = stack.endpoint(dev.host), int(stack.endpoint(dev.port))
+        self._fleet = fleet = build_fleet(dev.transport, devs, host, port, options, engine=engine)
+        fleet.connect()
         tl.add("op", op="connected", devices=len(devs))
         self.sampler = Sampler(tl, collectors).start()
         time.sleep(1.0)  # one baseline sample before the load
@@ -117,6 +120,13 @@ class LoadHarness:
         for ph in shape.phases():
             tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
         return self
+
+    @property
+    def fleet(self) -> Fleet:
+        """The connected fleet (once ``start`` has built it)."""
+        if self._fleet is None:
+            raise RuntimeError("LoadHarness.start() has not built the fleet")
+        return self._fleet
 
     def watch_stalls(self, stack: Stack, out_dir: Path) -> None:
         """Take JVM thread dumps of the observed service while ingestion stalls (for no_ingest_stall)."""
@@ -136,8 +146,8 @@ class LoadHarness:
     def close(self) -> None:
         if self.dumper is not None:
             self.dumper.close()
-        if self.fleet is not None:
-            self.fleet.close()
+        if self._fleet is not None:
+            self._fleet.close()
         if self.sampler is not None:
             self.sampler.stop()       # closes the collectors
         else:

@@ -105,7 +105,7 @@ def test_native_fleet_validates_like_mqtt_fleet(tmp_path) -> None:
 
 def test_missing_cargo_names_what_to_install(tmp_path, monkeypatch) -> None:
     """A checkout without a built binary on a machine without cargo: the error says what to do."""
-    import monsoon.load.native as native
+    import monsoon.load.loadgen_build as native
 
     crate = tmp_path / "loadgen"
     (crate / "src").mkdir(parents=True)

@@ -1,0 +1,77 @@
+"""``ensure_loadgen``: the ``monsoon-loadgen`` binary (the native engine's Rust core, ``monsoon/load/loadgen``),
+built on first use; apart from the engine so that ``monsoon setup`` does not import it."""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from monsoon import settings
+
+
+__all__ = ["BINARY_NAME", "CRATE_DIR", "LoadgenBuildError", "ensure_loadgen"]
+
+CRATE_DIR = Path(__file__).resolve().parent / "loadgen"
+BINARY_NAME = "monsoon-loadgen"
+
+
+class LoadgenBuildError(RuntimeError):
+    """The native generator could not be built (names what to install)."""
+
+
+def _sources_newer_than(binary: Path) -> bool:
+    mtime = binary.stat().st_mtime
+    files = [CRATE_DIR / "Cargo.toml", CRATE_DIR / "Cargo.lock", *(CRATE_DIR / "src").rglob("*.rs")]
+    return any(f.exists() and f.stat().st_mtime > mtime for f in files)
+
+
+def _find_cargo() -> str | None:
+    c = shutil.which("cargo")
+    if c:
+        return c
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo")) / "bin" / "cargo"
+    return str(home) if home.exists() else None
+
+
+def ensure_loadgen() -> Path:
+    """Path of the ``monsoon-loadgen`` binary; builds it (``cargo build --release --locked``)
+    into the crate's ``target/`` on first use or when its sources changed.
+
+    ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary instead (e.g. in a container).
+    """
+    env = settings.env("MONSOON_LOADGEN")
+    if env:
+        p = Path(env)
+        if not os.access(p, os.X_OK):
+            raise LoadgenBuildError(f"MONSOON_LOADGEN={env} is not an executable file")
+        return p
+    # the build: next to the crate in a checkout (make loadgen), in the cache when installed (never site-packages)
+    target = CRATE_DIR / "target" if settings.CHECKOUT is not None else settings.cache_dir() / "loadgen"
+    binary = target / "release" / BINARY_NAME
+    if binary.exists() and not _sources_newer_than(binary):
+        return binary
+    cargo = _find_cargo()
+    if cargo is None:
+        raise LoadgenBuildError(
+            "monsoon's native load generator (monsoon/load/loadgen) is built with Rust's cargo, "
+            "which is not installed: install Rust (https://rustup.rs, or `apt-get install cargo`), "
+            "or point MONSOON_LOADGEN at a prebuilt monsoon-loadgen binary"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".build.lock", "w") as lock:  # parallel test workers build once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists() and not _sources_newer_than(binary):
+            return binary
+        r = subprocess.run(
+            [cargo, "build", "--release", "--locked", "--target-dir", str(target)], cwd=CRATE_DIR,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        if r.returncode != 0 or not binary.exists():
+            raise LoadgenBuildError(
+                f"`cargo build --release --locked` in {CRATE_DIR} failed (exit {r.returncode}):\n"
+                + r.stdout[-4000:]
+            )
+        os.utime(binary)   # up to date even when cargo had nothing to relink (a touched source)
+    return binary
