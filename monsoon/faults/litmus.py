@@ -44,6 +44,11 @@ RULES = [
 ]
 
 
+EXTRA_KINDS = {"ChaosResult": (*LITMUS, "chaosresults"), "ChaosExperiment": (*LITMUS, "chaosexperiments"),
+               "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+               "Role": ("rbac.authorization.k8s.io", "v1", "roles")}
+
+
 def _labels(run_id: str) -> dict[str, str]:
     return {RUN_LABEL: check_run_id(run_id), "app.kubernetes.io/managed-by": "monsoon"}
 
@@ -90,18 +95,12 @@ class LitmusBackend(KubeBackend):
 
     def __init__(self, allowed_namespaces: Iterable[str], **kw: Any):
         super().__init__("litmus", allowed_namespaces, **kw)
-        self._rbac_api = None
 
     # ---------------------------------------------------------------- objects besides the engine
     def _core_api(self):
         if self._core is None:
             self._core = kube_client(FaultError).CoreV1Api()
         return self._core
-
-    def _rbac(self):
-        if self._rbac_api is None:
-            self._rbac_api = kube_client(FaultError).RbacAuthorizationV1Api()
-        return self._rbac_api
 
     def _batch(self):
         return kube_client(FaultError).BatchV1Api()
@@ -115,16 +114,12 @@ class LitmusBackend(KubeBackend):
         ns, name, kind = o["metadata"]["namespace"], o["metadata"]["name"], o["kind"]
         try:
             if kind == "ServiceAccount":
-                api, what = self._core_api(), "service_account"
-            elif kind in ("Role", "RoleBinding"):
-                api, what = self._rbac(), "role" if kind == "Role" else "role_binding"
-            else:
-                group, version = LITMUS
-                plural = {"ChaosExperiment": "chaosexperiments", "ChaosResult": "chaosresults"}[kind]
-                fn = getattr(self._custom(), f"{verb}_namespaced_custom_object")
-                return fn(group, version, ns, plural, o) if verb == "create" else fn(group, version, ns, plural, name)
-            fn = getattr(api, f"{verb}_namespaced_{what}")
-            return fn(ns, o) if verb == "create" else fn(name, ns)
+                api = self._core_api()
+                return (api.create_namespaced_service_account(ns, o) if verb == "create"
+                        else api.delete_namespaced_service_account(name, ns))
+            group, version, plural = EXTRA_KINDS[kind]
+            fn = getattr(self._custom(), f"{verb}_namespaced_custom_object")
+            return fn(group, version, ns, plural, o) if verb == "create" else fn(group, version, ns, plural, name)
         except Exception as e:   # kubernetes.client.ApiException
             if getattr(e, "status", None) != (409 if verb == "create" else 404):
                 raise
@@ -214,20 +209,14 @@ class LitmusBackend(KubeBackend):
 
     # ---------------------------------------------------------------- runs left in place (heal --all, census)
     def _extras_listed(self, run_id: str | None) -> list[dict]:
+        """The run's Roles, RoleBindings, ChaosExperiments and ChaosResults by their label, and the
+        ServiceAccounts its RoleBindings name (the API's generic path lists the first four)."""
         if not self.apply:
             return []
         sel = RUN_LABEL if run_id is None else f"{RUN_LABEL}={run_id}"
         out: list[dict] = []
-        group, version = LITMUS
         for ns in self.allowed:
-            lists = [("ServiceAccount", self._core_api().list_namespaced_service_account(ns, label_selector=sel)),
-                     ("Role", self._rbac().list_namespaced_role(ns, label_selector=sel)),
-                     ("RoleBinding", self._rbac().list_namespaced_role_binding(ns, label_selector=sel))]
-            for kind, found in lists:
-                for x in found.items:
-                    out.append({"kind": kind, "metadata": {"name": x.metadata.name, "namespace": ns,
-                                                           "labels": x.metadata.labels or {}}})
-            for kind, plural in (("ChaosExperiment", "chaosexperiments"), ("ChaosResult", "chaosresults")):
+            for kind, (group, version, plural) in EXTRA_KINDS.items():
                 try:
                     items = self._custom().list_namespaced_custom_object(group, version, ns, plural,
                                                                          label_selector=sel).get("items", [])
@@ -235,7 +224,12 @@ class LitmusBackend(KubeBackend):
                     if getattr(e, "status", None) != 404:
                         raise
                     items = []
-                out += [{"kind": kind, "metadata": x["metadata"]} for x in items]
+                for x in items:
+                    out.append({"kind": kind, "metadata": x["metadata"]})
+                    if kind == "RoleBinding":
+                        out += [{"kind": "ServiceAccount", "metadata": {"name": sub["name"], "namespace": ns,
+                                                                        "labels": x["metadata"].get("labels")}}
+                                for sub in x.get("subjects") or [] if sub.get("kind") == "ServiceAccount"]
         return out
 
     def run_ids(self) -> set[str]:

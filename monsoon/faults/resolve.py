@@ -14,7 +14,7 @@ from monsoon import settings
 from monsoon.faults.base import FaultBackend, FaultError
 from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, kernel_refusal, local_cluster, one_window, render, to_yaml
-from monsoon.faults.litmus import LitmusBackend
+from monsoon.faults.litmus import LitmusBackend, refusal as litmus_refusal
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.toxiproxy import ToxiproxyBackend
 from monsoon.spec.base import _resolve
@@ -95,6 +95,7 @@ def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,
     try:
         render(one_window(f), "validate", allowed)
         refusal = kernel_refusal(f) if local_cluster() else None   # the node is this machine: its kernel decides
+        refusal = refusal or (litmus_refusal(f) if f.backend == "litmus" else None)
         if refusal:
             raise FaultError(refusal)
     except FaultError as e:
