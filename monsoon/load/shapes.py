@@ -54,6 +54,13 @@ __all__ = [
 _EPS = 1e-9  # float slack when a sample time sits on a grid point
 
 
+def _floats(obj: object, *names: str) -> None:
+    """Store these fields of a frozen shape as floats (a spec may give ints). Shapes do not validate:
+    :class:`monsoon.spec.shape.ShapeSpec` does, once, with file, line and key."""
+    for n in names:
+        object.__setattr__(obj, n, float(getattr(obj, n)))
+
+
 @dataclass(frozen=True)
 class Phase:
     """A named window ``[start, end)`` of a load shape, in seconds from start."""
@@ -67,7 +74,10 @@ class Phase:
 class LoadShape(Protocol):
     """What the load engine needs from a shape."""
 
-    duration: float
+    @property
+    def duration(self) -> float:
+        """Seconds of load."""
+        ...
 
     def rate_at(self, t: float) -> float | None:
         """Target msg/s at ``t`` seconds after start; ``None`` means stop."""
@@ -78,44 +88,6 @@ class LoadShape(Protocol):
         ...
 
 
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value: object) -> float:
-    """Validate a strictly positive, finite number; name the parameter if not."""
-    v = _number(name, value)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return v
-
-
-def _non_negative(name: str, value: object) -> float:
-    v = _number(name, value)
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return v
-
-
-def _on_grid(name: str, value: float, step: float = SCHEDULE_STEP) -> None:
-    n = value / step
-    if abs(n - round(n)) > 1e-6:
-        raise ValueError(
-            f"{name} must be a multiple of {step:g} s (the load schedule's resolution), got {value:g}"
-        )
-
-
-def _distinct(phases: list[Phase], what: str) -> list[Phase]:
-    seen: set[str] = set()
-    for p in phases:
-        if p.name in seen:
-            raise ValueError(f"{what}: two phases are named {p.name!r}; give each a distinct name")
-        seen.add(p.name)
-    return phases
-
-
 @dataclass(frozen=True)
 class Steady:
     """A constant ``rate`` msg/s for ``duration`` seconds (one phase, "steady")."""
@@ -124,8 +96,7 @@ class Steady:
     duration: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _positive("rate", self.rate))
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        _floats(self, 'rate', 'duration')
 
     def rate_at(self, t: float) -> float | None:
         if t < 0 or t >= self.duration:
@@ -153,20 +124,7 @@ class Burst:
     duration: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
-        object.__setattr__(self, "multiplier", _positive("multiplier", self.multiplier))
-        object.__setattr__(self, "start", _non_negative("start", self.start))
-        object.__setattr__(
-            self, "burst_duration", _positive("burst_duration", self.burst_duration)
-        )
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
-        end = self.start + self.burst_duration
-        if end > self.duration:
-            raise ValueError(
-                f"burst must lie within duration: start ({self.start:g}) + "
-                f"burst_duration ({self.burst_duration:g}) = {end:g} > "
-                f"duration ({self.duration:g})"
-            )
+        _floats(self, 'base_rate', 'multiplier', 'start', 'burst_duration', 'duration')
 
     @property
     def burst_end(self) -> float:
@@ -213,19 +171,7 @@ class Ramp:
     step: float = SCHEDULE_STEP
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start_rate", _non_negative("start_rate", self.start_rate))
-        object.__setattr__(self, "end_rate", _non_negative("end_rate", self.end_rate))
-        if self.start_rate == 0 and self.end_rate == 0:
-            raise ValueError("a ramp from 0 to 0 sends nothing: start_rate or end_rate must be > 0")
-        object.__setattr__(self, "start", _non_negative("start", self.start))
-        object.__setattr__(self, "ramp_duration", _positive("ramp_duration", self.ramp_duration))
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
-        object.__setattr__(self, "step", _positive("step", self.step))
-        if self.ramp_end > self.duration + _EPS:
-            raise ValueError(
-                f"ramp must lie within duration: start ({self.start:g}) + ramp_duration "
-                f"({self.ramp_duration:g}) = {self.ramp_end:g} > duration ({self.duration:g})"
-            )
+        _floats(self, 'start_rate', 'end_rate', 'start', 'ramp_duration', 'duration', 'step')
 
     @property
     def ramp_end(self) -> float:
@@ -278,20 +224,6 @@ class Stages:
 
     def __post_init__(self) -> None:
         stages = tuple(self.stages)
-        if not stages:
-            raise ValueError("stages must not be empty")
-        for i, s in enumerate(stages):
-            if not s.name:
-                raise ValueError(f"stage {i} has an empty name")
-            _positive(f"stage {s.name!r} duration", s.duration)
-            _non_negative(f"stage {s.name!r} rate", s.rate)
-        if all(s.rate == 0 for s in stages):
-            raise ValueError("every stage has rate 0: the load would send nothing")
-        if stages[-1].rate == 0:
-            raise ValueError(
-                f"the last stage ({stages[-1].name!r}) has rate 0: the load ends with its last message, so a "
-                "trailing pause would end it early; drop that stage (the drain after the load watches the stack)"
-            )
         object.__setattr__(self, "stages", stages)
         ends: list[float] = []
         t = 0.0
@@ -300,7 +232,6 @@ class Stages:
             ends.append(t)
         object.__setattr__(self, "_ends", tuple(ends))
         object.__setattr__(self, "duration", t)
-        _distinct(self.phases(), "stages")
 
     def rate_at(self, t: float) -> float | None:
         if t < 0 or t >= self.duration:
@@ -342,27 +273,8 @@ class Ladder:
     duration: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
-        steps = tuple(self.steps)
-        if not steps:
-            raise ValueError("a ladder needs at least one step")
-        prev_end = 0.0
-        for s in steps:
-            _positive(f"step {s.name!r} multiplier", s.multiplier)
-            _non_negative(f"step {s.name!r} start", s.start)
-            if not s.end > s.start:
-                raise ValueError(f"step {s.name!r} must end after it starts ({s.start:g} .. {s.end:g})")
-            if s.start < prev_end - _EPS:
-                raise ValueError(
-                    f"step {s.name!r} starts at {s.start:g}, before the previous step ends ({prev_end:g}): "
-                    "steps must be in order and must not overlap"
-                )
-            prev_end = s.end
-        if prev_end > self.duration + _EPS:
-            raise ValueError(f"the last step ends at {prev_end:g}, after the load ({self.duration:g})")
-        object.__setattr__(self, "steps", steps)
-        _distinct(self.phases(), "ladder")
+        _floats(self, "base_rate", "duration")
+        object.__setattr__(self, "steps", tuple(self.steps))
 
     def rate_at(self, t: float) -> float | None:
         if t < 0 or t >= self.duration:
@@ -406,24 +318,7 @@ class Spike:
     duration: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base_rate", _positive("base_rate", self.base_rate))
-        object.__setattr__(self, "multiplier", _positive("multiplier", self.multiplier))
-        object.__setattr__(self, "every", _positive("every", self.every))
-        object.__setattr__(self, "width", _positive("width", self.width))
-        object.__setattr__(self, "start", _non_negative("start", self.start))
-        object.__setattr__(self, "end", _positive("end", self.end))
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
-        _on_grid("width", self.width)
-        _on_grid("every", self.every)
-        if not self.width < self.every:
-            raise ValueError(
-                f"spike width ({self.width:g} s) must be shorter than the period every ({self.every:g} s)"
-            )
-        if not self.start < self.end <= self.duration + _EPS:
-            raise ValueError(
-                f"spikes must lie within the load: need start ({self.start:g}) < end ({self.end:g}) "
-                f"<= duration ({self.duration:g})"
-            )
+        _floats(self, 'base_rate', 'multiplier', 'every', 'width', 'start', 'end', 'duration')
 
     def in_spike(self, t: float) -> bool:
         if t < self.start or t >= self.end:
@@ -498,9 +393,7 @@ class PythonShape:
     context: ShapeContext | None = None
 
     def __post_init__(self) -> None:
-        if not callable(self.fn):
-            raise ValueError(f"python shape {self.name}: {self.fn!r} is not callable")
-        object.__setattr__(self, "duration", _positive("duration", self.duration))
+        _floats(self, "duration")
         object.__setattr__(self, "windows", tuple(self.windows))
         object.__setattr__(self, "_with_ctx", _takes_context(self.fn))
 
@@ -577,26 +470,11 @@ def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = 
     if k == "stages":
         weight = sum(s.duration for s in spec.stages)
         return Stages(tuple(
-            Stage(s.name or f"stage-{i + 1}", s.duration * total / weight,
-                     s.rate if s.rate is not None else base_rate * s.multiplier)
-            for i, s in enumerate(spec.stages)))
+            Stage(name, s.duration * total / weight, s.rate if s.rate is not None else base_rate * s.multiplier)
+            for name, s in zip(spec.stage_names(), spec.stages)))
     if k == "ladder":
-        named_burst = any(s.name == "burst" for s in spec.steps)
-        out, end, seen = [], 0.0, set()
-        for i, st in enumerate(spec.steps):
-            start = end if st.start is None else st.start
-            end = start + st.duration
-            name = st.name
-            if name is None:
-                name = "burst" if (i == len(spec.steps) - 1 and not named_burst) else f"x{st.multiplier:g}"
-                base, n = name, 2
-                while name in seen or any(s.name == name for s in spec.steps):
-                    name, n = f"{base}#{n}", n + 1
-            seen.add(name)
-            a = w0 + start * d.burst
-            b = min(w0 + end * d.burst, w1)
-            out.append(LadderStep(name, a, b, st.multiplier))
-        return Ladder(base_rate, tuple(out), total)
+        return Ladder(base_rate, tuple(LadderStep(name, a, b, st.multiplier) for name, (a, b), st
+                                       in zip(spec.step_names(), spec.step_windows(d), spec.steps)), total)
     windows = [Phase("warmup", 0.0, w0), Phase("burst", w0, w1), Phase("recovery", w1, total)]
     ctx = ShapeContext(base_rate, total, d.warmup, d.burst, d.recovery, profile)
     return PythonShape(spec.python_function(), spec.label, total,

@@ -38,6 +38,9 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False, registry: Che
                 if len(errs) == len(AUTO_STAND_INS):
                     raise ValueError(f"{errs[0]} (whatever x1 base_rate: auto resolves to)")
             else:
+                clash = spec.load.shape.duplicate_phase(d)   # phase names depend on the profile's windows
+                if clash:
+                    raise ValueError(clash)
                 peaks[profile] = check_shape(spec.load.shape, spec.load.rate_for_checks, d, profile)
         except ValueError as e:
             raise spec.fail(("load", "shape"), f"profile {profile!r}: {e}") from None

@@ -199,6 +199,59 @@ class ShapeSpec(_Frozen):
             self._fn = _load_function(self.function, self.file)
         return self._fn
 
+    def stage_names(self) -> list[str]:
+        """stages: each stage's phase name (its own, else ``stage-N``)."""
+        return [s.name or f"stage-{i + 1}" for i, s in enumerate(self.stages or ())]
+
+    def step_names(self) -> list[str]:
+        """ladder: each step's phase name (its own, else ``x<multiplier>``, the last unnamed one ``burst``
+        unless a step is named so; a generated name that is taken gets ``#2``, ``#3``...)."""
+        steps = self.steps or ()
+        named_burst = any(s.name == "burst" for s in steps)
+        out: list[str] = []
+        for i, st in enumerate(steps):
+            name = st.name
+            if name is None:
+                name = "burst" if (i == len(steps) - 1 and not named_burst) else f"x{st.multiplier:g}"
+                base, n = name, 2
+                while name in out or any(s.name == name for s in steps):
+                    name, n = f"{base}#{n}", n + 1
+            out.append(name)
+        return out
+
+    def step_windows(self, d: "Durations") -> list[tuple[float, float]]:
+        """ladder: each step's ``(start, end)`` in seconds of the load, for one profile's durations."""
+        w0, w1 = d.warmup, d.warmup + d.burst
+        out, end = [], 0.0
+        for st in self.steps or ():
+            start = end if st.start is None else st.start
+            end = start + st.duration
+            out.append((w0 + start * d.burst, min(w0 + end * d.burst, w1)))
+        return out
+
+    def duplicate_phase(self, d: "Durations") -> str | None:
+        """Why the shape's phases (checks and reports look them up by name) are not distinct in a profile with
+        durations ``d``, or None. Only stages and ladders name phases after the user's names."""
+        if self.kind == "stages":
+            names, what = self.stage_names(), "stages"
+        elif self.kind == "ladder":
+            wins, steps, what = self.step_windows(d), self.step_names(), "ladder"
+            names = ["warmup"]
+            for i, (a, _) in enumerate(wins):
+                if i and a > wins[i - 1][1]:
+                    names.append(f"after-{steps[i - 1]}")
+                names.append(steps[i])
+            if wins[-1][1] < d.total:
+                names.append("recovery")
+        else:
+            return None
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                return f"{what}: two phases are named {n!r}; give each a distinct name"
+            seen.add(n)
+        return None
+
 
 class Durations(_Frozen):
     """Seconds per phase. steady shapes use ``warmup`` + ``recovery`` only."""
