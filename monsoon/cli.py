@@ -6,29 +6,24 @@ import inspect
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import subprocess
 
-from monsoon.checks.registry import CHECKS, evaluate
+from monsoon.analysis import analyze, export_csv
+from monsoon.checks.registry import CHECKS
 from monsoon.faults.heal import heal_everything
 from monsoon.faults.kube import to_yaml
 from monsoon.faults.resolve import kube_namespaces
 from monsoon.history import commands as history_commands
-from monsoon.history.hooks import record as record_history
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
 from monsoon import hostsetup, scaffold, settings
 from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
-from monsoon.report.result import ExperimentResult
-from monsoon.report.write import write as write_report
-from monsoon.report import sweep as sweep_report
 from monsoon.run import calibrate
 from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
-from monsoon.rundir import (ACKED_FILE, RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE,
-                            new_run_id)
+from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, new_run_id
 from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
@@ -40,102 +35,6 @@ from monsoon.stack import cluster, dockerd
 from monsoon.stack.containers import reap_containers
 from monsoon.stack.pods import reap_namespaces
 from monsoon.stack.reaper import reap
-from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir, salvage_shards
-from monsoon.timeline.store import Events
-from monsoon.timeline.torn import torn_notes
-
-
-def _salvaged(sub: Path) -> list[str]:
-    """The acks a cut-off native fleet left in its workers' shards, made a part of acked (said in a line)."""
-    n = salvage_shards(sub / ACKED_FILE)
-    if n is None:
-        return [f"{ACKED_FILE}: the native fleet's workers still write their shards (a run still draining?): "
-                "its last acks are not read; analyze again once they exit"]
-    if n:
-        return [f"{parts_dir(sub / ACKED_FILE).name}: {n:,} acked rows recovered from the native fleet's shards "
-                "(written after its last part, before the run was cut off)"]
-    return []
-
-
-def analyze(run_dir: Path) -> dict:
-    """Re-run every check of every experiment in a saved run, offline; rewrite summary.json, checklist.md and report.html."""
-    run_dir = Path(run_dir).resolve()
-    if not run_dir.is_dir():
-        raise SystemExit(f"monsoon analyze: {run_dir} is not a directory")
-    results, run_id, profile = [], run_dir.name, "quick"
-    loaded: dict[Path, Events] = {}           # each timeline is read once, for the checks and the report
-    swept: dict[str, list[dict]] = {}         # monsoon sweep directories: their verdicts
-    for sub in sorted(p for p in run_dir.iterdir() if (p / TIMELINE_FILE).exists()):
-        events = loaded[sub] = Events.load(sub / TIMELINE_FILE)
-        meta = events.meta()
-        if meta.get("kind") == "calibration":   # a calibrate-<stack>/ ramp (base_rate: auto), not an experiment
-            continue
-        if meta.get("kind") == "size-sweep":    # monsoon sweep: its own checks and report
-            swept[sub.name] = sweep_report.reanalyze(sub, events)
-            for v in swept[sub.name]:
-                print(f"monsoon analyze: {sub.name}: {v['verdict'].upper()} {v['name']}: {v['message']}")
-            continue
-        profile = meta.get("profile", profile)
-        run_id = meta.get("run_id", run_id)
-        res = ExperimentResult(meta.get("stack", "?"), meta.get("experiment", sub.name), profile, sub)
-        old = sub / RESULT_FILE
-        if old.exists():
-            res.error = json.loads(old.read_text()).get("error")
-        torn = _salvaged(sub) + torn_notes(sub, events)   # files cut off (a run killed mid-write), said out loud
-        for note in torn:
-            print(f"monsoon analyze: {run_dir.name}/{sub.name}: {note}", file=sys.stderr)
-        res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])],
-                              events=events)
-        res.base_rate = meta.get("base_rate_auto")
-        said = events.first("platform")
-        res.platform = {k: v for k, v in said.items() if k not in ("type", "t", "wall")} if said else None
-        cut = events.first("op", op="interrupted")    # a signal cut the run short: still partial, still unknown
-        if cut is not None:
-            res.interrupted = {k: cut[k] for k in ("signal", "t", "stage", "phase") if k in cut}
-        result = res.to_dict()
-        if torn:                              # only then: an intact run's result.json and summary.json are as before
-            result["torn"] = torn
-        (sub / RESULT_FILE).write_text(json.dumps(result, indent=2))
-        results.append(result)
-    if not results and swept:
-        return {"run_id": run_id, "profile": profile, "results": [], "sweeps": swept}
-    if not results:
-        raise SystemExit(f"monsoon analyze: no experiment timelines under {run_dir}")
-    t = time.perf_counter()
-    s, md = write_report(run_dir, run_id, profile, results, loaded)
-    page = run_dir / "report.html"
-    if page.exists():
-        print(f"monsoon analyze: report.html {page.stat().st_size / 2**20:.1f} MB, written in "
-              f"{time.perf_counter() - t:.1f} s", file=sys.stderr)
-    warning = record_history(run_dir.parent, run_id, profile, results, run_dir)   # an upsert: never duplicates
-    if warning:
-        print(warning, file=sys.stderr)
-    return s
-
-
-def export_csv(run_dir: Path) -> int:
-    """``monsoon export RUN --csv``: every experiment's ``acked``, ``stored`` and ``sent`` Parquet parts
-    written back beside them as ``acked.csv``, ``stored.csv``, ``sent.csv`` (what older runs hold)."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        print(f"monsoon export: {run_dir} is not a directory", file=sys.stderr)
-        return 2
-    subs = [run_dir] if (run_dir / TIMELINE_FILE).exists() else sorted(p for p in run_dir.iterdir() if p.is_dir())
-    n = 0
-    for sub in subs:
-        for name in (ACKED_FILE, STORED_FILE, STORED_AT_DRAIN_FILE, SENT_FILE):
-            d = parts_dir(sub / name)
-            if not d.is_dir():
-                continue
-            rows = write_csv_of_parts(d, sub / name)
-            note = dataset_state(d).note(d.name)
-            print(f"monsoon export: {sub.name}/{name}: {rows:,} rows" + (f" ({note})" if note else ""))
-            n += 1
-    if not n:
-        print(f"monsoon export: no Parquet run data under {run_dir} (its CSVs are the run data already)",
-              file=sys.stderr)
-        return 1
-    return 0
 
 
 #: What ``make demo`` runs: the two x10 cases of the reference story (the x3 cases: ``pytest -m burst``).
@@ -184,7 +83,7 @@ def demo(extra: list[str]) -> int:
            "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra]
     print("monsoon demo:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=REPO)
-    summary_path = REPO / "runs" / run_id / "summary.json"
+    summary_path = REPO / "runs" / run_id / SUMMARY_FILE
     if not summary_path.exists():
         print(f"monsoon demo: pytest exited {rc} and wrote no {summary_path}", file=sys.stderr)
         return rc or 1
@@ -574,16 +473,16 @@ def main(argv: list[str] | None = None) -> int:
         s = analyze(args.run_dir)
         if "sweeps" in s:                     # a monsoon sweep's directory: its own checklist
             for name in s["sweeps"]:
-                print((Path(args.run_dir).resolve() / name / "checklist.md").read_text())
+                print((Path(args.run_dir).resolve() / name / CHECKLIST_FILE).read_text())
             return 0 if all(v["verdict"] == "pass" for vs in s["sweeps"].values() for v in vs) else 1
         print(checklist(s))
         return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
     if args.cmd == "export":
         return export_csv(args.run_dir)
     if args.cmd == "checklist":
-        p = Path(args.run_dir) / "checklist.md"
+        p = Path(args.run_dir) / CHECKLIST_FILE
         if not p.exists():
-            print(f"monsoon checklist: no checklist.md in {args.run_dir}", file=sys.stderr)
+            print(f"monsoon checklist: no {CHECKLIST_FILE} in {args.run_dir}", file=sys.stderr)
             return 2
         print(p.read_text())
         return 0

@@ -6,20 +6,19 @@ calibrated when needed), and only then the plan handed to the runner.
 """
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Callable, TextIO
 
+from monsoon.analysis import write_result, write_results
 from monsoon.checks.registry import CheckRegistry
 from monsoon.faults.resolve import describe
 from monsoon.observe.progress import Progress
 from monsoon import settings
 from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
-from monsoon.report.write import write as write_report
 from monsoon.run.experiment import RunContext, run_experiment
 from monsoon.run.plan import CalibrationFailed, RunPlan, plan_run, settle_x1
-from monsoon.rundir import RESULT_FILE, new_run_id, point_latest
+from monsoon.rundir import new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.stack.ports import StackError
@@ -45,7 +44,7 @@ def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: P
                                   error=f"{type(e.cause).__name__}: {e.cause}")
         progress(f"[{stack_spec.name}/{exp.name}] ERROR {result.error}")
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=2))
+        write_result(out_dir, result.to_dict())
         return result
     if dry_run:
         result = ExperimentResult(plan.stack.name, plan.exp.name, profile, out_dir, base_rate=plan.base_rate)
@@ -125,5 +124,5 @@ class MonsoonSession:
     def write_report(self) -> tuple[dict, str] | None:
         if not self.run_dir.exists():
             return None
-        return write_report(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results],
-                            interrupted=self.interrupted)
+        return write_results(self.run_dir, self.run_id, self.profile, [r.to_dict() for r in self.results],
+                             interrupted=self.interrupted)

@@ -1,5 +1,6 @@
-"""Accounting of every (device, seq) over ``sent.csv``, ``acked.csv`` and ``stored.csv``: lost,
-duplicated, unexpected, reordered (numpy over int columns; one pass per file)."""
+"""Accounting of every (device, seq) over a run's ``sent``, ``acked`` and ``stored`` datasets (Parquet parts,
+or an older run's CSV files): lost, duplicated, unexpected, reordered (numpy over int columns; one pass per
+dataset). Used by the checks (:mod:`monsoon.checks.base`, :mod:`monsoon.checks.faults`) only."""
 from __future__ import annotations
 
 import csv

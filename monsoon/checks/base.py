@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 
 from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
-from monsoon.timeline.accounting import account
+from monsoon.checks.accounting import account
 from monsoon.timeline.hdrlog import LatencyLog
 from monsoon.timeline.store import Events
 from monsoon.timeline.tail import Tear
@@ -72,7 +72,7 @@ class RunData:
     @cached_property
     def accounting(self):
         """Every (device, seq) accounted for across sent.csv, acked.csv and stored.csv
-        (:func:`monsoon.timeline.accounting.account`; computed once, shared by the checks that need it)."""
+        (:func:`monsoon.checks.accounting.account`; computed once, shared by the checks that need it)."""
         return account(self.dir)
 
     @cached_property

@@ -23,7 +23,7 @@ import numpy as np
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_FILE
 from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
-from monsoon.timeline.accounting import read_columns
+from monsoon.checks.accounting import read_columns
 from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 

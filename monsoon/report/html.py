@@ -54,7 +54,7 @@ from monsoon.checks.memory import timeline_gc_pauses
 from monsoon.checks.oom import deaths
 from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
 from monsoon.report import sidebyside
-from monsoon.rundir import TIMELINE_FILE
+from monsoon.rundir import REPORT_FILE, TIMELINE_FILE
 from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows, silences
 
@@ -731,8 +731,8 @@ def _meta_quick(path: Path) -> dict:
 def write(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = None) -> Path:
     """Write ``report.html`` into ``run_dir`` atomically (a reader never sees half a file)."""
     run_dir = Path(run_dir)
-    out = run_dir / "report.html"
-    tmp = run_dir / f".report.html.{os.getpid()}.tmp"
+    out = run_dir / REPORT_FILE
+    tmp = run_dir / f".{REPORT_FILE}.{os.getpid()}.tmp"
     tmp.write_text(render(run_dir, summary_, events), encoding="utf-8")
     os.replace(tmp, out)
     return out

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from monsoon.checks.gc import gc_rate_series
 from monsoon.checks.registry import evaluate
-from monsoon.rundir import TIMELINE_FILE
+from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SWEEP_FILE, SWEEP_PLOT, TIMELINE_FILE
 from monsoon.timeline.store import Events
 
 
@@ -175,15 +175,12 @@ def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
     run_dir = Path(run_dir)
     try:
         events = Events.load(run_dir / TIMELINE_FILE) if (run_dir / TIMELINE_FILE).exists() else None
-        if plot(record, run_dir / "sweep.png", events):
-            record = dict(record, plot="sweep.png")
+        if plot(record, run_dir / SWEEP_PLOT, events):
+            record = dict(record, plot=SWEEP_PLOT)
     except Exception as e:   # a plot that cannot be drawn must not lose the table
         record = dict(record, plot_error=f"{type(e).__name__}: {e}")
-    (run_dir / "checklist.md").write_text(markdown(record, verdicts))
-    (run_dir / "report.html").write_text(html_page(record, verdicts))
-
-
-SWEEP_FILE = "sweep.json"
+    (run_dir / CHECKLIST_FILE).write_text(markdown(record, verdicts))
+    (run_dir / REPORT_FILE).write_text(html_page(record, verdicts))
 
 
 def reanalyze(run_dir: Path, events: Events) -> list[dict]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from monsoon.report import html as html_report
 from monsoon.report.checklist import checklist, summary
-from monsoon.rundir import point_latest
+from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, point_latest
 
 
 def write(run_dir: Path, run_id: str, profile: str, results: list[dict], events: dict | None = None,
@@ -18,9 +18,9 @@ def write(run_dir: Path, run_id: str, profile: str, results: list[dict], events:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     s = summary(run_id, profile, results, interrupted)
-    (run_dir / "summary.json").write_text(json.dumps(s, indent=2))
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(s, indent=2))
     md = checklist(s)
-    (run_dir / "checklist.md").write_text(md)
+    (run_dir / CHECKLIST_FILE).write_text(md)
     point_latest(run_dir)
     try:  # the HTML report with plots; a plotting failure must never cost the run its summary or checklist
         html_report.write(run_dir, s, events)

@@ -1,17 +1,17 @@
 """``python -m monsoon.selftest.analyze_bench`` (``make bench-analyze``): ``monsoon analyze`` on a day-long run.
 
 It synthesises one experiment's run directory in the real formats (``timeline.jsonl`` with a meta event,
-a phase, fault windows, one ``load`` event per second and the five 1 Hz collectors' samples; ``acked.csv``,
-``sent.csv``, ``stored.csv`` and ``latency.hlog``), ``--messages`` messages spread evenly over ``--seconds`` of
+a phase, fault windows, one ``load`` event per second and the five 1 Hz collectors' samples; the ``acked``,
+``sent`` and ``stored`` datasets and ``latency.hlog``), ``--messages`` messages spread evenly over ``--seconds`` of
 load (default 24 h: 34.6 M is 400 msg/s, 5 M is ~58 msg/s) over ``--devices`` devices, with planted
 accounting defects:
 
-* ``lost``: acked keys left out of ``stored.csv``;
+* ``lost``: acked keys left out of ``stored``;
 * ``duplicates``: acked keys stored twice (the copy stored later);
 * ``unexpected``: keys stored above the device's last sent sequence number;
 * ``reordered``: pairs of a device's consecutive keys whose stored times are swapped (one each).
 
-It then analyses the run with the real path (:func:`monsoon.cli.analyze`, in a child process so its
+It then analyses the run with the real path (:func:`monsoon.analysis.analyze`, in a child process so its
 peak RSS is its own), checks every planted figure in the verdicts it wrote, and prints one JSON line:
 ``messages``, ``analyze_s``, ``peak_rss_mb``, ``bytes_per_message`` (the experiment's files on disk),
 ``figures_exact`` and, with ``--baseline-src DIR`` (another checkout's source tree, e.g. ``git archive``
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import ACKED_FILE, LATENCY_FILE, REPORT_FILES, SENT_FILE, STORED_FILE, TIMELINE_FILE
 from monsoon.timeline.columnar import PartWriter, parts_dir
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram
 
@@ -324,7 +324,7 @@ def _write_timeline(exp: Path, plan: Plan, per_sec: np.ndarray, hist_by_sec: dic
             ev("sample", end + 1 + k, collector="kafka", lag=0, partitions={"tb-0": {"end": total, "committed": total,
                                                                                         "lag": 0}})
         ev("drain", end + 4, drained=True, waited_s=3.0, backlog=0)
-        ev("stored", end + 5, path="stored.csv", rows=plan.n - len(plan.lost) + len(plan.dup) + plan.unexpected)
+        ev("stored", end + 5, path=STORED_FILE, rows=plan.n - len(plan.lost) + len(plan.dup) + plan.unexpected)
         ev("service", end + 6, service="platform", event="stop", code=0)
 
 
@@ -334,7 +334,10 @@ _CHILD = r"""
 import json, resource, sys, time
 t = time.perf_counter()
 import monsoon
-from monsoon.cli import analyze
+try:
+    from monsoon.analysis import analyze
+except ImportError:   # a --baseline-src from before monsoon.analysis
+    from monsoon.cli import analyze
 s = analyze(sys.argv[1])
 dt = time.perf_counter() - t
 print(json.dumps({"analyze_s": round(dt, 2), "code": monsoon.__path__[0],
@@ -375,7 +378,7 @@ def verify(exp: Path, plan: Plan) -> dict[str, list]:
 
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()
-               and p.name not in ("result.json", "report.html", "summary.json", "checklist.md"))
+               and p.name not in REPORT_FILES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from monsoon.rundir import dataset_dir
 from monsoon.timeline.tail import tail_end
 
-PARTS_SUFFIX = ".parquet"
 CLOSED = "_closed.json"
 PART_GLOB = "part-*.parquet"
 MISSING_INT = np.iinfo(np.int64).min     # a NULL (e.g. stored_ms), as the CSV readers call an empty field
@@ -34,9 +34,8 @@ SHARD_OFFSETS_KEY = "monsoon.shard_offsets"   # a part's footer: {shard file nam
 
 
 def parts_dir(csv_path: Path) -> Path:
-    """``acked.csv`` -> ``acked.parquet`` (a directory of parts)."""
-    csv_path = Path(csv_path)
-    return csv_path.with_name(csv_path.stem + PARTS_SUFFIX)
+    """``acked.csv`` -> ``acked.parquet`` (a directory of parts): :func:`monsoon.rundir.dataset_dir`."""
+    return dataset_dir(csv_path)
 
 
 def has_parts(csv_path: Path) -> bool:

@@ -2,7 +2,7 @@
 
 A run killed mid-write leaves files that end mid-line.  Each reader leaves the cut-off line out (the
 timeline: :func:`monsoon.timeline.store.read_timeline`, which also notes a line in the middle that is not
-JSON; the CSVs: :mod:`monsoon.timeline.accounting`; the latency log: :mod:`monsoon.timeline.hdrlog`), and
+JSON; the CSVs: :mod:`monsoon.checks.accounting`; the latency log: :mod:`monsoon.timeline.hdrlog`), and
 :func:`run_tears` lists what was cut, one :class:`~monsoon.timeline.tail.Tear` per damage with its
 sentence (``note``), e.g. ``timeline.jsonl ends mid-line at byte 48213: the run was cut off at t=131.4s``
 or ``acked.csv ends mid-line at byte 9012: the partial row from byte 8990 (22 bytes) is not counted``.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.cli import analyze
+from monsoon.analysis import analyze
 from monsoon.stack.reaper import find_leftovers, reap
 from monsoon.stack.ports import port_open
 from monsoon.timeline.columnar import dataset_state, parts_dir

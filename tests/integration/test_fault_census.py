@@ -15,7 +15,7 @@ import time
 import pytest
 
 from monsoon.faults.heal import run_ids_in_place
-from monsoon.cli import analyze
+from monsoon.analysis import analyze
 from monsoon.faults.cgroup import CgroupBackend, CgroupFS
 from monsoon.faults.process import proc_state
 from monsoon.paths import REPO

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from monsoon.timeline.accounting import account
+from monsoon.checks.accounting import account
 from monsoon.observe.storage import stored_source
 from monsoon.timeline.columnar import iter_dicts, write_rows
 from monsoon.paths import REPO

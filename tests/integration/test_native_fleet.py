@@ -268,7 +268,7 @@ def test_a_parent_killed_with_minus_9_leaves_its_last_acks_to_salvage_once_and_o
     """monsoon (the workers' parent) killed with -9 between two parts: the workers see stdin close, stop and exit;
     the acks they wrote since the last part are in their shards, and analyze's salvage makes them one more part,
     from where the last part's footer left each shard: nothing twice, no gap."""
-    from monsoon.cli import _salvaged
+    from monsoon.analysis import salvaged
     from monsoon.timeline.columnar import dataset_state, parts_dir, salvage_shards
     acked = tmp_path / "acked.csv"
     proc = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, str(acked), str(sink)], cwd=Path(__file__).parents[2],
@@ -292,7 +292,7 @@ def test_a_parent_killed_with_minus_9_leaves_its_last_acks_to_salvage_once_and_o
             time.sleep(0.1)
     before = dataset_state(parts_dir(acked))
     assert not before.closed and before.parts >= 4 and before.rows > 0, before
-    notes = _salvaged(tmp_path)                                 # what `monsoon analyze` does first, and says
+    notes = salvaged(tmp_path)                                 # what `monsoon analyze` does first, and says
     m = re.fullmatch(r"acked.parquet: ([\d,]+) acked rows recovered from the native fleet's shards .*", notes[0])
     assert len(notes) == 1 and m, notes
     recovered = int(m.group(1).replace(",", ""))

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import monsoon.timeline.accounting as A
+import monsoon.checks.accounting as A
 import monsoon.observe.storage as storage
 from monsoon.observe.storage import PostgresSource, StoredSource, stored_source
 from monsoon.timeline.columnar import export_csv, iter_dicts, parts_dir
-from monsoon.timeline.accounting import account
+from monsoon.checks.accounting import account
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.rundir import read_sent, write_sent
 from monsoon.checks.registry import CHECKS, evaluate, validate_check
@@ -428,7 +428,7 @@ BENCH = textwrap.dedent("""
     base = hwm()
     t = time.perf_counter()
     if mode == "numpy":
-        from monsoon.timeline.accounting import account
+        from monsoon.checks.accounting import account
         a = account(d)
         out = [a.acked, a.acked_lost, a.duplicates, a.unexpected, a.reordered]
     else:   # what no_acked_loss used to build: a set of tuples and a Counter

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from monsoon.cli import analyze
+from monsoon.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[2]
 LINT = Path(sys.executable).parent / "lint-imports"

@@ -17,7 +17,7 @@ import numpy as np
 from monsoon.cli import analyze, main as cli_main
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
 from monsoon.selftest.analyze_bench import Plan, verify, write_run
-from monsoon.timeline.accounting import account, read_columns
+from monsoon.checks.accounting import account, read_columns
 from monsoon.timeline.columnar import dataset_state, parts_dir, schema_columns
 from monsoon.timeline.torn import torn_notes
 

@@ -198,7 +198,7 @@ def test_accounting_does_no_python_work_per_device_and_chunk(tmp_path, monkeypat
     """The accounting is one vectorised pass: 100x the devices adds a few Python calls per device (naming
     it, once), never calls per device *and* per chunk read (a per-device loop made 10,000 devices cost
     6.5x what 50 did).  The per-chunk calls (numpy's Python wrappers) do not depend on the devices."""
-    import monsoon.timeline.accounting as A
+    import monsoon.checks.accounting as A
     monkeypatch.setattr(A, "_CHUNK", 1 << 16)            # ~60 chunks of acked.csv and stored.csv
     rows = 120_000
     calls = {}

@@ -15,7 +15,7 @@ from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.checks.registry import evaluate
 from monsoon.checks.lag import lag_recovers_within
 from monsoon.checks.oom import no_oom, no_unexpected_exit
-from monsoon.cli import analyze
+from monsoon.analysis import analyze
 from monsoon.timeline.views import explained_by_kill, fault_windows
 from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
 from tests.unit.helpers import RunBuilder

@@ -164,7 +164,7 @@ def test_the_report_shades_a_silence_apart_from_the_fault_windows(tmp_path):
 
 
 def test_monsoon_analyze_gives_the_corrected_verdicts_on_the_saved_run(tmp_path):
-    from monsoon.cli import analyze
+    from monsoon.analysis import analyze
     b = tb_inmemory_x10(tmp_path / "run" / "tb--x10", accounting=True)
     b.events[0].update(stack="tb", experiment="x10", checks=[
         {"name": "lag_recovers_within", "params": {"seconds": 300}},
@@ -180,7 +180,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_a_real_silent_death_on_kubernetes_analyses_to_its_verdicts(tmp_path):
     """A reduced real run (tests/fixtures/README.md): inmemory-k8s x10, the platform pod OOMKilled three times,
     its metrics silent before the second and third deaths."""
-    from monsoon.cli import analyze
+    from monsoon.analysis import analyze
     shutil.copytree(FIXTURES / "inmemory-k8s-x10-silent-death", tmp_path / "run" / "inmemory-k8s--burst-x10")
     r = analyze(tmp_path / "run")["results"][0]
     got = {c["name"]: c for c in r["checks"]}
@@ -200,7 +200,7 @@ def test_a_real_silent_death_on_kubernetes_analyses_to_its_verdicts(tmp_path):
 def test_a_real_hung_second_life_in_a_container_analyses_to_its_verdicts(tmp_path):
     """A reduced real run (tests/fixtures/README.md): inmemory-docker x10, OOMKilled, then the second life stalled
     at its 200 MB limit with its metrics silent; 21 of the kept devices' rows were stored only after the stop."""
-    from monsoon.cli import analyze
+    from monsoon.analysis import analyze
     shutil.copytree(FIXTURES / "inmemory-docker-x10-hung-second-life", tmp_path / "run" / "inmemory-docker--x10")
     got = {c["name"]: c for c in analyze(tmp_path / "run")["results"][0]["checks"]}
     assert {n: c["verdict"] for n, c in got.items()} == {

@@ -11,7 +11,7 @@ from monsoon.observe.storage import storage_services
 from monsoon.report.checklist import HEADLINE, KEY_FIGURES
 from monsoon.spec.stack import load_stack
 from monsoon.stack.supervisor import Stack
-from monsoon.timeline.accounting import account
+from monsoon.checks.accounting import account
 from tests.unit.helpers import RunBuilder
 
 

@@ -17,7 +17,7 @@ import monsoon.timeline.tail as tail_mod
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.checks.registry import CHECKS, evaluate
 from monsoon.checks.torn import READS
-from monsoon.cli import analyze
+from monsoon.analysis import analyze
 from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram, phase_histograms
 from monsoon.timeline.store import Events, read_events, read_timeline
