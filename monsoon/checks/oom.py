@@ -163,7 +163,7 @@ def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitSt
     for svc, samples in by.items():
         span: list[tuple[dict, dict, tuple]] = []
 
-        def close() -> None:
+        def close(svc: str = svc, span: list = span) -> None:   # bound now: B023
             if span and span[-1][0]["t"] - span[0][0]["t"] + 1.0 >= min_s:
                 seconds = {x[2] for x in span}
                 rf = [g.get("refaults") for _, g, _ in span]
@@ -511,7 +511,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
             cg = next(iter(d.cgroups.values()))
             notes.append(f"cgroup angle unavailable: {cg.reasons[0] if cg.reasons else 'no usable sample'}")
 
-    for label, key, pe, kill_windows in _platforms(run):
+    for label, key, pe, _kill_windows in _platforms(run):
         if pe.good:
             angles += 1
             figures[f"{key}_oom_killed"] = len(pe.of("oom"))

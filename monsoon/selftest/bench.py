@@ -199,7 +199,7 @@ def child_paho(port: int, messages: int, inflight: int) -> dict:
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     acked = [0]
 
-    def on_publish(client, userdata, mid, rc, props):  # noqa: ANN001
+    def on_publish(client, userdata, mid, rc, props):
         acked[0] += 1
 
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="paho-bench", protocol=mqtt.MQTTv311)

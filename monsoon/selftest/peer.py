@@ -82,7 +82,7 @@ def run_locust(exe: Path, port: int, users: int, rate_per_user: float, seconds: 
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
-        raise PeerUnavailable(f"locust did not finish within {seconds + 120} s")
+        raise PeerUnavailable(f"locust did not finish within {seconds + 120} s") from None
     elapsed = time.monotonic() - t0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)   # the locust process, reaped by communicate()
     try:

@@ -322,7 +322,7 @@ def _in_netns(fn: Callable[[], Any], name: str = NETNS) -> Any:
         try:
             enter_netns(netns_path(name))
             box["v"] = fn()
-        except BaseException as e:  # noqa: BLE001 - handed back to the caller's thread
+        except BaseException as e:  # handed back to the caller's thread
             box["e"] = e
     t = threading.Thread(target=body, daemon=True)
     t.start()

@@ -25,7 +25,7 @@ class IntervalLogWriter:
     def __init__(self, path: Path, start_wall_s: float | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(self.path, "w")  # noqa: SIM115 - closed by close()
+        self._fh: IO[str] | None = open(self.path, "w")  # closed by close()
         start = time.time() if start_wall_s is None else start_wall_s
         self._fh.write("#[monsoon ack latency: us from the intended send time to the PUBACK, "
                        "one interval per load second]\n")
@@ -95,7 +95,7 @@ class LatencyLog:
         for sec, length, payload in read_intervals(path):
             try:
                 h = HdrHistogram.decode(payload)
-            except Exception:   # noqa: BLE001 - a corrupt interval is skipped, like a torn line
+            except Exception:   # a corrupt interval is skipped, like a torn line
                 continue
             if (h.bucket_count, h.sub_bucket_count, h.unit_magnitude) != \
                     (template.bucket_count, template.sub_bucket_count, template.unit_magnitude):
