@@ -17,7 +17,7 @@ help:
 	@echo "make demo       run the x10 burst flood on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
 	@echo "make test-unit  only the fast unit tests"
-	@echo "make lint       the import contracts (layers, no cycles): lint-imports"
+	@echo "make lint       ruff, mypy and the import contracts (layers, no cycles)"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
@@ -68,8 +68,11 @@ demo: venv
 test: setup lint
 	$(PYTEST) tests --durations=12 $(PYTEST_ARGS)
 
-# the import contracts in pyproject.toml: the layers, checks/report only on the timeline and specs, no cycles
+# ruff and mypy on monsoon/ (configured in pyproject.toml), then the import contracts: the layers, checks/report
+# only on the timeline and specs, no cycles
 lint: venv
+	$(VENV)/bin/ruff check monsoon
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: venv
