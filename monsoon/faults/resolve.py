@@ -7,6 +7,7 @@ them to stacks, experiments and run directories.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -17,7 +18,7 @@ from monsoon.faults.kube import KubeBackend, NamespaceNotAllowed, kernel_refusal
 from monsoon.faults.litmus import LitmusBackend, refusal as litmus_refusal
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.toxiproxy import ToxiproxyBackend
-from monsoon.spec.base import _resolve
+from monsoon.spec.base import _resolve as _resolve_path
 from monsoon.spec.experiment import ExperimentSpec, FaultRef
 from monsoon.spec.fault import FaultSpec, check_target
 from monsoon.spec.stack import StackSpec
@@ -27,19 +28,38 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 KUBE_NAMESPACES_ENV = "MONSOON_KUBE_NAMESPACES"
 
 
-def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None = None,
-                  where: tuple[str | Path, int | None, str] | None = None,
-                  line_in_entry: Callable[[tuple], int | None] | None = None) -> FaultSpec:
-    """The fault profile ``ref.profile`` with the experiment's overrides for ``profile``, validated.
+@dataclass(frozen=True)
+class ResolvedFault:
+    """A fault of an experiment resolved for one profile, with what locating a later error in it needs."""
+    ref: FaultRef
+    spec: FaultSpec
+    path: Path                       # the fault profile's file
+    target_line: int | None          # the line of ``target`` there
+    overridden: frozenset[tuple]     # keys the experiment's entry overrides (("params", "x"), ("target",), ...)
+    where: tuple[str | Path, int | None, str] | None = None   # the experiment's entry: file, line, key
+    line_in_entry: Callable[[tuple], int | None] | None = None
 
-    The profile is first validated on its own, as ``monsoon validate`` sees it (an override does not hide a
-    broken value of the profile). ``where`` (file, line, key) of the experiment's entry: an error in a value the
-    experiment overrides is reported at that override's line (``line_in_entry(("schedule", "duration"))``, the
-    line inside the entry), errors of the profile itself at the profile's line.
-    """
+
+def _locate(e: SpecError, profile: str, overridden: set[tuple] | frozenset[tuple],
+            where: tuple[str | Path, int | None, str] | None,
+            line_in_entry: Callable[[tuple], int | None] | None) -> SpecError:
+    """An error of fault profile ``profile``, moved to the experiment's entry ``where``: at the override's line
+    when the experiment's value is the wrong one, else at the entry, naming the fault profile."""
+    if where is None:
+        return e
+    file, line, key = where
+    parts = tuple(e.key.split(".")) if e.key else ()
+    if parts and (parts[:1] in overridden or parts[:2] in overridden):   # the experiment's value is wrong
+        at = line_in_entry(parts) if line_in_entry is not None else None
+        return SpecError(file, at or line, f"{key}.{e.key}", f"{e.message} (overrides fault profile {profile!r})")
+    return SpecError(file, line, key, f"fault profile {profile!r}: {e}")
+
+
+def _resolve(ref: FaultRef, profile: str, where: tuple[str | Path, int | None, str] | None,
+             line_in_entry: Callable[[tuple], int | None] | None) -> ResolvedFault:
     overridden: set[tuple] = set()
     try:
-        path = _resolve("fault profile", ref.profile)
+        path = _resolve_path("fault profile", ref.profile)
         doc = load_located(path)
         if isinstance(doc.data, dict):
             validate(LocatedDoc(doc.path, {**copy.deepcopy(doc.data), "source": str(path)}, doc.lines), FaultSpec)
@@ -52,40 +72,72 @@ def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None
             doc.data.update(ov)
             doc.data.setdefault("source", str(path))
         spec = validate(doc, FaultSpec)
-        if services is not None:
-            check_target(spec, set(services), doc_path=path, line=doc.line_of(("target",)))
-        return spec
     except SpecError as e:
-        if where is None:
-            raise
-        file, line, key = where
-        parts = tuple(e.key.split(".")) if e.key else ()
-        if parts and (parts[:1] in overridden or parts[:2] in overridden):   # the experiment's value is wrong
-            at = line_in_entry(parts) if line_in_entry is not None else None
-            raise SpecError(file, at or line, f"{key}.{e.key}",
-                            f"{e.message} (overrides fault profile {ref.profile!r})") from None
-        raise SpecError(file, line, key, f"fault profile {ref.profile!r}: {e}") from None
+        raise _locate(e, ref.profile, overridden, where, line_in_entry) from None
+    return ResolvedFault(ref, spec, path, doc.line_of(("target",)), frozenset(overridden), where, line_in_entry)
 
 
-def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None, *,
-                      namespaces: Iterable[str] | None = None) -> list[FaultSpec]:
-    """Every fault of an experiment for one profile, checked against the stack's services when given.
+def _fit_target(r: ResolvedFault, services: Iterable[str]) -> None:
+    """The fault's target names services of the stack (SpecError located like any error of the fault)."""
+    try:
+        check_target(r.spec, set(services), doc_path=r.path, line=r.target_line)
+    except SpecError as e:
+        raise _locate(e, r.ref.profile, r.overridden, r.where, r.line_in_entry) from None
+
+
+def resolve_fault(ref: FaultRef, profile: str, *, services: Iterable[str] | None = None,
+                  where: tuple[str | Path, int | None, str] | None = None,
+                  line_in_entry: Callable[[tuple], int | None] | None = None) -> FaultSpec:
+    """The fault profile ``ref.profile`` with the experiment's overrides for ``profile``, validated.
+
+    The profile is first validated on its own, as ``monsoon validate`` sees it (an override does not hide a
+    broken value of the profile). ``where`` (file, line, key) of the experiment's entry: an error in a value the
+    experiment overrides is reported at that override's line (``line_in_entry(("schedule", "duration"))``, the
+    line inside the entry), errors of the profile itself at the profile's line.
+    """
+    r = _resolve(ref, profile, where, line_in_entry)
+    if services is not None:
+        _fit_target(r, services)
+    return r.spec
+
+
+def resolve_entry(exp: ExperimentSpec, i: int, profile: str) -> ResolvedFault:
+    """The experiment's ``faults.i`` resolved for one profile (errors at that entry, or at its override's line)."""
+    def line_in_entry(p: tuple) -> int | None:
+        return exp.line_of(("faults", i, *p))
+    return _resolve(exp.faults[i], profile, (exp.source, exp.line_of(("faults", i)), f"faults.{i}"), line_in_entry)
+
+
+def resolve_faults(exp: ExperimentSpec, profile: str) -> list[ResolvedFault]:
+    """Every fault of an experiment resolved for one profile (errors at the experiment's ``faults.N``)."""
+    return [resolve_entry(exp, i, profile) for i in range(len(exp.faults))]
+
+
+def fit_faults(resolved: list[ResolvedFault], stack: StackSpec | None = None, *,
+               namespaces: Iterable[str] | None = None) -> list[FaultSpec]:
+    """Faults already resolved (:func:`resolve_faults`) checked against a stack's services when given.
 
     A Kubernetes fault (chaos-mesh, litmus) is rendered here once, so a namespace that is not on
     ``MONSOON_KUBE_NAMESPACES`` (or ``namespaces``) or an object its backend cannot express fails now,
     naming the experiment's file, line and ``faults.N``, before any stack starts: not mid-run as an
     ``unknown`` inject.
     """
-    services = set(stack.services) if stack is not None else None
     out = []
-    for i, ref in enumerate(exp.faults):
-        line = exp.line_of(("faults", i))   # kept from load_experiment: no second read of the file
-        f = resolve_fault(ref, profile, services=services, where=(exp.source, line, f"faults.{i}"),
-                          line_in_entry=lambda p, i=i: exp.line_of(("faults", i, *p)))
-        if f.backend in ("chaos-mesh", "litmus"):
-            _check_kube(f, ref, _allowed(namespaces, stack), where=(exp.source, line, f"faults.{i}"))
-        out.append(f)
+    for r in resolved:
+        if stack is not None:
+            _fit_target(r, stack.services)
+        if r.spec.backend in ("chaos-mesh", "litmus"):
+            assert r.where is not None
+            _check_kube(r.spec, r.ref, _allowed(namespaces, stack), where=r.where)
+        out.append(r.spec)
     return out   # distinct names: checked by monsoon.run.validate.check_experiment
+
+
+def experiment_faults(exp: ExperimentSpec, profile: str, stack: StackSpec | None = None, *,
+                      namespaces: Iterable[str] | None = None) -> list[FaultSpec]:
+    """Every fault of an experiment for one profile, checked against the stack's services when given
+    (:func:`resolve_faults`, then :func:`fit_faults`)."""
+    return fit_faults(resolve_faults(exp, profile), stack, namespaces=namespaces)
 
 
 def _check_kube(f: FaultSpec, ref: FaultRef, namespaces: Iterable[str] | None,

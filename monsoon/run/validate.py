@@ -11,7 +11,7 @@ import resource
 from pathlib import Path
 
 from monsoon.checks.registry import BUILT_IN, CheckRegistry
-from monsoon.faults.resolve import experiment_faults, resolve_fault
+from monsoon.faults.resolve import ResolvedFault, fit_faults, resolve_entry
 from monsoon.load.shapes import check_shape
 from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, check_fits, load_experiment
 from monsoon.spec.fault import FaultSpec
@@ -23,6 +23,12 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False, registry: Che
     """Every rule of an experiment that needs shapes, checks (known to ``registry``) or fault profiles, and the
     limits of this machine and of each profile (:func:`limits`; ``force`` lifts the multiplier ceiling), for
     each of its profiles."""
+    _check_experiment(spec, force=force, registry=registry)
+    return spec
+
+
+def _check_experiment(spec: ExperimentSpec, *, force: bool, registry: CheckRegistry) -> dict[str, list[ResolvedFault]]:
+    """:func:`check_experiment`, returning each profile's faults as resolved on the way (no profile: no faults)."""
     peaks: dict[str, float] = {}
     for profile, d in spec.profiles.items():   # build the shape per profile and sample its rate
         try:
@@ -54,20 +60,20 @@ def check_experiment(spec: ExperimentSpec, *, force: bool = False, registry: Che
                 raise spec.fail(("checks", i), f"{e.key}: no value for profile {profile!r}") from None
             except ValueError as e:
                 raise spec.fail(("checks", i), str(e)) from None
+    resolved: dict[str, list[ResolvedFault]] = {}
     for profile in spec.profiles if spec.faults else ():
         seen: dict[str, int] = {}
-        for i, ref in enumerate(spec.faults):
-            def line_in_entry(p: tuple, i: int = i) -> int | None:
-                return spec.line_of(("faults", i, *p))
-            f = resolve_fault(ref, profile, where=(spec.source, spec.line_of(("faults", i)), f"faults.{i}"),
-                              line_in_entry=line_in_entry)
-            if f.name in seen:
-                raise spec.fail(("faults", i), f"fault name {f.name!r} is also the name of faults.{seen[f.name]}: "
-                                "give each fault a distinct name")
-            seen[f.name] = i
+        resolved[profile] = []
+        for i in range(len(spec.faults)):
+            r = resolve_entry(spec, i, profile)
+            if r.spec.name in seen:
+                raise spec.fail(("faults", i), f"fault name {r.spec.name!r} is also the name of "
+                                f"faults.{seen[r.spec.name]}: give each fault a distinct name")
+            seen[r.spec.name] = i
+            resolved[profile].append(r)
     for profile in spec.profiles:
         limits(spec, profile, force=force, peak=peaks.get(profile))
-    return spec
+    return resolved
 
 
 def load_checked(name_or_path: str | Path, *, force: bool = False,
@@ -138,7 +144,7 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
 
     Raises SpecError (file, line, key) on the first problem; returns the experiment's faults resolved for
     the profile and the stack (empty without a stack or a profile). ``force`` lifts the multiplier ceiling."""
-    check_experiment(exp, force=force, registry=registry)
+    resolved = _check_experiment(exp, force=force, registry=registry)
     if profile is None:
         return []
     exp.durations(profile)   # the experiment has this profile
@@ -152,7 +158,7 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
     if unknown:
         raise exp.fail(("restart",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
                        f"(it has: {', '.join(stack.services)})")
-    faults = experiment_faults(exp, profile, stack)   # a bad fault fails here
+    faults = fit_faults(resolved.get(profile, []), stack)   # a fault the stack cannot take fails here
     misfits = check_fits(exp, stack)   # a check that needs a signal the stack does not observe
     if misfits:
         raise misfits[0]
