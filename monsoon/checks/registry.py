@@ -1,10 +1,9 @@
-"""The check registry: the only module that imports every check. Checks are pure functions of a saved run
-directory -> Verdict.
+"""The check registry: the only module that imports every check (pure functions of a saved run -> Verdict).
 
-A check never talks to a live system.  It reads the timeline, the acked log
-written by the fleet and the stored-messages export, so ``monsoon analyze``
-can re-run it offline.  Verdicts are ``pass``, ``fail`` or ``unknown``
-(the data can't decide); they compose: fail beats unknown beats pass.
+:data:`CHECKS` is monsoon's own, read-only. A :class:`CheckRegistry` is the built-in checks plus those added to
+it: each pytest session builds one (the ``pytest_monsoon_add_checks`` hook registers into it) and every run's
+plan carries it, so validating and judging see the same checks and nothing is process-wide. Verdicts are
+``pass``, ``fail`` or ``unknown``; fail beats unknown beats pass.
 """
 from __future__ import annotations
 

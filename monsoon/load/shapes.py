@@ -20,6 +20,10 @@ Conventions shared by every shape:
   value is the linear ramp at the middle of the cell (so the message count is
   the exact integral of the linear ramp). A :class:`PythonShape` is sampled
   the same way: what it does between samples is not seen.
+
+Shapes do not validate their parameters: :class:`monsoon.spec.shape.ShapeSpec` does, once, with file, line
+and key, and :func:`build_shape` builds from a validated spec. Only a user's function is checked here, at
+each sample (its values are not known before).
 """
 
 from __future__ import annotations

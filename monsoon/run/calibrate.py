@@ -1,35 +1,11 @@
 """Calibration: ramp the load on a stack until it stops keeping up, and record its capacity.
 
-``monsoon calibrate STACK`` starts the stack, connects a fleet and sends a geometric ladder of
-constant-rate steps (``start_rate``, x``factor`` per step, each ``settle_s`` + a measured window).
-After each step it judges the measured window (:func:`judge_step`, pure) and stops at the first
-step the stack did not keep up with, so the stack is never pushed long above its capacity (an
-in-memory queue above capacity fills the heap and dies of OOM).  A step fails when (in this order):
-
-* ``stack-died``     the service under test exited or restarted during the step;
-* ``generator``      the *fleet* could not send the target (sent below target by more than the
-                     tolerance, or most sends late): a limit of the load generator, not of the stack:
-                     the result is ``capacity >= X (generator-bound)``;
-* ``acked-rate``     the ack rate fell below the sent rate by more than the tolerance;
-* ``stored-rate``    the stored rate (slope of the stack's storage count) fell below the sent rate
-                     by more than the tolerance;
-* ``backlog-growth`` the queue depth / Kafka lag grew during the step (slope > ``slope_fraction``
-                     x target and > ``slope_min`` msg/s) to more than ``backlog_floor_s`` seconds of the
-                     target (less is the queue's own batching: ThingsBoard commits a Kafka pack at a
-                     time, so its lag saw-tooths by a few hundred at any rate);
-* ``latency-knee``   the step's p99 ack latency exceeded ``latency_k`` x the first step's p99 and
-                     the absolute floor ``latency_floor_ms``;
-* ``gc``             (only when ``gc_fraction`` is set, ``--gc-fraction``) the observed JVM spent more than
-                     that fraction of the step's measured window in GC (its ``gc_seconds`` counter): saturated
-                     by GC, as Eclipse Ditto's benchmark read it, even while every rate still kept up.
-
-Capacity = the target of the highest step the stack kept up with (:func:`decide`, pure).
-
-The result goes to ``<runs>/calibration/<stack>.json`` (the file ``base_rate: auto`` reads) and the
-run itself (timeline, logs, acked log, latency log) to ``<runs>/<run-id>/calibrate-<stack>/``.
-
-``base_rate: auto`` (:func:`resolve_auto`): x1 = ``base_fraction`` x the calibrated capacity, from the
-calibration file when it is recent and from this host, else after calibrating first.
+``monsoon calibrate STACK`` sends a geometric ladder of constant-rate steps, judges each measured window
+(:func:`judge_step`, pure: the first of :data:`CRITERIA` that fails names why) and stops at the first step the
+stack did not keep up with, so it is never pushed long above its capacity. Capacity = the highest step kept up
+with (:func:`decide`). The record goes to ``<runs>/calibration/<stack>.json``, the run to
+``<runs>/<run-id>/calibrate-<stack>/``. ``base_rate: auto`` (:func:`resolve_auto`, called through
+:func:`monsoon.run.plan.settle_x1`) is ``base_fraction`` x that capacity. Each criterion: docs/calibration.md.
 """
 from __future__ import annotations
 
