@@ -30,6 +30,7 @@ from monsoon.timeline.views import KILL_KINDS
 
 EXPERIMENT = "pod-delete"
 FINALIZER = "chaosengine.litmuschaos.io/finalizer"
+RESULT_WAIT_S = 30.0
 # the rights pod-delete uses in its namespace (upstream's experiment RBAC, namespaced): pods, their owners, its
 # own Litmus objects, events
 RULES = [
@@ -171,7 +172,12 @@ class LitmusBackend(KubeBackend):
 
     def heal(self, handle: Handle) -> None:
         if not handle.data.get("dry_run"):
-            handle.data["result_at_heal"] = self._result(handle.data["objects"][0])
+            # the experiment's own end (its TOTAL_CHAOS_DURATION is the window's) is near: give its ChaosResult up
+            # to RESULT_WAIT_S to leave Running, so the verdict recorded is the experiment's, then stop it
+            _, res, _, waited = self._poll(
+                lambda: (str((r := self._result(handle.data["objects"][0])).get("phase") or "").lower()
+                         not in ("running", "", "none"), r), min(self.heal_timeout, RESULT_WAIT_S))
+            handle.data["result_at_heal"] = {**res, "waited_s": waited}
         super().heal(handle)
 
     def verify(self, handle: Handle) -> Landing:
