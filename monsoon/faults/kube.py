@@ -53,6 +53,7 @@ import yaml
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
 from monsoon.stack.cluster import Cluster
+from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
 from monsoon.stack.pods import kubeconfig_path
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
@@ -270,33 +271,10 @@ def to_yaml(objs: list[dict]) -> str:
 
 # --------------------------------------------------------------------- backend
 
-def cluster_configured() -> bool:
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    kc = os.environ.get("KUBECONFIG")
-    paths = kc.split(os.pathsep) if kc else [str(Path.home() / ".kube" / "config")]
-    return any(Path(p).is_file() for p in paths if p)
-
-
 def local_cluster() -> bool:
     """The configured cluster is the one ``monsoon cluster up`` runs on this machine (its node's kernel is ours)."""
     kc = os.environ.get("KUBECONFIG")      # the cluster the faults are applied to (cluster_configured)
     return bool(kc) and kubeconfig_path().resolve() == Cluster().kubeconfig.resolve() and kubeconfig_path().is_file()
-
-
-def kube_client(error: type[Exception] = RuntimeError):
-    """The ``kubernetes.client`` module, configured in-cluster or from the kubeconfig."""
-    try:
-        # optional dependency (extra "kube"): the Kubernetes client, needed only when a cluster is configured
-        from kubernetes import client, config  # type: ignore[import-not-found]
-    except ImportError:
-        raise error("a Kubernetes cluster is configured but the Python client is missing: "
-                    "pip install kubernetes") from None
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client
 
 
 class KubeBackend:

@@ -24,11 +24,10 @@ import psycopg
 import json
 import subprocess
 
-from monsoon.faults.base import FaultError
-from monsoon.faults.cgroup import CgroupDir, CgroupFS, limit_bytes
-from monsoon.faults.kube import cluster_configured, kube_client
 from monsoon.observe.parsers import parse_docker_inspect, parse_pods
+from monsoon.stack.cgroupfs import CgroupDir, CgroupFS, CgroupUnavailable, limit_bytes
 from monsoon.stack.dockerd import docker_host
+from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.spec.stack import is_pattern, metric_terms
 
 
@@ -434,7 +433,7 @@ class CgroupOomCollector(Collector):
     """The kernel OOM killer's count in the observed service's memory cgroup(s), v1 and v2.
 
     Follows the service's *current* cgroup (``/proc/<pid>/cgroup`` every sample, through
-    :class:`~monsoon.faults.cgroup.CgroupFS`), keeps watching every cgroup it has seen (a killed
+    :class:`~monsoon.stack.cgroupfs.CgroupFS`), keeps watching every cgroup it has seen (a killed
     service has no pid to look up), and watches the child ``m_<run-id>__<service>`` that the
     memory-pressure fault creates as soon as it exists (a kill right after the move would otherwise
     be missed).  Counters are written as increases since the collector started: ``oom_kills`` and
@@ -473,7 +472,7 @@ class CgroupOomCollector(Collector):
             self.pgid = pid                    # stack services lead their own process group
             try:
                 current = self.fs.memory_cgroup(pid)
-            except (FaultError, OSError) as e:
+            except (CgroupUnavailable, OSError) as e:
                 if not self.watched:
                     return {"service": self.service, "available": 0, "pid": pid, "reason": str(e)[:300]}
         if current is not None:
