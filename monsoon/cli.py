@@ -140,6 +140,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
     ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
     ("kafka-k8s", "network-latency-chaos-mesh"), ("kafka-k8s", "burst-x10-load-job"),
+    ("kafka-k8s", "pod-kill-litmus"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}

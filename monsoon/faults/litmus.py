@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
-from monsoon.faults.kube import LITMUS, KubeBackend, kube_client
+from monsoon.faults.kube import LITMUS, KubeBackend, kube_client, one_window, render
 from monsoon.spec.fault import FaultSpec
 from monsoon.stack.litmus import EXPERIMENT_IMAGE, VERSION
 from monsoon.stack.reaper import RUN_LABEL, check_run_id
@@ -154,7 +154,6 @@ class LitmusBackend(KubeBackend):
             raise FaultError(why)
         if not self.apply:
             return super().inject(fault, ctx)
-        from monsoon.faults.kube import one_window, render
         engine = render(one_window(fault), ctx.run_id, self.allowed)[0]
         extras = self._extras(engine, ctx.run_id)
         for o in extras:

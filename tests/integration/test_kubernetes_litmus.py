@@ -39,17 +39,12 @@ checks:
 HELD = """
 name: k8s-litmus-interrupted
 load: {devices: 10, qos: 1, base_rate: 100, shape: {kind: steady}}
-profiles:
-  quick: {warmup: 150, recovery: 5, drain_timeout: 20}
+profiles: {quick: {warmup: 150, recovery: 5, drain_timeout: 20}}
 faults:
-  - profile: pod-kill
-    name: platform-pod-delete-held
-    backend: litmus
-    target: {namespace: monsoon-kafka-k8s, labelSelector: {monsoon.io/service: platform}}
-    params: {grace_period: 0}
-    schedule: {at: 3, duration: 140}
-checks:
-  - no_acked_loss
+  - {profile: pod-kill, name: platform-pod-delete-held, backend: litmus, params: {grace_period: 0},
+     target: {namespace: monsoon-kafka-k8s, labelSelector: {monsoon.io/service: platform}},
+     schedule: {at: 3, duration: 140}}
+checks: [no_acked_loss]
 """
 SCENARIO = """
 def test_interrupted(monsoon):
