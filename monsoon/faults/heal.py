@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from monsoon.faults.cgroup import CgroupBackend
-from monsoon.faults.kube import KubeBackend, cluster_configured
+from monsoon.faults.kube import KubeBackend
+from monsoon.stack.kubeapi import cluster_configured
 from monsoon.faults.litmus import LitmusBackend
 from monsoon.faults.process import ProcessBackend
 from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespaces
@@ -84,6 +85,14 @@ def live_runs(owners: Mapping[int, tuple[str, int | None]], stat: ProcStat | Non
     return out
 
 
+def _reachable(b: ToxiproxyBackend) -> bool:
+    try:
+        b.client.version()
+        return True
+    except Exception:
+        return False
+
+
 class HealReport(NamedTuple):
     done: list[str]                    # what was healed, deleted or killed
     census: dict[str, list[str]]       # run id -> what is still in place
@@ -107,7 +116,8 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
 
     done: list[str] = []
     notes: list[str] = []
-    apis = list(dict.fromkeys([*toxiproxy_apis, *_toxiproxy_apis_of_runs()]))
+    own_tox = _toxiproxy_apis_of_runs()     # servers runs started: reaped with the run's processes
+    apis = list(dict.fromkeys([*toxiproxy_apis, *own_tox]))
     tox = [ToxiproxyBackend(a) for a in apis]
     kube = [KubeBackend("chaos-mesh", kube_namespaces()), LitmusBackend(kube_namespaces())] \
         if cluster_configured() else []
@@ -146,8 +156,8 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
             for b in tox:
                 try:
                     done += [f"{rid} toxiproxy: proxy {x} deleted" for x in b.unroute(rid)]
-                except Exception:
-                    pass
+                except Exception as e:   # said here; the census below names what is left
+                    done.append(f"{rid} toxiproxy: FAILED to delete the run's proxies on {b.client.api}: {e}")
             pids = reap(rid)
             if pids:
                 done.append(f"{rid}: killed {len(pids)} leftover process(es)")
@@ -166,11 +176,11 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
         census["k8s-cluster"] = cluster.census()
     for rid in sorted(ids):
         for b in backends:
-            if reap_processes and b.name == "toxiproxy":
-                continue   # the run's own Toxiproxy is gone with its processes
             try:
-                left = b.census(rid)
+                left = b.census(rid, routed=True) if reap_processes and b in tox else b.census(rid)
             except Exception as e:
+                if b in tox and reap_processes and b.client.api in own_tox and not _reachable(b):
+                    continue   # a run's own Toxiproxy, gone with its processes: it holds nothing any more
                 left = [f"census failed: {e}"]
             if left:
                 census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)

@@ -489,13 +489,17 @@ class ToxiproxyBackend:
                 self._handles.pop(h.id, None)
         return healed
 
-    def census(self, run_id: str) -> list[str]:
+    def census(self, run_id: str, *, routed: bool = False) -> list[str]:
+        """What of the run is still on the server: its toxics, its disabled proxies and, with ``routed``
+        (after the run's proxies were to be deleted), any proxy of the run at all."""
         prefix = run_prefix(run_id)
         left = []
         for name, proxy in self.client.proxies().items():
             left += [f"toxic {name}/{t.name} ({t.type} {t.attributes})" for t in proxy.toxics if t.name.startswith(prefix)]
             if name.startswith(prefix) and not proxy.enabled:
                 left.append(f"proxy {name} disabled")
+            elif name.startswith(prefix) and routed:
+                left.append(f"proxy {name} on {self.client.api} not deleted")
         return left
 
     def verify(self, handle: Handle) -> Landing:

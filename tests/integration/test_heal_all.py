@@ -185,3 +185,83 @@ def test_heal_removes_the_toxics_of_a_run_on_its_own_toxiproxy(tmp_path, run_tox
     assert f"healed {run_id}: killed 1 leftover process(es)" in r.stdout, out
     assert proc.wait(10) == -signal.SIGKILL
     assert find_leftovers(run_id) == []
+
+
+# ------------------------------------------------------------- a shared Toxiproxy that refuses a deletion
+
+@pytest.fixture
+def refusing_toxiproxy(tmp_path):
+    """A shared Toxiproxy (no run label: not reaped by anyone) behind a gateway on 127.0.0.1 that forwards every
+    call to it but answers 403 to ``DELETE /proxies/...`` while ``gate["refuse"]``: (gateway API, real API, gate)."""
+    import http.server
+    import threading
+    if not os.access(TOXIPROXY, os.X_OK):
+        pytest.skip(f"{TOXIPROXY} not installed: run make setup")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MONSOON_RUN_ID"}
+    log = open(tmp_path / "toxiproxy.log", "wb")
+    proc = subprocess.Popen([str(TOXIPROXY), "-host", "127.0.0.1", "-port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    real = f"http://127.0.0.1:{port}"
+    gate = {"refuse": True}
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def _forward(self):
+            if self.command == "DELETE" and self.path.startswith("/proxies/") and gate["refuse"]:
+                body, status = b'{"error": "deleting proxies is not allowed on this shared server"}', 403
+            else:
+                n = int(self.headers.get("Content-Length") or 0)
+                r = requests.request(self.command, real + self.path, data=self.rfile.read(n) if n else None,
+                                     headers={"Content-Type": "application/json"}, timeout=5)
+                body, status = r.content, r.status_code
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        do_GET = do_POST = do_DELETE = _forward
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def up() -> bool:
+        assert proc.poll() is None, (tmp_path / "toxiproxy.log").read_text()
+        try:
+            return requests.get(real + "/version", timeout=0.5).ok
+        except requests.RequestException:
+            return False
+    try:
+        wait_for(up, 10, "toxiproxy-server")
+        yield f"http://127.0.0.1:{server.server_address[1]}", real, gate
+    finally:
+        server.shutdown()
+        server.server_close()
+        kill_group(proc)
+        log.close()
+
+
+def test_heal_reports_a_proxy_a_shared_toxiproxy_refused_to_delete_and_exits_1(tmp_path, refusing_toxiproxy):
+    api, real, gate = refusing_toxiproxy
+    run_id = new_run_id("shared")
+    pg = proxy_name(run_id, ("platform", "postgres"))
+    r = requests.post(real + "/proxies", json={"name": pg, "listen": "127.0.0.1:0",
+                                               "upstream": f"127.0.0.1:{free_port()}", "enabled": True}, timeout=5)
+    assert r.status_code == 201, r.text
+
+    r = heal("--run-id", run_id, "--toxiproxy-api", api, state=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert f"healed {run_id} toxiproxy: FAILED to delete the run's proxies on {api}" in r.stdout, out
+    assert f"STILL IN PLACE {run_id} toxiproxy: proxy {pg} on {api} not deleted" in r.stdout, out
+    assert pg in requests.get(real + "/proxies", timeout=5).json()      # it really is still there
+
+    gate["refuse"] = False                           # the server lets it go: heal again, and the census is clean
+    r = heal("--run-id", run_id, "--toxiproxy-api", api, state=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert f"healed {run_id} toxiproxy: proxy {pg} deleted" in r.stdout, out
+    assert f"STILL IN PLACE {run_id}" not in r.stdout, out
+    assert pg not in requests.get(real + "/proxies", timeout=5).json()
