@@ -1,21 +1,34 @@
-"""The ``monsoon`` command: analyze saved runs, validate specs, print their schema, heal faults and reap leftovers."""
+"""The ``monsoon`` command, every subcommand of it: each is an argparse subparser whose ``run`` default is its
+handler (``handler(args) -> exit code``), dispatched in one place at the end of :func:`main`. The work itself
+lives in the packages (``monsoon.analysis``, ``monsoon.run.calibrate``, ``monsoon.history``, ...)."""
 from __future__ import annotations
 
 import argparse
 import inspect
 import json
 import os
+import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 import subprocess
+
+import yaml
+from rich.console import Console
+from rich.table import Table
 
 from monsoon.analysis import analyze, export_csv
 from monsoon.checks.registry import CHECKS
 from monsoon.faults.heal import heal_everything
 from monsoon.faults.kube import to_yaml
 from monsoon.faults.resolve import kube_namespaces
-from monsoon.history import commands as history_commands
+from monsoon.history import html as history_html
+from monsoon.history import schedule as sched
+from monsoon.history import signoff as so
+from monsoon.history.store import HistoryStore, default_location
+from monsoon.history.views import as_json, as_text
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
 from monsoon import hostsetup, scaffold, settings
 from monsoon.paths import REPO
@@ -285,7 +298,8 @@ def schema_cli(args) -> int:
     return 0
 
 
-def dockerd_cli(action: str) -> int:
+def dockerd_cli(args) -> int:
+    action = args.action
     if action == "status":
         pid = dockerd.running()
         print(f"running (pid {pid}): DOCKER_HOST=unix://{dockerd.sock_path()}" if pid else "not running")
@@ -302,7 +316,8 @@ def dockerd_cli(action: str) -> int:
     return 0
 
 
-def cluster_cli(action: str, chaos_mesh: bool) -> int:
+def cluster_cli(args) -> int:
+    action = args.action
     if action == "status":
         rows = cluster.status()
         for piece, ok, line in rows:
@@ -313,7 +328,7 @@ def cluster_cli(action: str, chaos_mesh: bool) -> int:
         print("stopped: " + ", ".join(done) if done else "nothing was running")
         return 0
     try:
-        took = cluster.up(chaos_mesh=chaos_mesh, say=print)
+        took = cluster.up(chaos_mesh=args.chaos_mesh, say=print)
     except cluster.ClusterError as e:
         print(f"monsoon cluster: {e}", file=sys.stderr)
         return 1
@@ -321,6 +336,336 @@ def cluster_cli(action: str, chaos_mesh: bool) -> int:
     print(f"node {c.node} Ready in {took:.1f}s: KUBECONFIG={c.kubeconfig}" if took else
           f"already running: KUBECONFIG={c.kubeconfig}")
     return 0
+
+
+# ------------------------------------------------------------------ calibrate
+
+def add_calibrate_arguments(p) -> None:
+    d = calibrate.Params()
+    p.add_argument("stack", help="a stack name (stacks/NAME.yaml) or a stack file")
+    p.add_argument("--start-rate", type=float, default=d.start_rate, help=f"first step, msg/s (default {d.start_rate:g})")
+    p.add_argument("--max-rate", type=float, default=d.max_rate, help=f"last step at most, msg/s (default {d.max_rate:g})")
+    p.add_argument("--factor", type=float, default=d.factor, help=f"rate multiplier per step (default {d.factor:g})")
+    p.add_argument("--step-seconds", type=int, default=int(d.step_seconds),
+                   help=f"seconds per step, settle included (default {d.step_seconds:g})")
+    p.add_argument("--warmup-seconds", type=int, default=int(d.warmup_seconds),
+                   help=f"seconds at --start-rate before the first step, not judged (default {d.warmup_seconds:g}): "
+                   "a platform just started is slower than it will be")
+    p.add_argument("--settle-seconds", type=int, default=int(d.settle_seconds),
+                   help=f"seconds at the start of each step not measured (default {d.settle_seconds:g})")
+    p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
+    p.add_argument("--tolerance", type=float, default=d.criteria.tolerance,
+                   help="achieved rates may fall this fraction below the sent rate (default 0.10)")
+    p.add_argument("--latency-k", type=float, default=d.criteria.latency_k,
+                   help="latency knee: p99 > K x the first step's p99 (default 5)")
+    p.add_argument("--latency-floor-ms", type=float, default=d.criteria.latency_floor_ms,
+                   help="... and above this many ms (default 250)")
+    p.add_argument("--gc-fraction", type=float, default=None,
+                   help="also stop at a step whose window the JVM spent more than this fraction of in GC "
+                   "(its gc_seconds metric; e.g. 0.2; default: off)")
+    p.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"),
+                   help="the stack's per-profile settings to start it with, e.g. its heap (default quick)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
+    p.add_argument("--run-id", default=None, help="default: a timestamped id")
+    p.add_argument("--no-save", action="store_true", help=f"do not write <runs>/{calibrate.CALIBRATION_DIR}/<stack>.json")
+
+
+def calibrate_cli(args) -> int:
+    try:
+        stack_spec = load_stack(args.stack)
+    except SpecError as e:
+        print(f"monsoon calibrate: {e}", file=sys.stderr)
+        return 2
+    try:
+        params = calibrate.Params(start_rate=args.start_rate, factor=args.factor, max_rate=args.max_rate,
+                        step_seconds=args.step_seconds, settle_seconds=args.settle_seconds,
+                        warmup_seconds=args.warmup_seconds, devices=args.devices,
+                        criteria=calibrate.Criteria(tolerance=args.tolerance, latency_k=args.latency_k,
+                                          latency_floor_ms=args.latency_floor_ms,
+                                          gc_fraction=args.gc_fraction))
+    except ValueError as e:
+        print(f"monsoon calibrate: {e}", file=sys.stderr)
+        return 2
+    runs = settings.runs_dir(args.runs_dir)
+    run_id = args.run_id or new_run_id()
+    out = runs / run_id / f"calibrate-{stack_spec.name}"
+    save = None if args.no_save else calibrate.calibration_file(calibrate.calibration_dir(runs), stack_spec.name)
+    stop = threading.Event()
+    rec = calibrate.calibrate(stack_spec, out, run_id=run_id, profile=args.profile, params=params,
+                    progress=lambda s: print(s, flush=True), stop=stop, save_to=save)
+    print_calibration(rec)
+    print(f"monsoon calibrate {stack_spec.name}: {rec['result']}")
+    print(f"  run directory: {out}" + (f"; saved {rec['saved_to']}" if rec.get("saved_to") else ""))
+    return 0 if rec.get("capacity_msg_s") is not None and not rec.get("error") else 1
+
+
+def print_calibration(rec: dict) -> None:
+    t = Table(title=f"calibration of {rec['stack']} on {rec['host']} ({rec['cpu_count']} CPUs, {rec['date']})")
+    for col in ("step", "target/s", "sent/s", "acked/s", "stored/s", "backlog slope/s", "backlog", "p99 ms",
+                "late", "kept up"):
+        t.add_column(col, justify="right" if col != "kept up" else "left")
+
+    def n(x):
+        return "-" if x is None else f"{x:,.0f}"
+    for s in rec["steps"]:
+        t.add_row(str(s["index"]), n(s["target"]), n(s["send_rate"]), n(s["ack_rate"]), n(s["stored_rate"]),
+                  n(s["backlog_slope"]), n(s["backlog_end"]), n(s["p99_ms"]), n(s["late"]),
+                  "yes" if s["ok"] else f"NO: {s['criterion']}")
+    Console(width=None if sys.stdout.isatty() else 140).print(t)
+
+
+# ------------------------------------------------------------------ history, signoff, schedule
+
+EXAMPLE_POLICY = REPO / "docs" / "signoff.yaml"
+
+
+def _runs_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", type=Path, default=None,
+                   help="the runs directory whose history.sqlite to read (default: MONSOON_RUNS_DIR or runs/); "
+                   "MONSOON_HISTORY_URL=postgresql://... reads a shared Postgres instead")
+
+
+def add_history(sub) -> argparse.ArgumentParser:
+    h = sub.add_parser("history", help="the run history: verdict strips, figure trends, flaky checks, first failures",
+                       description="Reads the history every session and `monsoon analyze` write (one row per run x "
+                       "stack x experiment x check): per stack x experiment the last N verdicts as a strip (P pass, "
+                       "F fail, ? unknown, s skipped, m missed) and the trend of recovery_s, peak_lag, acked_lost, "
+                       "calibrated capacity and error budget spent; checks whose verdict flipped with no change of "
+                       "commit or stack file (flaky); and, for each check failing now, the run (and commit) where "
+                       "it started failing. --keep-days prunes instead.")
+    _runs_arg(h)
+    h.add_argument("--last", type=int, default=20, help="runs per stack x experiment (default 20)")
+    h.add_argument("--stack", default=None, help="only this stack")
+    h.add_argument("--experiment", default=None, help="only this experiment")
+    h.add_argument("--json", action="store_true", help="print JSON instead of text")
+    h.add_argument("--html", nargs="?", const="", default=None, metavar="FILE",
+                   help="write the history page with trend plots (default <runs>/history.html)")
+    h.add_argument("--keep-days", type=float, default=None,
+                   help="prune: delete the rows of runs that started more than this many days ago")
+    h.add_argument("--prune-run-dirs", action="store_true", help="with --keep-days: delete those run directories too")
+    return h
+
+
+def history_cli(args) -> int:
+    rd = settings.runs_dir(args.runs_dir)
+    with HistoryStore(default_location(rd)) as store:
+        if args.keep_days is not None:
+            if args.keep_days < 0:
+                print("monsoon history: --keep-days must be >= 0", file=sys.stderr)
+                return 2
+            pruned = store.prune(time.time() - args.keep_days * 86400)
+            for run_id, d in pruned:
+                gone = ""
+                if args.prune_run_dirs and d and Path(d).is_dir() and Path(d).resolve().parent == rd.resolve():
+                    shutil.rmtree(d)
+                    gone = f" (deleted {d})"
+                print(f"pruned run {run_id}{gone}")
+            print(f"monsoon history: pruned {len(pruned)} run(s) older than {args.keep_days:g} days")
+            return 0
+        rows = store.rows(stack=args.stack, experiment=args.experiment)
+    if args.html is not None:
+        out = history_html.write(Path(args.html) if args.html else rd / history_html.HISTORY_PAGE, rows, args.last)
+        print(f"wrote {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(as_json(rows, args.last), indent=2, default=str))
+    elif args.html is None:
+        print(as_text(rows, args.last), end="")
+    return 0
+
+
+def add_signoff(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("signoff", help="GO / NO-GO / EXPIRED per item of a sign-off policy, from the run history",
+                       description="Judges signoff.yaml against the run history (not the last session): per item x "
+                       "stack GO (newest run passed, within max_age), EXPIRED (passed, too long ago) or NO-GO "
+                       "(failed, unknown or never run), the evidence (run id, date, figures, report), a weighted "
+                       "resilience score (100 GO, 75 expired, 50 failed/unknown, 0 never run) and how long a GO is "
+                       "valid. Exit 0 GO, 1 NO-GO, 3 EXPIRED, 2 a bad policy.")
+    _runs_arg(s)
+    s.add_argument("--policy", type=Path, default=None,
+                   help=f"the policy file (default: ./signoff.yaml, else {EXAMPLE_POLICY.relative_to(REPO)})")
+    s.add_argument("--html", type=Path, default=None, help="also write the checklist as HTML here")
+    s.add_argument("--markdown", type=Path, default=None, help="also write the checklist as Markdown here")
+    s.add_argument("--now", type=float, default=None, help=argparse.SUPPRESS)   # the clock, for tests
+    return s
+
+
+def signoff_cli(args) -> int:
+    path = args.policy or (Path("signoff.yaml") if Path("signoff.yaml").exists() else EXAMPLE_POLICY)
+    try:
+        policy = so.load_policy(path)
+    except SpecError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    with HistoryStore(default_location(settings.runs_dir(args.runs_dir))) as store:
+        rows = store.rows()
+    result = so.judge(policy, rows, now=args.now)
+    md = so.markdown(result)
+    print(md, end="")
+    if args.markdown:
+        args.markdown.write_text(md)
+    if args.html:
+        args.html.write_text(so.to_html(result))
+    return result.exit_code
+
+
+def add_schedule(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("schedule", help="render (or --install) a systemd timer, a crontab line or a Kubernetes "
+                       "CronJob that runs pytest on a schedule",
+                       description="Renders what runs `monsoon scheduled-run -- PYTEST_ARGS` on a schedule: a systemd "
+                       "service + timer pair (Persistent=true), or a /etc/cron.d line, or a Kubernetes CronJob "
+                       "(concurrencyPolicy: Forbid, startingDeadlineSeconds, history limits). --install writes the "
+                       "systemd units or the cron.d file under --root (default /; on / the timer is enabled). "
+                       "Locally a lock per schedule plays Forbid: a firing that finds the last run still going is "
+                       "recorded in the history as skipped; one that starts past its deadline, as missed.")
+    when = s.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", help="an interval dividing an hour or a day: 15m, 6h, 1d")
+    when.add_argument("--cron", help="a five-field cron expression, e.g. '0 2 * * 1-5'")
+    s.add_argument("--name", default="chaos", help="the schedule's name (systemd unit, CronJob, lock); default chaos")
+    s.add_argument("--target", choices=("systemd", "cron", "kubernetes"), default="systemd")
+    s.add_argument("--deadline", type=int, default=600,
+                   help="startingDeadlineSeconds: a firing this late is missed, not started (default 600)")
+    s.add_argument("--history-limit", type=int, default=3, help="CronJob jobs history limits (default 3)")
+    s.add_argument("--image", default=None, help="kubernetes: a container image with monsoon and the project")
+    s.add_argument("--namespace", default="default", help="kubernetes: the CronJob's namespace")
+    s.add_argument("--history-secret", default=None,
+                   help="kubernetes: a Secret whose key `url` is MONSOON_HISTORY_URL (a shared Postgres history)")
+    s.add_argument("--runs-dir", default=None, help="the scheduled runs' runs directory (default: the project's runs/)")
+    s.add_argument("--install", action="store_true", help="install (systemd or cron) instead of printing")
+    s.add_argument("--root", type=Path, default=Path("/"), help="with --install: write under this root (tests)")
+    s.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments, e.g. -- -m chaos")
+    return s
+
+
+def schedule_cli(args) -> int:
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    try:
+        name = sched.check_name(args.name)
+        cron = sched.every_to_cron(args.every) if args.every else (sched.parse_cron(args.cron) and args.cron)
+        if args.deadline <= 0:
+            raise sched.ScheduleError(f"--deadline {args.deadline}: must be > 0 seconds")
+        if args.target == "kubernetes":
+            if not args.image:
+                raise sched.ScheduleError("--target kubernetes needs --image")
+            if args.install:
+                raise sched.ScheduleError("--install is for systemd and cron; apply the CronJob with kubectl")
+            cmd = sched.run_command(name, pytest_args, deadline=args.deadline, cron=cron,
+                                    runs_dir=args.runs_dir or "/monsoon/runs")
+            obj = sched.cronjob(name, cmd, cron, image=args.image, namespace=args.namespace, deadline=args.deadline,
+                                history=args.history_limit, history_secret=args.history_secret)
+            sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
+            return 0
+        monsoon = shutil.which("monsoon") or f"{sys.executable} -m monsoon.cli"
+        cmd = sched.run_command(name, pytest_args, deadline=args.deadline, cron=cron, runs_dir=args.runs_dir)
+        cmd = monsoon.split() + cmd[1:]
+        if args.install:
+            for p in sched.install(args.root, name, cmd, cron, str(REPO), args.target):
+                print(f"wrote {p}")
+            return 0
+        if args.target == "systemd":
+            for fname, text in sched.systemd_units(name, cmd, cron, str(REPO)).items():
+                print(f"# {fname}\n{text}")
+        else:
+            print(sched.crontab_line(name, cmd, cron, str(REPO)), end="")
+        return 0
+    except sched.ScheduleError as e:
+        print(f"monsoon schedule: {e}", file=sys.stderr)
+        return 2
+
+
+def add_scheduled_run(sub) -> argparse.ArgumentParser:
+    s = sub.add_parser("scheduled-run", help="one firing of a schedule (what `monsoon schedule` installs runs)")
+    s.add_argument("--name", default="chaos")
+    s.add_argument("--cron", default=None, help="the schedule, to tell a late (missed) firing")
+    s.add_argument("--deadline", type=int, default=600)
+    s.add_argument("--runs-dir", type=Path, default=None)
+    s.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    return s
+
+
+def scheduled_run_cli(args) -> int:
+    pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    try:
+        return sched.scheduled_run(sched.check_name(args.name), pytest_args, settings.runs_dir(args.runs_dir),
+                                   cron=args.cron, deadline=args.deadline)
+    except sched.ScheduleError as e:
+        print(f"monsoon scheduled-run: {e}", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------ the rest, and main
+
+def analyze_cli(args) -> int:
+    s = analyze(args.run_dir)
+    if "sweeps" in s:                     # a monsoon sweep's directory: its own checklist
+        for name in s["sweeps"]:
+            print((Path(args.run_dir).resolve() / name / CHECKLIST_FILE).read_text())
+        return 0 if all(v["verdict"] == "pass" for vs in s["sweeps"].values() for v in vs) else 1
+    print(checklist(s))
+    return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
+
+
+def export_cli(args) -> int:
+    return export_csv(args.run_dir)
+
+
+def checklist_cli(args) -> int:
+    p = Path(args.run_dir) / CHECKLIST_FILE
+    if not p.exists():
+        print(f"monsoon checklist: no {CHECKLIST_FILE} in {args.run_dir}", file=sys.stderr)
+        return 2
+    print(p.read_text())
+    return 0
+
+
+def heal_cli(args) -> int:
+    done, census, notes = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
+                                          reap_processes=not args.keep_processes)
+    for line in notes:
+        print(line)
+    for line in done:
+        print("healed", line)
+    if not done:
+        print("nothing to heal")
+    for rid, left in census.items():
+        for x in left:
+            print(f"STILL IN PLACE {rid} {x}")
+    return 1 if census else 0
+
+
+def reap_cli(args) -> int:
+    pids = reap(args.run_id)
+    print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
+    gone = reap_containers(args.run_id)
+    if gone:
+        print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
+    gone = reap_namespaces(args.run_id)
+    if gone:
+        print(f"deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
+    if args.run_id is None and dockerd.stop():
+        print(f"stopped monsoon's private dockerd ({dockerd.root()})")
+    why = cluster.left_behind() if args.run_id is None else None
+    if why:
+        print(f"stopped monsoon's cluster ({why}): " + ", ".join(cluster.down()))
+    return 0
+
+
+def init_cli(args) -> int:
+    try:
+        written = scaffold.init(args.dir)
+    except scaffold.InitError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(f"monsoon init: wrote {len(written)} files in {args.dir.resolve()}: "
+          + ", ".join(str(p.relative_to(args.dir)) for p in written))
+    return 0
+
+
+def setup_cli(args) -> int:
+    return hostsetup.setup(args.pieces)
+
+
+def demo_cli(args) -> int:
+    return demo(args.pytest_args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                          "acked rate below the sent rate, queue/lag growing, p99 latency knee) or the fleet cannot "
                          "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
                          "runs/calibration/<stack>.json, which base_rate: auto reads.")
-    calibrate.add_arguments(cal)
+    add_calibrate_arguments(cal)
     sw = sub.add_parser("sweep", help="a size sweep: the platform's capacity per payload size beside its transport's",
                         description="Starts STACK once and, for each of the experiment's load.payload.sizes, ramps "
                         "the load as monsoon calibrate does (plus GC saturation) and measures the stack's Kafka "
@@ -440,91 +785,16 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--base-rate", type=float, default=None, help="x1 in msg/s (required for base_rate: auto)")
     j.add_argument("--run-id", default=None, help="label value monsoon.io/run-id (default: a new run id)")
     j.add_argument("-o", "--output", type=Path, default=None, help="write the YAML here (default: stdout)")
-    for add in (history_commands.add_history, history_commands.add_signoff, history_commands.add_schedule,
-                history_commands.add_scheduled_run):
-        add(sub)
+    for p, run in ((a, analyze_cli), (ex, export_cli), (c, checklist_cli), (v, validate_cli), (sc, schema_cli),
+                   (r, reap_cli), (h, heal_cli), (dk, dockerd_cli), (kc, cluster_cli), (ini, init_cli),
+                   (su, setup_cli), (d, demo_cli), (cal, calibrate_cli), (sw, size_sweep.cli), (j, load_job),
+                   (add_history(sub), history_cli), (add_signoff(sub), signoff_cli),
+                   (add_schedule(sub), schedule_cli), (add_scheduled_run(sub), scheduled_run_cli)):
+        p.set_defaults(run=run)
     args = ap.parse_args(argv)
     if args.project is not None:
         settings.configure(project=args.project.resolve())
-    handler = {"history": history_commands.history_cli, "signoff": history_commands.signoff_cli,
-               "schedule": history_commands.schedule_cli, "scheduled-run": history_commands.scheduled_run_cli}
-    if args.cmd in handler:
-        return handler[args.cmd](args)
-    if args.cmd == "load-job":
-        return load_job(args)
-    if args.cmd == "calibrate":
-        return calibrate.cli(args)
-    if args.cmd == "sweep":
-        return size_sweep.cli(args)
-    if args.cmd == "demo":
-        return demo(args.pytest_args)
-    if args.cmd == "setup":
-        return hostsetup.setup(args.pieces)
-    if args.cmd == "init":
-        try:
-            written = scaffold.init(args.dir)
-        except scaffold.InitError as e:
-            print(e, file=sys.stderr)
-            return 1
-        print(f"monsoon init: wrote {len(written)} files in {args.dir.resolve()}: "
-              + ", ".join(str(p.relative_to(args.dir)) for p in written))
-        return 0
-
-    if args.cmd == "analyze":
-        s = analyze(args.run_dir)
-        if "sweeps" in s:                     # a monsoon sweep's directory: its own checklist
-            for name in s["sweeps"]:
-                print((Path(args.run_dir).resolve() / name / CHECKLIST_FILE).read_text())
-            return 0 if all(v["verdict"] == "pass" for vs in s["sweeps"].values() for v in vs) else 1
-        print(checklist(s))
-        return 0 if all(r["verdict"] == "pass" for r in s["results"]) else 1
-    if args.cmd == "export":
-        return export_csv(args.run_dir)
-    if args.cmd == "checklist":
-        p = Path(args.run_dir) / CHECKLIST_FILE
-        if not p.exists():
-            print(f"monsoon checklist: no {CHECKLIST_FILE} in {args.run_dir}", file=sys.stderr)
-            return 2
-        print(p.read_text())
-        return 0
-    if args.cmd == "validate":
-        return validate_cli(args)
-    if args.cmd == "schema":
-        return schema_cli(args)
-    if args.cmd == "heal":
-        done, census, notes = heal_everything(None if args.all else args.run_id,
-                                              toxiproxy_apis=args.toxiproxy_api,
-                                              reap_processes=not args.keep_processes)
-        for line in notes:
-            print(line)
-        for line in done:
-            print("healed", line)
-        if not done:
-            print("nothing to heal")
-        for rid, left in census.items():
-            for x in left:
-                print(f"STILL IN PLACE {rid} {x}")
-        return 1 if census else 0
-    if args.cmd == "reap":
-        pids = reap(args.run_id)
-        print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
-        gone = reap_containers(args.run_id)
-        if gone:
-            print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
-        gone = reap_namespaces(args.run_id)
-        if gone:
-            print(f"deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
-        if args.run_id is None and dockerd.stop():
-            print(f"stopped monsoon's private dockerd ({dockerd.root()})")
-        why = cluster.left_behind() if args.run_id is None else None
-        if why:
-            print(f"stopped monsoon's cluster ({why}): " + ", ".join(cluster.down()))
-        return 0
-    if args.cmd == "dockerd":
-        return dockerd_cli(args.action)
-    if args.cmd == "cluster":
-        return cluster_cli(args.action, args.chaos_mesh)
-    return 2
+    return args.run(args)
 
 
 if __name__ == "__main__":

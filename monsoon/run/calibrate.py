@@ -20,17 +20,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import sys
-from rich.console import Console
-from rich.table import Table
 
 from monsoon.load.shapes import Stage, Stages
 from monsoon.observe.progress import Progress
 from monsoon import settings
 from monsoon.run.harness import LoadHarness, StackEvents
-from monsoon.rundir import TIMELINE_FILE, new_run_id
-from monsoon.spec.stack import jar_sha256, load_stack
-from monsoon.spec.yamlio import SpecError
+from monsoon.rundir import TIMELINE_FILE
+from monsoon.spec.stack import jar_sha256
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 from monsoon.timeline.views import counter_steps
@@ -538,82 +534,6 @@ def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str)
     return {"base_rate": float(base_rate), "capacity_msg_s": cap, "fraction": round(float(base_rate) / cap, 4),
             "source": "calibration-file, fixed base_rate", "calibration_file": str(path),
             "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"), "criterion": cal.get("criterion")}
-
-
-# ------------------------------------------------------------------------ CLI
-
-def add_arguments(p) -> None:
-    d = Params()
-    p.add_argument("stack", help="a stack name (stacks/NAME.yaml) or a stack file")
-    p.add_argument("--start-rate", type=float, default=d.start_rate, help=f"first step, msg/s (default {d.start_rate:g})")
-    p.add_argument("--max-rate", type=float, default=d.max_rate, help=f"last step at most, msg/s (default {d.max_rate:g})")
-    p.add_argument("--factor", type=float, default=d.factor, help=f"rate multiplier per step (default {d.factor:g})")
-    p.add_argument("--step-seconds", type=int, default=int(d.step_seconds),
-                   help=f"seconds per step, settle included (default {d.step_seconds:g})")
-    p.add_argument("--warmup-seconds", type=int, default=int(d.warmup_seconds),
-                   help=f"seconds at --start-rate before the first step, not judged (default {d.warmup_seconds:g}): "
-                   "a platform just started is slower than it will be")
-    p.add_argument("--settle-seconds", type=int, default=int(d.settle_seconds),
-                   help=f"seconds at the start of each step not measured (default {d.settle_seconds:g})")
-    p.add_argument("--devices", type=int, default=d.devices, help=f"devices (default {d.devices})")
-    p.add_argument("--tolerance", type=float, default=d.criteria.tolerance,
-                   help="achieved rates may fall this fraction below the sent rate (default 0.10)")
-    p.add_argument("--latency-k", type=float, default=d.criteria.latency_k,
-                   help="latency knee: p99 > K x the first step's p99 (default 5)")
-    p.add_argument("--latency-floor-ms", type=float, default=d.criteria.latency_floor_ms,
-                   help="... and above this many ms (default 250)")
-    p.add_argument("--gc-fraction", type=float, default=None,
-                   help="also stop at a step whose window the JVM spent more than this fraction of in GC "
-                   "(its gc_seconds metric; e.g. 0.2; default: off)")
-    p.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"),
-                   help="the stack's per-profile settings to start it with, e.g. its heap (default quick)")
-    p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
-    p.add_argument("--run-id", default=None, help="default: a timestamped id")
-    p.add_argument("--no-save", action="store_true", help=f"do not write <runs>/{CALIBRATION_DIR}/<stack>.json")
-
-
-def cli(args) -> int:
-    try:
-        stack_spec = load_stack(args.stack)
-    except SpecError as e:
-        print(f"monsoon calibrate: {e}", file=sys.stderr)
-        return 2
-    try:
-        params = Params(start_rate=args.start_rate, factor=args.factor, max_rate=args.max_rate,
-                        step_seconds=args.step_seconds, settle_seconds=args.settle_seconds,
-                        warmup_seconds=args.warmup_seconds, devices=args.devices,
-                        criteria=Criteria(tolerance=args.tolerance, latency_k=args.latency_k,
-                                          latency_floor_ms=args.latency_floor_ms,
-                                          gc_fraction=args.gc_fraction))
-    except ValueError as e:
-        print(f"monsoon calibrate: {e}", file=sys.stderr)
-        return 2
-    runs = settings.runs_dir(args.runs_dir)
-    run_id = args.run_id or new_run_id()
-    out = runs / run_id / f"calibrate-{stack_spec.name}"
-    save = None if args.no_save else calibration_file(calibration_dir(runs), stack_spec.name)
-    stop = threading.Event()
-    rec = calibrate(stack_spec, out, run_id=run_id, profile=args.profile, params=params,
-                    progress=lambda s: print(s, flush=True), stop=stop, save_to=save)
-    print_table(rec)
-    print(f"monsoon calibrate {stack_spec.name}: {rec['result']}")
-    print(f"  run directory: {out}" + (f"; saved {rec['saved_to']}" if rec.get("saved_to") else ""))
-    return 0 if rec.get("capacity_msg_s") is not None and not rec.get("error") else 1
-
-
-def print_table(rec: dict) -> None:
-    t = Table(title=f"calibration of {rec['stack']} on {rec['host']} ({rec['cpu_count']} CPUs, {rec['date']})")
-    for col in ("step", "target/s", "sent/s", "acked/s", "stored/s", "backlog slope/s", "backlog", "p99 ms",
-                "late", "kept up"):
-        t.add_column(col, justify="right" if col != "kept up" else "left")
-
-    def n(x):
-        return "-" if x is None else f"{x:,.0f}"
-    for s in rec["steps"]:
-        t.add_row(str(s["index"]), n(s["target"]), n(s["send_rate"]), n(s["ack_rate"]), n(s["stored_rate"]),
-                  n(s["backlog_slope"]), n(s["backlog_end"]), n(s["p99_ms"]), n(s["late"]),
-                  "yes" if s["ok"] else f"NO: {s['criterion']}")
-    Console(width=None if sys.stdout.isatty() else 140).print(t)
 
 
 def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: str, progress: Progress,
