@@ -575,13 +575,15 @@ class _SessionCluster:
 
     @staticmethod
     def needs(item: Any) -> bool:
-        return item.get_closest_marker("kubernetes") is not None
+        """A test needs the cluster when it is marked ``kubernetes`` or its module uses cluster_for_session."""
+        return (item.get_closest_marker("kubernetes") is not None
+                or getattr(getattr(item, "module", None), "cluster_for_session", None) is cluster_for_session)
 
     # trylast: after pytest's own teardown, which tears the module's fixtures down when the module ends
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: Any, nextitem: Any) -> None:
         """After a test's teardown (its module's fixtures included when the module ends): release the cluster
-        unless the next test is of the same module or carries the ``kubernetes`` marker."""
+        unless the next test is of the same module or needs it too (:meth:`needs`)."""
         if self.held is None:
             return
         if nextitem is None or (nextitem.path != item.path and not self.needs(nextitem)):
@@ -594,8 +596,8 @@ class _SessionCluster:
 def cluster_for_session(config: Any, namespaces: tuple[str, ...] = ()) -> Cluster:
     """:func:`cluster_for_stacks` held by a pytest session (``config``: pytest's Config): the first test module
     that asks starts the cluster (unless it runs); it is stopped (if it was started here) and the environment put
-    back right after the last test that needs it, the last one of a run of modules marked ``kubernetes``; a
-    module asking later starts it again. Later modules add their ``namespaces``. Raises
+    back right after the last test that needs it, the last one of a run of modules marked ``kubernetes`` or
+    importing this function; a module asking later starts it again. Later modules add their ``namespaces``. Raises
     :class:`ClusterUnavailable` (the same line each time)."""
     sc = getattr(config, "_monsoon_k8s_session", None)
     if sc is None:

@@ -265,7 +265,7 @@ def kube(request):
 
 
 def test_the_session_cluster_stops_after_the_last_test_that_needs_it_and_gives_the_env_back(pytester, monkeypatch):
-    """Two marked modules in a row share one cluster; the unmarked module after them runs without it (the
+    """Two modules in a row that use it (marked kubernetes, or importing cluster_for_session) share one cluster; the unmarked module after them runs without it (the
     environment put back); a marked module later starts it again; the session's end stops that one."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("MONSOON_KUBE_NAMESPACES", raising=False)
@@ -280,7 +280,10 @@ def test_one(kube):
 def test_two(kube):
     assert LOG[0] == "up" and LOG.count("up") - LOG.count("down") == 1
 '''
-    pytester.makepyfile(test_a=marked, test_b=marked, test_d=marked, test_c='''
+    # test_b is not marked: that it imports cluster_for_session says it uses the cluster
+    unmarked = marked.replace("pytestmark = pytest.mark.kubernetes",
+                              "from monsoon.stack.pods import cluster_for_session  # noqa: F401")
+    pytester.makepyfile(test_a=marked, test_b=unmarked, test_d=marked, test_c='''
 import os
 from conftest import LOG
 def test_without(request):
