@@ -275,7 +275,7 @@ class Accounting:
     stored_unacked: int = 0             # distinct stored keys never acked (recovered + unexpected)
     stored_late: int | None = None      # distinct keys in the last read-back that the drain's lacked (needs both)
     stored_vanished: int | None = None  # distinct keys in the drain's read-back that the last one lacked
-    sent: int | None = None             # messages handed out (sum of last_seq + 1), from sent.csv
+    sent: int | None = None             # messages handed out (sum of last_seq + 1), from the sent dataset
     recovered: int | None = None
     unexpected: int | None = None
     unexpected_devices: int | None = None
@@ -365,8 +365,8 @@ def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
 
 
 def _read_sent(path: Path) -> dict[str, int] | None:
-    """``sent.csv`` (:func:`monsoon.rundir.read_sent`) without a last row cut off mid-line: ``d7,12`` of
-    ``d7,1234`` would bound the device far too low.  The file is small (one row per device)."""
+    """The sent dataset (its Parquet parts, or an older run's CSV read as :func:`monsoon.rundir.read_sent` but
+    without a last row cut off mid-line: ``d7,12`` of ``d7,1234`` would bound the device far too low).  The file is small (one row per device)."""
     if has_parts(path):
         out: dict[str, int] = {}
         for dev, (last,) in read_parts(parts_dir(path), ["last_seq"]):
@@ -391,7 +391,7 @@ def _read_sent(path: Path) -> dict[str, int] | None:
 
 
 def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
-    """Account for every message of a saved run.  ``acked.csv`` and ``stored.csv`` must exist.
+    """Account for every message of a saved run.  The acked and stored datasets must exist.
     ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample).
 
     One vectorised pass, whatever the number of devices: every device's dense seq range ``0 ..
@@ -483,7 +483,7 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
         seq = cols[0]
         n_stored += len(seq)
         n = np.zeros(len(codes), dtype=np.int64)
-        known = codes < ndev                 # a device first seen in stored.csv has no dense range
+        known = codes < ndev                 # a device first seen in stored has no dense range
         n[known] = dense[codes[known]]
         inside = (seq >= 0) & (seq < n)
         if not inside.all():
@@ -586,7 +586,7 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
         reordered, lat_v, lat_c = _first_copies(first_ms, s_base, intended_of if timed else None, base, acked,
                                                 dev_of, ndev)
         del first_ms
-    # rows outside the dense range: never acked; unexpected when sent.csv says they were never sent
+    # rows outside the dense range: never acked; unexpected when sent says they were never sent
     if sparse:
         keys = np.concatenate(sparse)
         uk, uc = np.unique(keys, return_counts=True)

@@ -1,34 +1,7 @@
-"""The HTML report of a run: one self-contained file, ``runs/<id>/report.html``.
-
-On top, the sign-off checklist (GO / NO-GO, the same rows as ``checklist.md``
-with the verdicts coloured and the evidence messages); below it, per experiment
-directory (``<stack>--<experiment>/timeline.jsonl``), six plots over time:
-
-=========  ===========================================================
-data-plot  what
-=========  ===========================================================
-rate       target vs achieved (acked) rate, msg/s; failed if any
-latency    ack latency p50 / p99, ms, log scale
-backlog    Kafka consumer lag, else the platform's queue depth (+ lag seconds when ``monsoon.checks.lag`` can say)
-memory     heap used / max and process RSS, MB
-gc         GC time as a percentage of wall time (from cumulative ``gc_seconds``)
-stored     stored rate, msg/s (from the cumulative ``stored`` count)
-=========  ===========================================================
-
-Like Jepsen's plots, each one shades the burst phases (orange) and fault
-windows (purple), and, lighter and grey, the stretches a collector gave no answer (its silence: what it measures
-was not seen there), and marks service exits (red) and restarts (green, dashed)
-with vertical lines.  A plot whose data is missing still renders, saying
-"no data", so a report never fails on a partial run.
-
-Images are inline base64 PNGs drawn with matplotlib's Agg canvas (no pyplot, no
-global state, so it is safe from any thread).  Long runs are downsampled per
-time bucket to ~2,000 points per series, keeping peaks (max or min/max
-envelope) where a peak is the point (latency, lag, heap).
-
-A run longer than 30 minutes also gets, under its six plots, each fault window (up to six) zoomed: a folded
-``<details class="zoom">`` with the six plots over the window and half its length either side, drawn from
-the samples in that stretch (a 60 s pod kill in a 24 h soak is one pixel wide on the full plot).
+"""The HTML report of a run: one self-contained file (:data:`monsoon.rundir.REPORT_FILE`): the sign-off
+checklist on top, then per experiment six plots over time (rate, latency, backlog, memory, gc, stored) with
+burst phases, fault windows, collector silences and service exits marked; long runs also get each fault
+window zoomed. The plots and the choices behind them: docs/ (the report page).
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from monsoon.cli import analyze, main as cli_main
+from monsoon.analysis import analyze
+from monsoon.cli import main as cli_main
 from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
 from monsoon.selftest.analyze_bench import Plan, verify, write_run
 from monsoon.checks.accounting import account, read_columns

@@ -96,7 +96,7 @@ def test_bad_input_is_one_line(capsys):
 
 def test_analyze_judges_a_saved_sweep_again(tmp_path):
     from monsoon.checks.gc import gc_time_below  # noqa: F401 - registered
-    from monsoon.cli import analyze
+    from monsoon.analysis import analyze
     from tests.unit.helpers import RunBuilder
     sub = tmp_path / "run" / "kafka--size-sweep"
     b = RunBuilder(sub)
