@@ -153,7 +153,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
     ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
     ("kafka-k8s", "network-latency-chaos-mesh"), ("kafka-k8s", "burst-x10-load-job"),
-    ("kafka-k8s", "pod-kill-litmus"),
+    ("kafka-k8s", "pod-kill-litmus"), ("inmemory-k8s", "pod-failure-chaos-mesh"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}

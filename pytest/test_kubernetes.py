@@ -3,9 +3,11 @@ Kafka and Postgres as pods of monsoon's single-node cluster, Chaos Mesh killing 
 
 Run:  pytest -m kubernetes pytest/                 all of them
       pytest -m burst pytest/ -k kubernetes        the two x10 floods on pods
-      pytest -m chaos pytest/ -k kubernetes        Chaos Mesh's pod-kill on kafka-k8s, and the refused delay
+      pytest -m chaos pytest/ -k kubernetes        Chaos Mesh's pod-kill on kafka-k8s, pod-failure on inmemory-k8s,
+                                                   and the refused delay
 The module starts the cluster with Chaos Mesh (`monsoon cluster up --chaos-mesh`) unless it runs, and the session
-stops it at its end if it started it; without `make k8s` every test skips in one line naming the missing piece.
+stops it after its last Kubernetes test if it started it; without `make k8s` every test skips in one line naming
+the missing piece.
 
 * in-memory x10 on pods: the platform pod's container is killed by its memory limit (the pod's
   lastState.terminated.reason: OOMKilled, k8s_oom_killed >= 1), kubelet restarts it, and the acked messages its
@@ -14,6 +16,8 @@ stops it at its end if it started it; without `make k8s` every test skips in one
   (burst-x10-load-job): no port mirror between the load and the broker, 0 % late here (9.3 % through the mirror);
 * PodChaos pod-kill of the Kafka platform pod: landed by a new pod UID and a restart (not only AllInjected),
   healed (the object gone), nothing acked lost, lag recovered;
+* PodChaos pod-failure of the in-memory platform pod: landed by the pause image and the pod not Ready, healed by
+  its own image back and Ready; the same pod starts a new JVM and what its heap held is lost;
 * NetworkChaos delay: refused before the load, in one line naming the missing kernel module sch_netem.
 """
 import pytest
@@ -88,6 +92,23 @@ def test_kafka_pods_survive_a_chaos_mesh_pod_kill(monsoon):
     assert set(ev["new_uids"]).isdisjoint(ev["uids_before"]), ev
     heal = next(e for e in faults if e["phase"] == "heal")
     assert heal["landed"] is True and heal["evidence"]["present"] is False, heal
+
+
+@pytest.mark.chaos
+def test_inmemory_pod_failed_by_chaos_mesh_loses_what_its_heap_held(monsoon):
+    result = monsoon.run("inmemory-k8s", "pod-failure-chaos-mesh")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    faults = [e for e in read_events(result.dir / "timeline.jsonl") if e.get("type") == "fault"]
+    inject = next(e for e in faults if e["phase"] == "inject")
+    heal = next(e for e in faults if e["phase"] == "heal")
+    assert inject["landed"] is True and inject["evidence"]["failed_uids"], inject["evidence"]
+    assert heal["landed"] is True and heal["evidence"]["images_back"] is True, heal["evidence"]
+    for name in ("no_oom", "no_unexpected_exit", "faults_landed"):
+        assert result.check(name).verdict == "pass", result.failure_message()
+    # the same pod came back with a new JVM: what it had acked and not stored is lost
+    loss = result.check("no_acked_loss").figures
+    assert 0 < loss["acked_lost"] < loss["acked"], result.failure_message()
 
 
 @pytest.mark.chaos
