@@ -11,7 +11,7 @@ from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIM
 PASS_ONLY = frozenset({PASS})
 FAIL_ONLY = frozenset({FAIL})
 BOTH = frozenset({PASS, FAIL})
-NEITHER = frozenset()            # read (for figures), but its damage cannot overturn the verdict: named only
+NEITHER: frozenset[str] = frozenset()          # read (for figures), but its damage cannot overturn the verdict: named only
 
 
 @dataclass(frozen=True)

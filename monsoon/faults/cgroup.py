@@ -275,9 +275,9 @@ class CgroupBackend:
                 ok = not cg.path.exists()
                 ev = {"method": "cgroupfs", "cgroup": str(cg.path), "removed": ok}
                 return Landing(ok, ev)
-            now = cg.read_limit()
-            return Landing(limit_bytes(now) == limit_bytes(str(d["original"])),
-                           {"method": "cgroupfs", "cgroup": str(cg.path), "limit": now, "original": d["original"]})
+            limit = cg.read_limit()
+            return Landing(limit_bytes(limit) == limit_bytes(str(d["original"])),
+                           {"method": "cgroupfs", "cgroup": str(cg.path), "limit": limit, "original": d["original"]})
         if not cg.path.exists():
             return Landing(False, {"method": "cgroupfs", "cgroup": str(cg.path), "error": "cgroup is gone"})
         ev = {"method": "cgroupfs", **cg.stats(), "requested_bytes": d["limit_bytes"], "pid": pid}

@@ -305,7 +305,7 @@ class FaultPlan:
 
     def census(self) -> dict[str, list[str]]:
         """What of this run is still in place, per backend (only non-empty entries)."""
-        out = {}
+        out: dict[str, list[str]] = {}
         for name in sorted({f.backend for f in self.faults}):
             try:
                 left = self.backends[name].census(self.ctx.run_id)

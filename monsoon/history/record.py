@@ -86,7 +86,7 @@ def timeline_span(timeline: Path) -> tuple[dict, float | None, float | None]:
 
 
 def _provenance(meta: dict) -> dict:
-    out = {"stack_sha256": None, "platform_sha256": None}
+    out: dict[str, str | None] = {"stack_sha256": None, "platform_sha256": None}
     src = meta.get("stack_source")
     if src and Path(src).is_file():
         out["stack_sha256"] = sha256_file(Path(src))

@@ -69,7 +69,7 @@ class KafkaSource:
 
     def _partitions(self, consumer) -> list:
         md = consumer.list_topics(timeout=self.timeout)
-        out = []
+        out: list = []
         for t in self.topics:
             if t in md.topics and md.topics[t].error is None:    # a topic nothing reached yet: no records
                 out.extend(TopicPartition(t, p) for p in md.topics[t].partitions)

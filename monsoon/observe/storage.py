@@ -85,7 +85,7 @@ class PostgresSource:
                 columns = [desc.fname(i).decode() for i in range(desc.nfields)]
                 types = {c: desc.ftype(i) for i, c in enumerate(columns)}
                 not_int = {c: types[c] for c in INT_COLUMNS if c in types and types[c] not in _PG_INTEGERS}
-                names = dict(conn.execute("SELECT oid::int, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+                names: dict[int, str] = dict(conn.execute("SELECT oid::int, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
                                           [list(not_int.values())]).fetchall()) if not_int else {}
         except psycopg.Error as e:
             raise ValueError(" ".join(str(e).split())) from None

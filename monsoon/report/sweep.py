@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -84,7 +85,7 @@ def table_cells(r: dict) -> tuple[str, ...]:
             f"{r['criterion']}: {r['reason']}" if r["criterion"] else "-")
 
 
-def markdown(record: dict, verdicts: list[dict] = ()) -> str:
+def markdown(record: dict, verdicts: Sequence[dict] = ()) -> str:
     """The sweep's checklist: the table, the trends, the GC verdict(s)."""
     t = trends(record)
     lines = [f"# Size sweep: {record.get('stack')} / {record.get('experiment')} ({record.get('profile')})", "",
@@ -106,7 +107,7 @@ def markdown(record: dict, verdicts: list[dict] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def html_page(record: dict, verdicts: list[dict] = ()) -> str:
+def html_page(record: dict, verdicts: Sequence[dict] = ()) -> str:
     t = trends(record)
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in TABLE_HEAD)
@@ -169,7 +170,7 @@ def plot(record: dict, path: Path, events: Events | None = None) -> Path | None:
     return path
 
 
-def write(run_dir: Path, record: dict, verdicts: list[dict] = ()) -> None:
+def write(run_dir: Path, record: dict, verdicts: Sequence[dict] = ()) -> None:
     """``sweep.png`` (with the GC panel when the run directory has its timeline), ``checklist.md`` and
     ``report.html`` of a sweep run directory."""
     run_dir = Path(run_dir)

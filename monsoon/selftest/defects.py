@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     (session.run_dir / "defects.json").write_text(json.dumps(summary, indent=2))
     ok = passed(summary) and not interrupted
     print()
-    for p in problems(summary):
-        print("monsoon defects:", p, flush=True)
+    for problem in problems(summary):
+        print("monsoon defects:", problem, flush=True)
     print(f"monsoon defects: {summary['caught']}/{summary['defects']} caught, {summary['false_alarms']} false "
           f"alarm(s), {summary['clean_unknown']} unknown on {summary['clean_runs']} clean run(s) in "
           f"{summary['seconds']:.0f}s -> {'OK' if ok else 'NOT OK'}; run directory {session.run_dir}", flush=True)

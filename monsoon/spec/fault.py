@@ -249,7 +249,7 @@ class FaultSpec(_Frozen):
     description: str = Field("", description="one line about it")
     target: Target = Field(description="a stack service, a hop client->server, or {namespace, labelSelector}")
     backend: Backend = Field(description="what injects it: toxiproxy, process, cgroup, chaos-mesh or litmus")
-    params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True,  # type: ignore[assignment]
+    params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True,
                                               description="the kind's parameters (below)")
     schedule: Schedule = Field(description="when: seconds from the load start")
     source: str = Field("", description="set by monsoon: the file the profile was read from")

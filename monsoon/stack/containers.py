@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from monsoon.extras import need
@@ -62,7 +63,7 @@ class ContainerProc:
 
     def __init__(self, *, image: str, command: list[str], env: dict[str, str], name: str, labels: dict[str, str],
                  log_path: Path, workdir: Path, mem_limit: str | None = None, cpus: float | None = None,
-                 volumes: list[str] = (), stop_signal: str = "SIGTERM"):
+                 volumes: Sequence[str] = (), stop_signal: str = "SIGTERM"):
         kw: dict[str, Any] = {"labels": labels, "network_mode": "host", "working_dir": str(workdir),
                               "stop_signal": stop_signal}
         if mem_limit:

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -191,7 +191,7 @@ def release(fd: int, end: int) -> bool:
     return _fallocate(fd, _FALLOC_PUNCH, 0, end) == 0
 
 
-_fallocate = None
+_fallocate: Any = None
 
 
 def shard_path(csv_path: Path, shard: int | str) -> Path:
