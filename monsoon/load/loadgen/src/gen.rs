@@ -1197,6 +1197,191 @@ mod tests {
         assert_eq!(t["batch_ms"].as_f64(), Some(20.0));
     }
 
+    /// A scripted MQTT sink for the event loop's tests (blocking std sockets, a thread per
+    /// connection): CONNACK for CONNECT, PUBACK for every QoS 1 PUBLISH, PINGRESP for PINGREQ.
+    /// `close_first_after`: the sink closes the first connection on its n-th PUBLISH (unacked);
+    /// `split_acks`: every PUBACK goes out in two writes (after 1, 2 or 3 of its 4 bytes, in
+    /// turn) with a pause between them, so the engine reads half a packet first.
+    /// Hands back the port, a stop flag, and per connection (client id, PUBLISHes, PUBACKs).
+    struct ScriptedSink {
+        port: u16,
+        stop: Arc<AtomicBool>,
+        log: Arc<std::sync::Mutex<Vec<(String, u64, u64)>>>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    fn scripted_sink(close_first_after: Option<u64>, split_acks: bool) -> ScriptedSink {
+        use std::net::{Shutdown, TcpListener};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let log: Arc<std::sync::Mutex<Vec<(String, u64, u64)>>> = Arc::default();
+        let (st, lg) = (stop.clone(), log.clone());
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !st.load(Ordering::SeqCst) {
+                let mut s = match l.accept() {
+                    Ok((s, _)) => s,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                };
+                let k = {
+                    let mut g = lg.lock().unwrap();
+                    g.push((String::new(), 0, 0));
+                    g.len() - 1
+                };
+                let (st, lg) = (st.clone(), lg.clone());
+                workers.push(std::thread::spawn(move || {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_nodelay(true).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+                    let (mut buf, mut rd) = (Vec::new(), [0u8; 65536]);
+                    let mut splits = 0usize;
+                    while !st.load(Ordering::SeqCst) {
+                        let n = match s.read(&mut rd) {
+                            Ok(0) => return,
+                            Ok(n) => n,
+                            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+                            Err(_) => return,
+                        };
+                        buf.extend_from_slice(&rd[..n]);
+                        let mut pos = 0;
+                        while let Ok(Some((h, b, end))) = mqtt::frame(&buf[pos..]) {
+                            let body = buf[pos + b..pos + end].to_vec();
+                            pos += end;
+                            let reply: Vec<u8> = match h & 0xF0 {
+                                mqtt::CONNECT => {
+                                    // protocol name (6), level, flags, keepalive (4), then the client id
+                                    let n = u16::from_be_bytes([body[10], body[11]]) as usize;
+                                    lg.lock().unwrap()[k].0 = String::from_utf8_lossy(&body[12..12 + n]).into_owned();
+                                    vec![mqtt::CONNACK, 2, 0, 0]
+                                }
+                                mqtt::PUBLISH if (h >> 1) & 3 == 1 => {
+                                    let tl = u16::from_be_bytes([body[0], body[1]]) as usize;
+                                    let published = {
+                                        let mut g = lg.lock().unwrap();
+                                        g[k].1 += 1;
+                                        g[k].1
+                                    };
+                                    if k == 0 && Some(published) == close_first_after {
+                                        let _ = s.shutdown(Shutdown::Both);
+                                        return;
+                                    }
+                                    vec![mqtt::PUBACK, 2, body[2 + tl], body[3 + tl]]
+                                }
+                                mqtt::PINGREQ => vec![mqtt::PINGRESP, 0],
+                                mqtt::DISCONNECT => return,
+                                _ => continue,
+                            };
+                            if split_acks && reply[0] == mqtt::PUBACK {
+                                let cut = 1 + splits % 3;
+                                splits += 1;
+                                s.write_all(&reply[..cut]).unwrap();
+                                std::thread::sleep(Duration::from_millis(2));
+                                s.write_all(&reply[cut..]).unwrap();
+                            } else if s.write_all(&reply).is_err() {
+                                return;
+                            }
+                            if reply[0] == mqtt::PUBACK {
+                                lg.lock().unwrap()[k].2 += 1;
+                            }
+                        }
+                        buf.drain(..pos);
+                    }
+                }));
+            }
+            for w in workers {
+                w.join().unwrap();
+            }
+        });
+        ScriptedSink { port, stop, log, thread }
+    }
+
+    fn run_against(sink: ScriptedSink, cfg: Value) -> (i32, Value, Vec<(String, u64, u64)>) {
+        let mut cfg = cfg;
+        cfg["port"] = json!(sink.port);
+        let cfg: Config = serde_json::from_value(cfg).unwrap();
+        let ctl = Control { stop: Arc::new(AtomicBool::new(false)), start_ms: Arc::new(AtomicI64::new(0)), wait_start: false };
+        let r = run_totals(cfg, (0, 1), ctl);
+        sink.stop.store(true, Ordering::SeqCst);
+        sink.thread.join().unwrap();
+        let (code, totals) = r.unwrap();
+        let log = sink.log.lock().unwrap().clone();
+        (code, totals.unwrap()["totals"].clone(), log)
+    }
+
+    #[test]
+    fn the_loop_paces_messages_at_the_configured_rate_never_ahead() {
+        // 400 msg/s over 2 s, two devices: the schedule puts message k at k/400 s
+        let dir = std::env::temp_dir().join(format!("monsoon-loadgen-pacing-{}", std::process::id()));
+        let acked = dir.join("acked-{shard}.csv");
+        let (code, t, log) = run_against(scripted_sink(None, false), json!({
+            "devices": [{"name": "d0"}, {"name": "d1"}], "segments": [[0.0, 2.0, 400.0]],
+            "acked_path": acked.to_string_lossy()}));
+        let text = std::fs::read_to_string(dir.join("acked-0.csv")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(code, 0);
+        for k in ["scheduled", "sent", "acked"] {
+            assert_eq!(t[k].as_u64(), Some(800), "{k}: {t}");
+        }
+        assert_eq!((t["failed"].as_u64(), t["dropped"].as_u64(), t["reconnects"].as_u64()), (Some(0), Some(0), Some(0)));
+        assert_eq!(log.iter().map(|c| c.1).sum::<u64>(), 800, "{log:?}");
+        // device,seq,intended_ms,acked_ms: no message leaves before its time (the rate is never
+        // exceeded), the intended times are the rate's, and the acks spread over the window
+        let rows: Vec<(i64, i64)> = text.lines().skip(1).map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[2].parse().unwrap(), f[3].parse().unwrap())
+        }).collect();
+        assert_eq!(rows.len(), 800);
+        assert!(rows.iter().all(|(i, a)| a >= i), "a message acked before its intended time");
+        let first = rows.iter().map(|r| r.0).min().unwrap();
+        let span = rows.iter().map(|r| r.0).max().unwrap() - first;
+        assert!((1990..=2000).contains(&span), "intended times span {span} ms, want ~1997.5");
+        // never ahead: at most the first second's 400 (+1 for rounding) are acked in it; not held
+        // back to the end either (generous: a quarter of the rate, whatever the machine's load)
+        let in_first_s = rows.iter().filter(|r| r.1 < first + 1000).count();
+        assert!((100..=401).contains(&in_first_s), "{in_first_s} of 800 acked in the first second");
+    }
+
+    #[test]
+    fn the_loop_reconnects_when_the_sink_closes_and_carries_on() {
+        // one device at 200 msg/s for 1.5 s; the sink drops the connection on the 50th PUBLISH
+        let (code, t, log) = run_against(scripted_sink(Some(50), false), json!({
+            "devices": [{"name": "d0"}], "segments": [[0.0, 1.5, 200.0]], "drain_timeout_s": 10.0}));
+        assert_eq!(code, 0, "{t}");
+        assert!(log.len() >= 2 && log.iter().all(|c| c.0 == "d0"), "{log:?}");
+        assert_eq!((log[0].1, log[0].2), (50, 49), "the first connection: 50 PUBLISHes, 49 acked");
+        assert!(t["reconnects"].as_u64().unwrap() >= 1, "{t}");
+        let later: u64 = log[1..].iter().map(|c| c.2).sum();
+        assert!(later > 0, "nothing acked after the reconnect: {log:?}");
+        let (sched, sent, failed) = (t["scheduled"].as_u64().unwrap(), t["sent"].as_u64().unwrap(), t["failed"].as_u64().unwrap());
+        assert_eq!(sched, 300);
+        assert_eq!(sent + failed, sched, "{t}");
+        // every message sent is acked or counted lost in flight (the close took the un-acked ones)
+        assert!(t["lost_in_flight"].as_u64().unwrap() >= 1, "{t}");
+        assert_eq!(t["unacked"].as_u64(), t["lost_in_flight"].as_u64(), "{t}");
+        assert!(t["acked"].as_u64().unwrap() <= log.iter().map(|c| c.2).sum::<u64>());
+        assert!(t["acked"].as_u64().unwrap() >= 49 + later.min(1));
+    }
+
+    #[test]
+    fn a_puback_written_in_two_halves_is_parsed_once_whole() {
+        // each PUBACK arrives as 1+3, 2+2 or 3+1 bytes: none may be lost, doubled or malformed
+        let (code, t, log) = run_against(scripted_sink(None, true), json!({
+            "devices": [{"name": "d0"}, {"name": "d1"}], "segments": [[0.0, 1.0, 120.0]]}));
+        assert_eq!(code, 0, "{t}");
+        assert_eq!(log.len(), 2, "{log:?}");
+        for k in ["scheduled", "sent", "acked"] {
+            assert_eq!(t[k].as_u64(), Some(120), "{k}: {t}");
+        }
+        assert_eq!(log.iter().map(|c| c.2).sum::<u64>(), 120, "{log:?}");
+        assert_eq!((t["reconnects"].as_u64(), t["lost_in_flight"].as_u64(), t["unacked"].as_u64()), (Some(0), Some(0), Some(0)));
+    }
+
     #[test]
     fn batch_ms_out_of_range_is_refused() {
         let cfg: Config = serde_json::from_value(json!({"port": 1, "devices": [{"name": "a"}],
