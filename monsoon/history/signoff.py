@@ -25,6 +25,7 @@ from monsoon.checks.base import combine
 from monsoon.history.html import EXTRA_CSS
 from monsoon.history.store import EXPERIMENT, Row
 from monsoon.report.html import CSS
+from monsoon.rundir import REPORT_FILE
 from monsoon.spec.base import PROFILES, _Frozen
 from monsoon.spec.yamlio import load_located, validate
 
@@ -117,7 +118,7 @@ class ItemResult:
         return f"run {self.run.run_id} ({when}){': ' + figs if figs else ''}"
 
     def link(self) -> str | None:
-        return str(Path(self.run.run_dir) / "report.html") if self.run is not None and self.run.run_dir else None
+        return str(Path(self.run.run_dir) / REPORT_FILE) if self.run is not None and self.run.run_dir else None
 
 
 @dataclass

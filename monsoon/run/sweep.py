@@ -35,7 +35,7 @@ from monsoon.report import sweep as sweep_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
 from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
-from monsoon.rundir import TIMELINE_FILE, new_run_id, point_latest
+from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, new_run_id, point_latest
 from monsoon.spec.experiment import load_experiment
 from monsoon.spec.stack import load_stack
 from monsoon.spec.sweep import SweepSpec
@@ -208,7 +208,7 @@ def cli(args) -> int:
     rec = run_sweep(stack_spec, exp, out, run_id=run_id, profile=args.profile,
                     progress=lambda s: print(s, flush=True), stop=stop)
     point_latest(out.parent)
-    print((out / "checklist.md").read_text())
+    print((out / CHECKLIST_FILE).read_text())
     print(f"monsoon sweep: {out}")
     return 0 if not rec.get("error") and all(e.get("capacity_msg_s") for e in rec["sizes"]) else 1
 

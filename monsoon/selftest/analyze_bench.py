@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE, REPORT_FILES, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import (ACKED_FILE, LATENCY_FILE, REPORT_FILES, RESULT_FILE, SENT_FILE, STORED_FILE,
+                            TIMELINE_FILE)
 from monsoon.timeline.columnar import PartWriter, parts_dir
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram
 
@@ -361,7 +362,7 @@ def analyze_in_child(run_dir: Path, src: Path | None) -> dict:
 
 def verify(exp: Path, plan: Plan) -> dict[str, list]:
     """Planted figure -> [expected, found] for every figure that differs (empty: all exact); crashed checks too."""
-    res = json.loads((exp / "result.json").read_text())
+    res = json.loads((exp / RESULT_FILE).read_text())
     found: dict[str, float] = {}
     bad: dict[str, list] = {}
     for c in res["checks"]:

@@ -1,0 +1,53 @@
+"""``monsoon.rundir`` is the one owner of the names in a run directory: no other module of monsoon spells one as a
+string literal (it imports the constant), and its dataset names map to the Parquet directories runs write."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from monsoon import rundir
+from monsoon.paths import REPO
+from monsoon.timeline.columnar import parts_dir
+
+NAMES = {rundir.SUMMARY_FILE, rundir.CHECKLIST_FILE, rundir.REPORT_FILE, rundir.TIMELINE_FILE, rundir.RESULT_FILE,
+         rundir.SWEEP_FILE, rundir.SWEEP_PLOT, rundir.LATENCY_FILE, *rundir.DATASETS,
+         *(rundir.dataset_dir(n).name for n in rundir.DATASETS)}
+# the Kubernetes load Job's pod reads the timeline of its own work directory (monsoon.load, not a run directory's
+# reader); its name is the same by choice
+ELSEWHERE = {"monsoon/load/kube_job.py": {rundir.TIMELINE_FILE}}
+
+
+def literals(path: Path) -> set[str]:
+    """String constants of a module that are whole run-directory names (docstrings are not code)."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value in NAMES and id(n) not in docs}
+
+
+def test_no_module_but_rundir_spells_a_run_directory_name():
+    found = {}
+    for p in sorted((REPO / "monsoon").rglob("*.py")):
+        rel = str(p.relative_to(REPO))
+        if rel == "monsoon/rundir.py" or "/_shipped/" in rel:
+            continue
+        names = literals(p) - ELSEWHERE.get(rel, set())
+        if names:
+            found[rel] = sorted(names)
+    assert found == {}, f"import these from monsoon.rundir: {found}"
+
+
+def test_a_literal_name_is_found(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('"""Writes report.html."""\nOUT = "report.html"\n')
+    assert literals(p) == {"report.html"}
+
+
+def test_each_dataset_is_a_parquet_directory_named_by_rundir():
+    assert [rundir.dataset_dir(n).name for n in rundir.DATASETS] == \
+        ["acked.parquet", "stored.parquet", "stored-at-drain.parquet", "sent.parquet"]
+    assert parts_dir(Path("run") / rundir.ACKED_FILE) == Path("run") / "acked.parquet"
+    fixture = REPO / "tests" / "fixtures" / "inmemory-docker-x10-hung-second-life"
+    assert all(rundir.dataset_dir(fixture / n).is_dir() for n in rundir.DATASETS)
