@@ -10,13 +10,13 @@ export MONSOON_CACHE := $(abspath $(CACHE))
 SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: test-rust lint help setup prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: test-rust test-java lint help setup prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo       run the x10 burst flood on the in-memory and Kafka stacks (quick profile) and print the sign-off checklist"
 	@echo "make test       run monsoon's own tests (unit + integration on real Kafka, Postgres and the reference platform)"
-	@echo "make test-unit  only the fast unit tests (test-rust: the load core's cargo tests)"
+	@echo "make test-unit  only the fast unit tests (test-rust: the load core's cargo tests; test-java: the platform's JUnit tests)"
 	@echo "make lint       ruff, mypy and the import contracts (layers, no cycles)"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
@@ -65,7 +65,7 @@ demo: venv
 	@$(SETUP) kafka postgres platform
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
 
-test: setup lint test-rust
+test: setup lint test-rust test-java
 	$(PYTEST) tests --durations=12 $(PYTEST_ARGS)
 
 # the native load core's own tests (cargo test: unit tests and its event loop against local sinks), in the
@@ -73,6 +73,10 @@ test: setup lint test-rust
 test-rust:
 	@command -v cargo >/dev/null || { echo "monsoon: cargo not found: install Rust (https://rustup.rs) to test the native load core" >&2; exit 127; }
 	cargo test -q --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
+
+# the reference platform's unit tests (JUnit 5 through its Maven build: compiles only what changed since `make platform`)
+test-java: platform
+	mvn -q -B -f stacks/reference-platform/pom.xml test
 
 # ruff and mypy on monsoon/ (configured in pyproject.toml), then the import contracts: the layers, checks/report
 # only on the timeline and specs, no cycles
