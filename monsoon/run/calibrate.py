@@ -5,7 +5,7 @@
 stack did not keep up with, so it is never pushed long above its capacity. Capacity = the highest step kept up
 with (:func:`decide`). The record goes to ``<runs>/calibration/<stack>.json``, the run to
 ``<runs>/<run-id>/calibrate-<stack>/``. ``base_rate: auto`` (:func:`resolve_auto`, called through
-:func:`monsoon.run.plan.settle_x1`) is ``base_fraction`` x that capacity. Each criterion: docs/calibration.md.
+:func:`monsoon.run.plan.settle_x1`) is ``base_fraction`` x that capacity. Each criterion: docs/load.md, "How a calibration step is judged".
 """
 from __future__ import annotations
 
