@@ -349,7 +349,7 @@ def bandwidth_plan(addr: tuple[str, int], probe: str, rate_kbps: float, stream: 
     except OSError as e:
         return {"why": f"the {probe} probe failed before the fault: {e}"}
     moved = base.received if direction == "down" else base.sent
-    plan = {"requests": n, "expect": base.received, "direction": direction, "bytes": moved,
+    plan: dict[str, Any] = {"requests": n, "expect": base.received, "direction": direction, "bytes": moved,
             "baseline_kib_s": round(moved / 1024 / base.seconds, 1)}
     at_limit = moved / rate
     if base.received == 0 or at_limit < BURST_MIN_S:

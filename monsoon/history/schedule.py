@@ -19,7 +19,7 @@ import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from monsoon.history.record import record_not_run
 from monsoon.history.store import HistoryStore, default_location
@@ -165,7 +165,7 @@ def cronjob(name: str, command: list[str], cron: str, *, image: str, namespace: 
             history: int = 3, history_secret: str | None = None) -> dict:
     """A ``batch/v1`` CronJob: one pod per firing running ``command``; Forbid, a starting deadline, history limits.
     ``history_secret``: a Secret whose key ``url`` is the shared history's postgresql:// URL (MONSOON_HISTORY_URL)."""
-    container = {"name": "monsoon", "image": image, "command": command, "workingDir": "/monsoon"}
+    container: dict[str, Any] = {"name": "monsoon", "image": image, "command": command, "workingDir": "/monsoon"}
     if history_secret:
         container["env"] = [{"name": "MONSOON_HISTORY_URL",
                              "valueFrom": {"secretKeyRef": {"name": history_secret, "key": "url"}}}]

@@ -56,8 +56,8 @@ class LoadProgress:
                  every: float = 5.0, clock: Callable[[], float] = time.monotonic):
         self.label, self.progress, self.every, self.clock = label, progress, every, clock
         self._live_file = live if live is not None and _isatty(live) else None
-        self._live = None
-        self._last = None
+        self._live: Live | None = None
+        self._last: dict | None = None
         self._last_line = -float("inf")
 
     def __enter__(self) -> "LoadProgress":

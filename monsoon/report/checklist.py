@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 from monsoon.checks.base import check_base, combine
 from monsoon.report import sidebyside
 
@@ -65,7 +67,7 @@ def summary(run_id: str, profile: str, results: list[dict], interrupted: dict | 
     if interrupted is None:
         interrupted = next(({"stack": r["stack"], "experiment": r["experiment"], **r["interrupted"]}
                             for r in results if r.get("interrupted")), None)
-    s = {"run_id": run_id, "profile": profile, "results": results}
+    s: dict[str, Any] = {"run_id": run_id, "profile": profile, "results": results}
     if interrupted:
         s["interrupted"] = interrupted
     return s

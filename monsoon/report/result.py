@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from monsoon.checks.base import Verdict, check_base, combine
 from monsoon.report.checklist import HEADLINE, describe_interruption
@@ -70,7 +71,7 @@ class ExperimentResult:
         return out
 
     def to_dict(self) -> dict:
-        d = {"stack": self.stack, "experiment": self.experiment, "verdict": self.verdict,
+        d: dict[str, Any] = {"stack": self.stack, "experiment": self.experiment, "verdict": self.verdict,
              "figures": self.headline(), "checks": [c.to_dict() for c in self.checks], "dir": str(self.dir)}
         if self.error:
             d["error"] = self.error
