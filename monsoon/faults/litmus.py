@@ -66,7 +66,10 @@ def pod_delete_experiment(namespace: str, run_id: str) -> dict:
                 "env": [{"name": k, "value": v} for k, v in (
                     ("TOTAL_CHAOS_DURATION", "15"), ("RAMP_TIME", ""), ("FORCE", "true"), ("CHAOS_INTERVAL", "5"),
                     ("PODS_AFFECTED_PERC", ""), ("TARGET_CONTAINER", ""), ("TARGET_PODS", ""),
-                    ("DEFAULT_HEALTH_CHECK", "false"), ("NODE_LABEL", ""), ("SEQUENCE", "parallel"))],
+                    ("DEFAULT_HEALTH_CHECK", "false"), ("NODE_LABEL", ""), ("SEQUENCE", "parallel"),
+                    # litmus-go 3.18.0 built against chaos-operator 3.18.0 links both gnostic packages, whose
+                    # extension.proto clash at init ("already registered": a panic before main)
+                    ("GOLANG_PROTOBUF_REGISTRATION_CONFLICT", "warn"))],
                 # the runner adds chaosUID to these (a nil map would panic it) and puts them on the Job
                 "labels": {"name": EXPERIMENT, "app.kubernetes.io/part-of": "litmus",
                            "app.kubernetes.io/component": "experiment-job", "app.kubernetes.io/version": VERSION,
