@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",
+    "sweep": "sweep: size sweep, the platform's capacity per payload size beside its transport's (monsoon); "
+             "select with -m sweep",
     "chaos": "chaos: scenario that injects faults (monsoon); select with -m chaos",
     "docker": "docker: scenario on a container stack (provider: docker); select with -m docker",
     "kubernetes": "kubernetes: scenario on a stack in Kubernetes form (provider: kubernetes) in monsoon's cluster; "
@@ -38,7 +40,8 @@ MARKERS = {
 SESSION_KEY = pytest.StashKey["MonsoonSession"]()
 MAKE_SESSION = pytest.StashKey[Any]()        # builds the session on first use (the ``monsoon`` fixture)
 RESTORE = pytest.StashKey[list]()            # what pytest_unconfigure puts back: settings, the SIGTERM handler
-SOAK_DESELECTED = pytest.StashKey[int]()
+DESELECTED = pytest.StashKey[dict]()   # mark -> scenarios a bare pytest left out (soak, sweep)
+ASKED_FOR = ("soak", "sweep")          # marks whose scenarios run only when asked for
 COMPARE_KEY = pytest.StashKey[tuple]()   # (baseline: "last" | run id, rules) of --monsoon-compare(-fail)
 
 
@@ -230,16 +233,18 @@ def junit_properties(result: "ExperimentResult") -> list[tuple[str, object]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A bare ``pytest`` (no ``-m``, no paths: the ``testpaths``) does not start a soak: soak scenarios run
-    when asked for, ``pytest -m soak`` or by naming their file."""
+    """A bare ``pytest`` (no ``-m``, no paths: the ``testpaths``) starts no soak and no size sweep: they run
+    when asked for, ``pytest -m soak`` / ``pytest -m sweep`` or by naming their file."""
     if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
         return
-    soak = [i for i in items if i.get_closest_marker("soak") is not None]
-    if not soak:
-        return
-    items[:] = [i for i in items if i.get_closest_marker("soak") is None]
-    config.hook.pytest_deselected(items=soak)
-    config.stash[SOAK_DESELECTED] = len(soak)
+    left: dict[str, int] = {}
+    for mark in ASKED_FOR:
+        out = [i for i in items if i.get_closest_marker(mark) is not None]
+        if out:
+            items[:] = [i for i in items if i.get_closest_marker(mark) is None]
+            config.hook.pytest_deselected(items=out)
+            left[mark] = len(out)
+    config.stash[DESELECTED] = left
 
 
 @pytest.fixture(scope="session")
@@ -261,15 +266,16 @@ def docker_daemon(pytestconfig: pytest.Config):
 
 @pytest.fixture
 def monsoon(request: pytest.FixtureRequest) -> "MonsoonSession":
-    """The monsoon session: ``monsoon.run(stack, experiment)`` runs an experiment and returns its result."""
+    """The monsoon session: ``monsoon.run(stack, experiment)`` runs an experiment and returns its result;
+    ``monsoon.sweep(stack, experiment)`` runs a size sweep (``load.payload.sizes``) and returns its result."""
     session = request.config.stash.get(SESSION_KEY, None)
     return session if session is not None else request.config.stash[MAKE_SESSION]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    if config.stash.get(SOAK_DESELECTED, 0):
-        terminalreporter.write_line(f"monsoon: {config.stash[SOAK_DESELECTED]} soak scenario(s) deselected by a bare "
-                                    "`pytest`: run them with `pytest -m soak`")
+    for mark, n in config.stash.get(DESELECTED, {}).items():
+        terminalreporter.write_line(f"monsoon: {n} {mark} scenario(s) deselected by a bare "
+                                    f"`pytest`: run them with `pytest -m {mark}`")
     session = config.stash.get(SESSION_KEY, None)
     if session is None or not session.results:
         return

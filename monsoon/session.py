@@ -16,8 +16,10 @@ from monsoon.faults.resolve import describe
 from monsoon.observe.progress import Progress
 from monsoon import settings
 from monsoon.report.result import ExperimentResult, RunInterrupted, StackUnavailable
+from monsoon.report.sweep import SweepResult
 from monsoon.run.experiment import RunContext, run_experiment
 from monsoon.run.plan import CalibrationFailed, RunPlan, plan_run, settle_x1
+from monsoon.run.sweep import describe_sweep, plan_sweep, run_sweep
 from monsoon.rundir import new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
@@ -89,20 +91,11 @@ class MonsoonSession:
                         registry=self.checks)   # fail before starting anything
         stack_spec, exp = plan.stack, plan.exp
         if skip_unavailable:
-            try:
-                Stack(stack_spec, self.run_dir, run_id=self.run_id).preflight()
-            except StackError as e:
-                raise StackUnavailable(" ".join(str(e).split())) from None
+            self._preflight(stack_spec)
         if self.dry_run:
             return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
                            run_id=self.run_id, progress=self.progress, dry_run=True, plan=plan)
-        out = self.run_dir / f"{stack_spec.name}--{exp.name}"
-        n = 2
-        while out.exists():
-            out = self.run_dir / f"{stack_spec.name}--{exp.name}-{n}"
-            n += 1
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        point_latest(self.run_dir)
+        out = self._new_out(stack_spec, exp)
         try:
             try:
                 result = run_one(stack_spec, exp, self.profile, out, run_id=self.run_id,
@@ -115,6 +108,51 @@ class MonsoonSession:
             return result
         finally:  # an interrupted run still leaves a report of what finished, and of what it cut short
             self.write_report()
+
+    def sweep(self, stack: str, experiment: str, *, sizes: tuple[int, ...] | None = None,
+              skip_unavailable: bool = False) -> SweepResult:
+        """A size sweep (``load.payload.sizes``, :mod:`monsoon.run.sweep`) against a fresh stack: per size, the
+        platform's sustained capacity beside its transport's. Its ``sweep.json``, checklist and report go
+        under ``<run dir>/<stack>--<experiment>/``; its result joins the session's summary and checklist."""
+        stack_spec = load_stack(stack)
+        exp = plan_sweep(stack_spec, load_experiment(experiment), self.profile, sizes=sizes, force=self.force,
+                         registry=self.checks)   # fail before starting anything
+        if skip_unavailable:
+            self._preflight(stack_spec)
+        if self.dry_run:
+            out = self.run_dir / f"{stack_spec.name}--{exp.name}"
+            result = SweepResult(stack_spec.name, exp.name, self.profile, out,
+                                 dry_run=describe_sweep(stack_spec, exp, self.profile, self.run_id))
+            self.progress(result.dry_run or "")
+            return result
+        out = self._new_out(stack_spec, exp)
+        try:
+            rec = run_sweep(stack_spec, exp, out, run_id=self.run_id, profile=self.profile, progress=self.progress,
+                            stop=self.stop, registry=self.checks)
+            result = SweepResult.from_record(rec, out, self.profile)
+            self._add(result)
+            if rec.get("error") == "interrupted":   # torn down already: the session stops here
+                raise KeyboardInterrupt(f"monsoon: the size sweep {stack_spec.name}/{exp.name} was interrupted")
+            return result
+        finally:
+            self.write_report()
+
+    def _preflight(self, stack_spec: StackSpec) -> None:
+        try:
+            Stack(stack_spec, self.run_dir, run_id=self.run_id).preflight()
+        except StackError as e:
+            raise StackUnavailable(" ".join(str(e).split())) from None
+
+    def _new_out(self, stack_spec: StackSpec, exp: ExperimentSpec) -> Path:
+        """A fresh ``<run dir>/<stack>--<experiment>[-N]`` for a run (the run dir made, runs/latest at it)."""
+        out = self.run_dir / f"{stack_spec.name}--{exp.name}"
+        n = 2
+        while out.exists():
+            out = self.run_dir / f"{stack_spec.name}--{exp.name}-{n}"
+            n += 1
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        point_latest(self.run_dir)
+        return out
 
     def _add(self, result: ExperimentResult) -> None:
         self.results.append(result)

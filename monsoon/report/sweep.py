@@ -11,13 +11,16 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from monsoon.checks.base import Verdict
 from monsoon.checks.gc import gc_rate_series
 from monsoon.checks.registry import evaluate
+from monsoon.report.result import ExperimentResult
 from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SWEEP_FILE, SWEEP_PLOT, TIMELINE_FILE
 from monsoon.timeline.store import Events
 
@@ -196,3 +199,60 @@ def reanalyze(run_dir: Path, events: Events) -> list[dict]:
     path.write_text(json.dumps(record, indent=2))
     write(run_dir, record, verdicts)
     return verdicts
+
+
+CAPACITY_CHECK = "sweep_capacity"
+
+
+def capacity_verdict(record: dict) -> Verdict:
+    """Every size found a sustained capacity (``sweep_capacity``): fail naming the sizes where no step kept
+    up; its figures are each size's msg/s and MB/s, the platform's and its transport's (``msg_s[100B]``...)."""
+    rs = rows(record)
+    figures: dict[str, float] = {}
+    for r in rs:
+        for k in ("msg_s", "mb_s", "transport_msg_s", "transport_mb_s", "overhead_pct"):
+            if r[k] is not None:
+                figures[f"{k}[{r['size']}B]"] = round(float(r[k]), 3)
+    missing = [_size(r["size"]) for r in rs if not r["msg_s"]]
+    t = trends(record)
+    said = f"msg/s {t['msg_s']} and MB/s {t['mb_s']} with size (transport: {t['transport_msg_s']}, " \
+           f"{t['transport_mb_s']})"
+    if not rs:
+        return Verdict(CAPACITY_CHECK, "unknown", figures, "no size was swept")
+    if missing:
+        return Verdict(CAPACITY_CHECK, "fail", figures, f"no step kept up at {', '.join(missing)}; {said}")
+    return Verdict(CAPACITY_CHECK, "pass", figures, f"a capacity at each of {len(rs)} sizes; {said}")
+
+
+@dataclass
+class SweepResult(ExperimentResult):
+    """A size sweep's result (``monsoon.sweep(stack, experiment)``): its checks (the experiment's, judged over
+    the whole sweep, and ``sweep_capacity``), its record (``sweep.json``), and a failure message with the
+    table: per size, msg/s and MB/s of the platform and of its transport alone, and what stopped each ramp."""
+    record: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, record: dict, out_dir: Path, profile: str) -> "SweepResult":
+        checks = [Verdict(v["name"], v["verdict"], dict(v.get("figures", {})), v.get("message", ""))
+                  for v in record.get("checks", [])] + [capacity_verdict(record)]
+        return cls(record.get("stack", "?"), record.get("experiment", "?"), profile, Path(out_dir), checks=checks,
+                   error=record.get("error"), record=record)
+
+    @property
+    def rows(self) -> list[dict]:
+        return rows(self.record)
+
+    @property
+    def trends(self) -> dict[str, str]:
+        return trends(self.record)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["kind"] = "size-sweep"
+        d["figures"].update({k: v for c in self.checks if c.name == CAPACITY_CHECK for k, v in c.figures.items()})
+        return d
+
+    def failure_message(self) -> str:
+        head, *rest = super().failure_message().splitlines()
+        table = ["  " + " | ".join(TABLE_HEAD)] + ["  " + " | ".join(table_cells(r)) for r in self.rows]
+        return "\n".join([head, *table, *rest])

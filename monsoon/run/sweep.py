@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from monsoon import settings
-from monsoon.checks.registry import evaluate
+from monsoon.checks.registry import BUILT_IN, CheckRegistry
 from monsoon.load.sweep import kafka_throughput, sized_payload
 from monsoon.observe.collectors import KafkaLagCollector
 from monsoon.observe.progress import Progress
@@ -36,8 +36,8 @@ from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, dec
 from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
 from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, new_run_id, point_latest
-from monsoon.spec.experiment import load_experiment
-from monsoon.spec.stack import load_stack
+from monsoon.spec.experiment import ExperimentSpec, load_experiment
+from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
@@ -85,10 +85,53 @@ def _drain(bootstrap: str | None, group: str | None, topic: str | None, rate: fl
     return lag
 
 
+def plan_sweep(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, sizes: tuple[int, ...] | None = None,
+               force: bool = False, registry: CheckRegistry = BUILT_IN) -> ExperimentSpec:
+    """``exp`` checked as a size sweep on ``stack_spec`` (``sizes`` over its ``load.payload.sizes``): SpecError
+    (file, key) on the first problem, before anything starts; the experiment the sweep runs."""
+    if sizes:
+        exp = exp.model_copy(update={"load": exp.load.model_copy(update={
+            "payload": type(exp.load.payload).model_validate({"sizes": tuple(sizes)})})})
+    if not exp.load.payload.sizes:
+        raise SpecError(exp.source, None, "load.payload.sizes", "a size sweep needs load.payload.sizes")
+    if exp.load.auto:
+        raise SpecError(exp.source, None, "load.base_rate", "a size sweep starts its ramp at a number of msg/s")
+    validate(stack_spec, exp, profile, force=force, registry=registry)
+    for size in exp.load.payload.sizes:   # a size the payload cannot take: a ValueError here, not mid-sweep
+        sized_payload(size, exp.load.device_prefix)
+    return exp
+
+
+def sweep_checks(exp: ExperimentSpec, profile: str) -> list[tuple[str, dict]]:
+    """What a sweep judges over its whole timeline: the experiment's checks for ``profile``, else GC time."""
+    return [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)] or [GC_CHECK]
+
+
+def describe_sweep(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, run_id: str) -> str:
+    """The dry run's plan of a sweep: what would start, each size's ladder (the first one's; the later ones
+    follow the capacity found before them), the transport measurement and the checks."""
+    sw = (exp.load.sweep or SweepSpec()).resolved(profile)
+    sizes = list(exp.load.payload.sizes or ())
+    start, top = ladder_for(sizes[0], None, float(exp.load.base_rate), float(sw["max_rate"]))
+    kafka = stack_spec.observe.kafka
+    lines = [f"[dry run] size sweep {stack_spec.name}/{exp.name} ({profile}), run {run_id}: nothing is started",
+             f"  would start stack {stack_spec.name} ({len(stack_spec.services)} services: "
+             f"{', '.join(stack_spec.services)}) once for the whole sweep",
+             f"  sizes: {', '.join(f'{n} B' for n in sizes)}; {exp.load.devices} devices, qos {exp.load.qos}",
+             f"  warm-up {exp.durations(profile).warmup:g} s at the first step of {sizes[0]} B (not judged)",
+             f"  ramp per size: x{sw['factor']:g} per step of {sw['step_s']:g} s (+{sw['settle_s']:g} s settle), "
+             f"stop at GC > {sw['gc_fraction']:g} of wall time or the calibration's criteria; "
+             f"{sizes[0]} B from {start:g} to {top:g} msg/s, each larger size from the capacity before it",
+             "  transport alone: " + (f"Kafka produce+consume through {kafka.bootstrap} for {sw['transport_s']:g} s "
+                                      "per size" if kafka and float(sw["transport_s"]) > 0 else "not measured"),
+             "  checks: " + ", ".join(f"{n} {p}" if p else n for n, p in sweep_checks(exp, profile))]
+    return "\n".join(lines)
+
+
 def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "quick", progress: Progress = print,
-              stop: threading.Event | None = None) -> dict:
+              stop: threading.Event | None = None, registry: CheckRegistry = BUILT_IN) -> dict:
     """Run the sweep of ``exp`` (``load.payload.sizes``) on ``stack_spec``; return the record written to
-    ``out_dir/sweep.json`` (and the report beside it)."""
+    ``out_dir/sweep.json`` (and the report beside it), its checks judged by ``registry``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stop = stop or threading.Event()
@@ -101,7 +144,7 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
     error: str | None = None
     obs_kafka = stack_spec.observe.kafka
     payloads = {size: sized_payload(size, exp.load.device_prefix) for size in sizes}   # ValueError before a start
-    checks = [(c.name, c.resolved(profile)) for c in exp.checks if c.applies(profile)] or [GC_CHECK]
+    checks = sweep_checks(exp, profile)
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add("meta", kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
                profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
@@ -165,7 +208,7 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
         record["error"] = error
     record["trends"] = sweep_report.trends(record)
     record["rows"] = sweep_report.rows(record)
-    verdicts = [v.to_dict() for v in evaluate(out_dir, checks)]
+    verdicts = [v.to_dict() for v in registry.evaluate(out_dir, checks)]
     record["checks"] = verdicts
     (out_dir / sweep_report.SWEEP_FILE).write_text(json.dumps(record, indent=2))
     sweep_report.write(out_dir, record, verdicts)
@@ -184,20 +227,14 @@ def add_arguments(p) -> None:
 
 def cli(args) -> int:
     try:
-        exp = load_experiment(args.experiment)
         stack_spec = load_stack(args.stack)
+        sizes = None
         if args.sizes:
             try:
                 sizes = tuple(int(x) for x in args.sizes.split(","))
             except ValueError:
                 raise SpecError("--sizes", None, "sizes", f"want comma-separated integers, got {args.sizes!r}") from None
-            exp = exp.model_copy(update={"load": exp.load.model_copy(update={
-                "payload": type(exp.load.payload).model_validate({"sizes": sizes})})})
-        if not exp.load.payload.sizes:
-            raise SpecError(exp.source, None, "load.payload.sizes", "a size sweep needs load.payload.sizes")
-        if exp.load.auto:
-            raise SpecError(exp.source, None, "load.base_rate", "a size sweep starts its ramp at a number of msg/s")
-        validate(stack_spec, exp, args.profile)
+        exp = plan_sweep(stack_spec, load_experiment(args.experiment), args.profile, sizes=sizes)
     except (SpecError, ValueError) as e:
         print(f"monsoon sweep: {e}".splitlines()[0], file=sys.stderr)
         return 2

@@ -1,0 +1,17 @@
+"""Size sweep (Spring XD's message-size benchmark on one stack): the platform's sustained capacity at
+100 B, 1 KB, 10 KB and 60 KB (the largest MQTT payload the reference platform takes) beside the stack's Kafka alone at each, in msg/s and MB/s.
+
+Run:  pytest -m sweep                               (quick profile: a few minutes)
+      pytest -m sweep --monsoon-profile=nightly     (longer steps)
+
+A bare ``pytest`` leaves it out (like the soak). It fails with the table (per size: msg/s and MB/s, platform
+and Kafka alone, what stopped each ramp) when a size finds no capacity or the platform spends more than a
+tenth of its time in GC; the sweep's own sweep.json, checklist.md, report.html and sweep.png are in
+runs/<run-id>/kafka--size-sweep/.
+"""
+import pytest
+
+
+@pytest.mark.sweep
+def test_size_sweep_on_kafka(monsoon):
+    monsoon.sweep("kafka", "size-sweep").assert_pass()
