@@ -108,11 +108,11 @@ def load_seconds(events) -> list[Second]:
     if not raw:
         return []
     with_sec = [e for e in raw if isinstance(e.get("sec"), (int, float))]
-    if with_sec:
-        t0 = builtins.min(e["t"] - e["sec"] for e in with_sec) - 1.0
-        start = lambda e: t0 + e["sec"] if "sec" in e else e["t"] - 1.0  # noqa: E731
-    else:
-        start = lambda e: e["t"] - 1.0  # noqa: E731
+    t0 = builtins.min(e["t"] - e["sec"] for e in with_sec) - 1.0 if with_sec else 0.0
+
+    def start(e: dict) -> float:
+        return t0 + e["sec"] if with_sec and "sec" in e else e["t"] - 1.0
+
     out = [Second(start(e), _num(e.get("scheduled")), _num(e.get("acked")), _num(e.get("failed")),
                   _opt(e.get("p50_ms")), _opt(e.get("p99_ms")), _opt(e.get("max_ms")),
                   int(e["sec"]) if isinstance(e.get("sec"), (int, float)) else None) for e in raw]

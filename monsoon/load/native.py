@@ -329,7 +329,10 @@ class NativeFleet(FleetBase):
         last_seq: dict[str, int] = {}
         for t in tots:
             last_seq.update(t["last_seq"])
-        s = lambda k: sum(int(t[k]) for t in tots)  # noqa: E731
+
+        def s(k: str) -> int:
+            return sum(int(t[k]) for t in tots)
+
         self.extra = {
             "send_late_p50_ms": lp50, "send_late_p99_ms": lp99, "send_late_max_ms": lmx,
             # the engine's own account of the load (its start to its drain): CPU seconds and syscalls

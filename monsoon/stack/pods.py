@@ -143,7 +143,7 @@ def api_client():
     """A ``kubernetes`` ApiClient of :func:`kubeconfig_path` (no process-wide configuration)."""
     try:
         # optional dependency (extra "kube"): the Kubernetes client, needed only for provider: kubernetes
-        from kubernetes import config  # type: ignore[import-not-found]
+        from kubernetes import config
     except ImportError:
         raise PodError("provider: kubernetes needs the Python client: pip install kubernetes") from None
     path = kubeconfig_path()
@@ -158,7 +158,7 @@ class Kube:
 
     def __init__(self, client=None):
         # optional dependency (extra "kube"): api_client() has said so in one line when it is missing
-        from kubernetes import client as k  # type: ignore[import-not-found]
+        from kubernetes import client as k
         self.api_client = client or api_client()
         self.core, self.apps = k.CoreV1Api(self.api_client), k.AppsV1Api(self.api_client)
 
