@@ -37,7 +37,8 @@ Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
   ``deletionTimestamp`` (its finalizer cannot recover a pod) is annotated
   ``chaos-mesh.chaos-mesh.org/cleanFinalizer: forced`` and polled again (``FORCE_WAIT_S``); when nobody
   acts on that (the controller is gone), its finalizers are removed outright and it is polled once more.
-  The evidence says which.
+  On monsoon's own cluster with its controller not running, neither the heal timeout nor the annotation is
+  waited for: the finalizers are removed at once. The evidence says which.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ import yaml
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
-from monsoon.stack.cluster import Cluster
+from monsoon.stack.cluster import Cluster, daemon_pid
 from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
 from monsoon.stack.pods import kubeconfig_path
@@ -466,8 +467,12 @@ class KubeBackend:
 
         def name(o: dict) -> str:
             return f"{o['kind']}/{o['metadata']['name']}"
-        gone, left, polls, waited = self._poll(lambda: (not (p := present()), p), self.heal_timeout)
+        down = self._controller_down()   # nobody will clear a finalizer: no use waiting for it, nor annotating
+        first = min(self.heal_timeout, 2 * self.poll_interval) if down else self.heal_timeout
+        gone, left, polls, waited = self._poll(lambda: (not (p := present()), p), first)
         ev: dict[str, Any] = {"method": "api", "present": not gone, "polls": polls, "waited_s": waited}
+        if down:
+            ev["controller"] = "chaos-controller-manager not running (monsoon's cluster)"
         if gone:
             return True, ev
         stuck = [(o, x) for o, x in left if (x.get("metadata") or {}).get("deletionTimestamp")]
@@ -477,12 +482,13 @@ class KubeBackend:
             ev["not_deleting"] = [name(o) for o, x in left if not (x.get("metadata") or {}).get("deletionTimestamp")]
         if self.name != "chaos-mesh" or not stuck:
             return False, ev
-        for o, _ in stuck:   # Chaos Mesh's documented way out of a finalizer that cannot recover its pods
-            self._patch(o, {"metadata": {"annotations": {CLEAN_FINALIZER: CLEAN_FINALIZER_FORCED}}})
-        ev["forced_finalizer"] = True
         wait = min(self.heal_timeout, FORCE_WAIT_S)
-        gone, _, polls2, waited2 = self._poll(lambda: (not present(), None), wait)
-        polls, waited = polls + polls2, waited + waited2
+        if not down:
+            for o, _ in stuck:   # Chaos Mesh's documented way out of a finalizer that cannot recover its pods
+                self._patch(o, {"metadata": {"annotations": {CLEAN_FINALIZER: CLEAN_FINALIZER_FORCED}}})
+            ev["forced_finalizer"] = True
+            gone, _, polls2, waited2 = self._poll(lambda: (not present(), None), wait)
+            polls, waited = polls + polls2, waited + waited2
         if not gone:         # nobody acted on the annotation (no controller): take the finalizers off ourselves
             try:
                 for o, _ in stuck:
@@ -494,6 +500,11 @@ class KubeBackend:
             polls, waited = polls + polls3, waited + waited3
         ev.update(present=not gone, polls=polls, waited_s=round(waited, 3))
         return gone, ev
+
+    def _controller_down(self) -> bool:
+        """Chaos Mesh on monsoon's own cluster (``monsoon cluster up``) whose controller does not run."""
+        return self.name == "chaos-mesh" and self.apply and local_cluster() and \
+            daemon_pid("chaos-controller-manager") is None
 
     def _listed(self, run_id: str | None) -> list[dict]:
         """This flavour's objects of a run (of every run: ``None``) in the allowed namespaces, by their label."""

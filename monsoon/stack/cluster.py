@@ -252,6 +252,11 @@ def _pid(d: Path, name: str) -> int | None:
     return pid if _alive(pid) and pid in _tagged_one(d, pid) else None
 
 
+def daemon_pid(name: str) -> int | None:
+    """The PID of one of the cluster's daemons (e.g. ``chaos-controller-manager``), None when it does not run."""
+    return _pid(Cluster().dir, name)
+
+
 def _tagged_one(d: Path, pid: int) -> list[int]:
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -483,6 +483,32 @@ def test_a_finalizer_nobody_clears_even_forced_is_removed_outright():
     assert be.census("r1") == []
 
 
+def test_on_monsoons_cluster_without_its_controller_the_finalizers_go_at_once(monkeypatch):
+    """monsoon's own cluster, chaos-controller-manager not running: no 60 s wait for a finalizer nobody will clear,
+    no annotation nobody will read; with the controller running, the heal waits for it as before."""
+    import monsoon.faults.kube as kube
+    monkeypatch.setattr(kube, "local_cluster", lambda: True)
+    monkeypatch.setattr(kube, "daemon_pid", lambda name: None)
+    api, clock = FakeCustomObjectsApi(), FakeClock()
+    be = polled_backend("chaos-mesh", api, clock, heal_timeout=60)
+    h = be.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r1"))
+    with_finalizer(api)
+    be.heal(h)
+    land = be.verify(h)
+    name = h.data["objects"][0]["metadata"]["name"]
+    assert [c for c in api.calls if c[0] == "patch"] == [("patch", "podchaos", name, {"metadata": {"finalizers": None}})]
+    assert land.landed is True and land.evidence["finalizers_removed"] is True and "forced_finalizer" not in land.evidence
+    assert "not running" in land.evidence["controller"] and land.evidence["waited_s"] <= 2.0
+    monkeypatch.setattr(kube, "daemon_pid", lambda name: 4242)     # the controller runs: wait for it
+    api2, clock2 = FakeCustomObjectsApi(), FakeClock()
+    be2 = polled_backend("chaos-mesh", api2, clock2, heal_timeout=60)
+    h2 = be2.inject(spec("pod-kill", "chaos-mesh", {}), FaultContext(run_id="r2"))
+    with_finalizer(api2)
+    be2.heal(h2)
+    land2 = be2.verify(h2)
+    assert land2.evidence["forced_finalizer"] is True and land2.evidence["waited_s"] >= 60 and "controller" not in land2.evidence
+
+
 def test_a_heal_that_never_goes_did_not_land_and_says_why():
     api, clock = FakeCustomObjectsApi(), FakeClock()
     be = polled_backend("chaos-mesh", api, clock, heal_timeout=5)
