@@ -283,6 +283,8 @@ class _Recorder:
         self.pairs.add((str(stack), str(experiment)))
         return _Result()
 
+    sweep = run   # monsoon.sweep(stack, experiment): a size sweep, the same pair
+
     def progress(self, msg: str) -> None:
         pass
 
