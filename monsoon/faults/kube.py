@@ -1,45 +1,6 @@
 """Kubernetes faults: render Chaos Mesh and Litmus objects; apply them only when a cluster is configured.
 
-Rendering needs nothing but PyYAML.  Applying needs the ``kubernetes`` Python
-client (pinned in requirements.txt; the ``kube`` extra), imported only when a
-cluster is configured (``KUBECONFIG``, ``~/.kube/config`` or in-cluster service
-variables); otherwise the backend runs *dry*: it writes the manifests to
-``<out_dir>/kube/*.yaml`` and reports landing as unmeasured.
-
-Every object carries the label ``monsoon.io/run-id`` (so ``heal_all``/``census``
-find a run's objects with a label selector, and ``run_ids`` the runs that have
-any) and only namespaces on the allow-list may be targeted (an empty allow-list
-allows none).
-
-Rendered kinds:
-* Chaos Mesh (``chaos-mesh.org/v1alpha1``): PodChaos ``pod-kill`` and ``pod-failure``, NetworkChaos
-  ``delay``, StressChaos memory, and a ``Schedule`` wrapping any of them when the
-  fault repeats.
-* Litmus (``litmuschaos.io/v1alpha1``): ChaosEngine with ``pod-delete``,
-  ``pod-network-latency`` or ``pod-memory-hog``.
-
-``tests/integration/test_manifest_contract.py`` checks every rendered kind with
-the upstream Chaos Mesh API types and webhooks (``tests/contract``).
-
-Landing is polled, not read once (``inject_timeout``/``heal_timeout``, every
-``poll_interval`` s; ``clock``/``sleep`` are parameters for tests):
-
-* inject — Chaos Mesh: ``status.conditions[type=AllInjected].status == "True"``;
-  Litmus (a ChaosEngine has no conditions): an entry of ``status.experiments[]``
-  whose ``status`` is ``Running`` or ``Completed``, or ``status.engineStatus ==
-  "completed"`` (``initialized`` alone only says the operator took the engine).
-* pod-failure, by its effect: a selected pod (the same UID) whose spec runs another image than before (the
-  controller's ``POD_FAILURE_PAUSE_IMAGE``) and that is not Ready; healed when, besides the object being gone,
-  every container is back on its own image and the pod is Ready again (``params.landing_timeout``).
-* heal — every object is gone (404).  A Litmus engine is first patched to
-  ``spec.engineState: stop`` (the operator aborts its experiments) and then
-  deleted.  A Chaos Mesh object still there after ``heal_timeout`` with a
-  ``deletionTimestamp`` (its finalizer cannot recover a pod) is annotated
-  ``chaos-mesh.chaos-mesh.org/cleanFinalizer: forced`` and polled again (``FORCE_WAIT_S``); when nobody
-  acts on that (the controller is gone), its finalizers are removed outright and it is polled once more.
-  On monsoon's own cluster with its controller not running, neither the heal timeout nor the annotation is
-  waited for: the finalizers are removed at once. The evidence says which.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/faults/kube.py"."""
 from __future__ import annotations
 
 import gzip

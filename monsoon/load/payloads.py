@@ -1,34 +1,6 @@
 """Telemetry payloads: what every device publishes, built cheaply per message.
 
-Profiles (the shapes of ThingsBoard's performance-test payloads, plus monsoon's own):
-
-``minimal`` (the default)
-    ``temperature``, ``humidity``.
-``smart-meter`` (ThingsBoard's SMART_METER)
-    ``pulseCounter`` (int < 1,000,000), ``leakage`` (bool, true in ~1 %), ``batteryLevel`` (0-100).
-``smart-tracker`` (SMART_TRACKER)
-    ``latitude``, ``longitude`` (6 decimals), ``speed`` (km/h, 1 decimal), ``fuel`` (0-100), ``batteryLevel``.
-``industrial-plc`` (INDUSTRIAL_PLC)
-    ``datapoints`` numeric values ``line000`` .. ``lineNNN`` (doubles in [0, 100)); 1 to 999, default 60.
-``template``
-    the user's JSON text with placeholders ``{device}``, ``{seq}``, ``{ts}``, ``{sent_ms}``,
-    ``{rand_int:A:B}`` (an integer in [A, B]) and ``{rand_float:A:B}`` (a float in [A, B], printed
-    with as many decimals as the more precise bound, at least 2). ``{device}`` is the bare name
-    (JSON-escaped, without quotes: write ``"{device}"``). Any other ``{lowercase_name...}`` is an
-    error; other braces are JSON's own.
-
-Every built-in profile publishes ThingsBoard's timestamped form
-``{"ts": TS, "values": {"device": NAME, "seq": SEQ, "sent_ms": MS, ...profile keys}}``:
-``ts`` is the message's *intended* send time (ms since the epoch, strictly increasing per
-device), ``seq`` the per-device sequence number (the stacks' loss query reads the telemetry
-key ``seq``), ``sent_ms`` the wall clock when it was handed to the socket. A template must carry
-``{device}``, ``{seq}`` and ``{ts}``; name the sequence key ``seq`` for the stock stacks.
-
-Hot path: :meth:`Payload.renderer` returns, per device, a closure
-``render(seq, ts, sent_ms) -> bytes`` that does one string formatting. Profile values are not
-drawn per message: a pool of pre-rendered value strings (fixed seed, so runs are reproducible)
-is indexed by ``seq`` and the device index, so the cost does not grow with ``datapoints``.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/load/payloads.py"."""
 from __future__ import annotations
 
 import json

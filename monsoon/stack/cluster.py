@@ -1,28 +1,6 @@
 """A real single-node Kubernetes cluster that monsoon starts here (``monsoon cluster up|down|status``).
 
-Built by ``make k8s`` (``tools/build-k8s``) into ``<cache>/k8s``; its state lives in ``<cache>/k8s/cluster``
-(pid files, every daemon's log in ``logs/``, certificates, kubeconfigs, the sysctls kubelet changes). Every
-daemon runs inside the network namespace ``monsoon-k8s`` (node IP 10.200.0.1 on a veth pair whose two ends are
-both inside, the API's service IP 10.96.0.1 on its ``lo``): nothing touches the host's networking. The host
-reaches the API server through a forwarder on 127.0.0.1. Daemons carry the environment label
-``MONSOON_K8S_CLUSTER=<state dir>`` (never ``MONSOON_RUN_ID``: a run's reaper must not kill the cluster under
-another run), so ``down`` finds them without pid files, and ``monsoon reap`` calls ``down``.
-
-The Python API (what scenarios and fixtures use)::
-
-    from monsoon.stack import cluster
-    started = cluster.ensure_up(chaos_mesh=True)   # True when started now: stop it with cluster.down()
-    c = cluster.Cluster()                           # paths and names; cheap, starts nothing
-    c.kubeconfig          # Path: admin kubeconfig, server https://127.0.0.1:<port> (a forwarder)
-    c.kubeconfig_inside   # Path: the same, server https://10.200.0.1:443, for processes inside the namespace
-    c.netns               # "monsoon-k8s"
-    c.nsenter_prefix()    # ["nsenter", "--net=/run/netns/monsoon-k8s"]: run a command inside the namespace
-    h = c.forward([1883, 8080])   # host 127.0.0.1:P -> the namespace's 127.0.0.1:P (hostNetwork pods); h.stop()
-    c.import_image("monsoon/platform:1")  # docker save (monsoon's private dockerd) | ctr images import
-    cluster.down()        # stops everything, on any state (half-started, or after a kill -9 of ``up``)
-
-``ClusterError`` carries a one-line message naming the piece that is missing or did not start.
-"""
+The reasoning, sources and measurements behind it: docs/design.md, "monsoon/stack/cluster.py"."""
 from __future__ import annotations
 
 import fcntl
