@@ -303,26 +303,23 @@ class KubeBackend:
         self._handles[handle.id] = handle
         return handle
 
-    def _pod_uids(self, fault: FaultSpec) -> dict[str, str]:
-        """UID -> phase of the live (not deleting) pods the fault's selector matches."""
+    def _live_pods(self, fault: FaultSpec) -> list:
+        """The live (not deleting) pods the fault's selector matches."""
         k = fault.target.kube
         if self._core is None:
             self._core = kube_client(FaultError).CoreV1Api()
         pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
                                               _request_timeout=5).items
-        return {p.metadata.uid: p.status.phase for p in pods if p.metadata.deletion_timestamp is None}
+        return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+    def _pod_uids(self, fault: FaultSpec) -> dict[str, str]:
+        """UID -> phase of the live (not deleting) pods the fault's selector matches."""
+        return {p.metadata.uid: p.status.phase for p in self._live_pods(fault)}
 
     def _pod_states(self, fault: FaultSpec) -> dict[str, dict]:
         """UID -> name, spec images, Ready, and each container's state of the live pods the selector matches."""
-        k = fault.target.kube
-        if self._core is None:
-            self._core = kube_client(FaultError).CoreV1Api()
-        pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
-                                              _request_timeout=5).items
         out = {}
-        for p in pods:
-            if p.metadata.deletion_timestamp is not None:
-                continue
+        for p in self._live_pods(fault):
             conds = {c.type: c.status for c in (p.status.conditions or [])}
             states = {}
             for cs in p.status.container_statuses or []:

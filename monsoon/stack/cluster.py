@@ -741,18 +741,18 @@ def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
           "kube-controller-manager", _pid(d, "kube-controller-manager"))
 
 
-def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
-    d = c.dir
+def install_crds(c: Cluster, path: Path, what: str) -> list[str]:
+    """Create the CustomResourceDefinitions in the YAML file ``path`` (one already there is fine) and wait until
+    each is Established; their names. ``what`` names them in errors ("Chaos Mesh", "Litmus")."""
     api = c.api()
-    t0 = time.monotonic()
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     names = []
-    for doc in yaml.load_all((c.bindir.parent / "crds" / "chaos-mesh.yaml").read_text(), Loader=loader):
+    for doc in yaml.load_all(path.read_text(), Loader=loader):
         if not doc or doc.get("kind") != "CustomResourceDefinition":
             continue
         code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, timeout=30)
         if code not in (201, 409):
-            raise ClusterError(f"Chaos Mesh CRD {doc['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
+            raise ClusterError(f"{what} CRD {doc['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
         names.append(doc["metadata"]["name"])
 
     def established() -> bool:
@@ -762,7 +762,15 @@ def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
                        for x in (crd.get("status") or {}).get("conditions") or []):
                 return False
         return True
-    _wait("Chaos Mesh CRDs (Established)", established, 30, d, None)
+    _wait(f"{what} CRDs (Established)", established, 30, c.dir, None)
+    return names
+
+
+def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
+    d = c.dir
+    api = c.api()
+    t0 = time.monotonic()
+    names = install_crds(c, c.bindir.parent / "crds" / "chaos-mesh.yaml", "Chaos Mesh")
     api.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": CHAOS_NAMESPACE}})
     argv, extra = daemon_argv("chaos-controller-manager", d, c.bindir)

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import yaml
 
 from monsoon.paths import CACHE
 from monsoon.stack import cluster
@@ -67,26 +66,7 @@ def operator_argv(c: cluster.Cluster, h: Path) -> tuple[list[str], dict[str, str
 
 def install_crds(c: cluster.Cluster, h: Path) -> list[str]:
     """Create Litmus's CRDs (already there: fine) and wait until each is Established; their names."""
-    api = c.api()
-    names = []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for doc in yaml.load_all((h / "crds" / "litmus.yaml").read_text(), Loader=loader):
-        if not doc or doc.get("kind") != "CustomResourceDefinition":
-            continue
-        code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc, timeout=30)
-        if code not in (201, 409):
-            raise cluster.ClusterError(f"Litmus CRD {doc['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
-        names.append(doc["metadata"]["name"])
-
-    def established() -> bool:
-        for n in names:
-            crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}") or {}
-            if not any(x.get("type") == "Established" and x.get("status") == "True"
-                       for x in (crd.get("status") or {}).get("conditions") or []):
-                return False
-        return True
-    cluster._wait("Litmus CRDs (Established)", established, 30, c.dir, None)
-    return names
+    return cluster.install_crds(c, h / "crds" / "litmus.yaml", "Litmus")
 
 
 def start(say: Callable[[str], None] = lambda s: None) -> bool:

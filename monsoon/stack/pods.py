@@ -502,6 +502,24 @@ class ClusterUnavailable(Exception):
     """The cluster cannot run here (one line naming what is missing: scenarios skip with it)."""
 
 
+SESSION_ENV = ("KUBECONFIG", "MONSOON_KUBE_NAMESPACES")
+
+
+def _add_namespaces(namespaces: tuple[str, ...]) -> None:
+    """Add ``namespaces`` to MONSOON_KUBE_NAMESPACES (kept in order, no repeats)."""
+    have = [x.strip() for x in (settings.env("MONSOON_KUBE_NAMESPACES") or "").split(",") if x.strip()]
+    os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    """Put the variables back as they were (unset where they were unset)."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextmanager
 def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
     """The cluster (with Chaos Mesh) for stacks in Kubernetes form, started here when it is not running and
@@ -510,7 +528,7 @@ def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
     why = cluster.skip_reason(chaos_mesh=True)
     if why:
         raise ClusterUnavailable(why)
-    saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "MONSOON_KUBE_NAMESPACES")}
+    saved = {k: os.environ.get(k) for k in SESSION_ENV}
     with ExitStack() as stack:
         try:
             stack.enter_context(dockerd.ensure())
@@ -521,19 +539,12 @@ def cluster_for_stacks(namespaces: tuple[str, ...] = ()) -> Iterator[Cluster]:
             stack.callback(cluster.down, True)
         c = cluster.Cluster()
         os.environ["KUBECONFIG"] = str(c.kubeconfig)
-        have = [x.strip() for x in (saved["MONSOON_KUBE_NAMESPACES"] or "").split(",") if x.strip()]
-        os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+        _add_namespaces(namespaces)
         try:
             yield c
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _restore_env(saved)
 
-
-SESSION_ENV = ("KUBECONFIG", "MONSOON_KUBE_NAMESPACES")
 
 
 class _SessionCluster:
@@ -556,8 +567,7 @@ class _SessionCluster:
                 self.held = e
         if isinstance(self.held, ClusterUnavailable):
             raise self.held
-        have = [x.strip() for x in (settings.env("MONSOON_KUBE_NAMESPACES") or "").split(",") if x.strip()]
-        os.environ["MONSOON_KUBE_NAMESPACES"] = ",".join(dict.fromkeys([*have, *namespaces]))
+        _add_namespaces(namespaces)
         return self.held
 
     def release(self) -> None:
@@ -567,11 +577,7 @@ class _SessionCluster:
             if cm is not None:
                 cm.__exit__(None, None, None)
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _restore_env(saved)
 
     @staticmethod
     def needs(item: Any) -> bool:
