@@ -18,7 +18,12 @@ the missing piece.
   healed (the object gone), nothing acked lost, lag recovered;
 * PodChaos pod-failure of the in-memory platform pod: landed by the pause image and the pod not Ready, healed by
   its own image back and Ready; the same pod starts a new JVM and what its heap held is lost;
-* NetworkChaos delay: refused before the load, in one line naming the missing kernel module sch_netem.
+* NetworkChaos delay: refused before the load, in one line naming the missing kernel module sch_netem;
+* PodChaos container-kill of the Kafka platform's container (chaos-daemon, started by the fault): landed by a new
+  container ID and a restart in the same pod, nothing acked lost, lag recovered;
+* StressChaos memory in the in-memory platform's container (chaos-daemon's memStress, monsoon's own): the
+  container reaches its memory limit, is OOMKilled, and no_oom names it (or, on a kernel without a memory cgroup
+  chaos-daemon can charge, the refusal before the load). Both skip in one line without tools/build-chaos-daemon.
 """
 import pytest
 
@@ -126,3 +131,43 @@ def test_network_chaos_delay_is_refused_before_the_load_naming_sch_netem(monsoon
         pytest.fail(f"NetworkChaos delay was not refused: {result.failure_message()}")
     print(line)
     assert "sch_netem" in line and "refused before the load" in line, line
+
+
+def _needs_chaos_daemon(monsoon):
+    from monsoon.stack.cluster import chaos_daemon_missing
+    why = None if monsoon.dry_run else chaos_daemon_missing()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.mark.chaos
+def test_kafka_platform_container_killed_by_chaos_mesh_restarts_in_the_same_pod(monsoon):
+    _needs_chaos_daemon(monsoon)
+    result = monsoon.run("kafka-k8s", "container-kill-chaos-mesh")
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    result.assert_pass()
+    inject = next(e for e in read_events(result.dir / "timeline.jsonl")
+                  if e.get("type") == "fault" and e["phase"] == "inject")
+    ev = inject["evidence"]
+    assert inject["landed"] is True and ev["method"] == "api+container-id", ev
+    (r,) = ev["restarted"]
+    assert r["uid"] in ev["same_uids"] and r["id"] != r["id_before"] and r["restarts"] > r["restarts_before"], ev
+
+
+@pytest.mark.chaos
+def test_inmemory_platform_stressed_by_chaos_mesh_to_its_memory_limit_is_oomkilled(monsoon):
+    _needs_chaos_daemon(monsoon)
+    try:
+        result = monsoon.run("inmemory-k8s", "memory-stress-chaos-mesh")
+    except Exception as e:       # the refusal, before the load, on a kernel chaos-daemon cannot charge memStress on
+        assert "refused before the load" in str(e), e
+        pytest.skip(str(e))
+    if result.dry_run is not None:
+        pytest.skip("dry run")
+    oom = result.check("no_oom")
+    assert oom.verdict == "fail" and oom.figures.get("k8s_oom_killed", 0) >= 1, result.failure_message()
+    assert "platform" in oom.message, oom.message
+    inject = next(e for e in read_events(result.dir / "timeline.jsonl")
+                  if e.get("type") == "fault" and e["phase"] == "inject")
+    assert inject["landed"] is True and inject["evidence"]["oom_killed"], inject["evidence"]

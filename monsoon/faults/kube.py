@@ -14,7 +14,7 @@ import yaml
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
 from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
-from monsoon.stack.cluster import Cluster, daemon_pid
+from monsoon.stack.cluster import Cluster, ClusterError, chaos_daemon_missing, daemon_pid, ensure_chaos_daemon
 from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
 from monsoon.stack.pods import kubeconfig_path
@@ -28,6 +28,8 @@ LITMUS = ("litmuschaos.io", "v1alpha1")
 PLURALS = {"PodChaos": "podchaos", "NetworkChaos": "networkchaos", "StressChaos": "stresschaos",
            "Schedule": "schedules", "ChaosEngine": "chaosengines"}
 LATENCY_KINDS = ("network-latency", "mongo-slowdown", "infinispan-slowdown", "cassandra-slowdown")
+# what chaos-daemon serves on the node (the controller alone serves pod-kill, pod-failure)
+DAEMON_KINDS = ("container-kill", "memory-pressure")
 # chaos-mesh controllers/common: AnnotationCleanFinalizer / AnnotationCleanFinalizerForced
 CLEAN_FINALIZER = "chaos-mesh.chaos-mesh.org/cleanFinalizer"
 CLEAN_FINALIZER_FORCED = "forced"
@@ -94,13 +96,51 @@ def netem_missing(*, config: str = "/proc/config.gz", modules: str = "/proc/modu
     return f"{where}, and no sch_netem.ko under {lib}"
 
 
+def memory_cgroup_missing(cgroup_root: str = "/sys/fs/cgroup", proc: str = "/proc") -> str | None:
+    """Why chaos-daemon cannot charge a memory stressor to a container's cgroup here, or None when it can. It
+    moves memStress into the target's cgroups: on cgroup v1 (or hybrid) through the v1 ``memory`` hierarchy, on
+    v2 (unified) by writing the target's ``cgroup.procs`` from PID 1's cgroup namespace (``nsenter -C -t 1``)."""
+    root = Path(cgroup_root)
+    ctl = root / "cgroup.controllers"
+    if ctl.is_file():      # unified: cgroup v2 only
+        try:
+            controllers = ctl.read_text().split()
+        except OSError as e:
+            return f"{ctl} is unreadable ({e.strerror})"
+        if "memory" not in controllers:
+            return f"cgroup v2 without its memory controller ({ctl}: {' '.join(controllers) or 'empty'})"
+        if not Path(proc, "1", "ns", "cgroup").exists():
+            return (f"cgroup v2 without cgroup namespaces ({proc}/1/ns/cgroup is absent): chaos-daemon enters PID "
+                    f"1's to attach memStress")
+        return None
+    if (root / "memory" / "memory.limit_in_bytes").is_file():
+        return None
+    return (f"no memory cgroup controller under {root} (neither v2's cgroup.controllers nor v1's "
+            f"memory/memory.limit_in_bytes)")
+
+
 def kernel_refusal(fault: FaultSpec, **where: str) -> str | None:
-    """One line refusing a Chaos Mesh fault this machine's kernel cannot serve (None: it can)."""
-    if fault.backend == "chaos-mesh" and fault.kind in LATENCY_KINDS:
-        why = netem_missing(**where)
+    """One line refusing a Chaos Mesh fault this machine cannot serve (None: it can): NetworkChaos delay without
+    sch_netem; container-kill and StressChaos without chaos-daemon built; StressChaos memory without a memory
+    cgroup controller. ``where`` overrides the paths read (tests): config, modules, lib_modules, cgroup_root,
+    proc, and ``daemon_missing`` (the reason chaos-daemon is absent, "" when built)."""
+    if fault.backend != "chaos-mesh":
+        return None
+    if fault.kind in LATENCY_KINDS:
+        why = netem_missing(**{k: v for k, v in where.items() if k in ("config", "modules", "lib_modules")})
         if why:
             return (f"{fault.name}: NetworkChaos delay needs the kernel module sch_netem, which this kernel lacks "
                     f"({why}): refused before the load; delay the hop through Toxiproxy instead (backend: toxiproxy)")
+    if fault.kind in DAEMON_KINDS:
+        what = "PodChaos container-kill" if fault.kind == "container-kill" else "StressChaos memory"
+        daemon = where["daemon_missing"] if "daemon_missing" in where else chaos_daemon_missing()
+        if daemon:
+            return f"{fault.name}: {what} needs Chaos Mesh's chaos-daemon on the node: {daemon}: refused before the load"
+        if fault.kind == "memory-pressure":
+            why = memory_cgroup_missing(**{k: v for k, v in where.items() if k in ("cgroup_root", "proc")})
+            if why:
+                return (f"{fault.name}: StressChaos memory needs a memory cgroup chaos-daemon can charge memStress "
+                        f"to: {why}: refused before the load")
     return None
 
 
@@ -129,6 +169,13 @@ def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
         # the controller swaps every container's image for its pause image and puts them back when the object
         # goes (or after `duration`, its own backstop should monsoon die)
         return "PodChaos", {"action": "pod-failure", "mode": "one", "selector": _cm_selector(fault), "duration": dur}
+    if fault.kind == "container-kill":
+        # chaos-daemon kills the container's task (containerd); kubelet starts it again in the same pod
+        assert isinstance(p, PodKillParams)
+        if not fault.target.kube.container:
+            raise FaultError(f"{fault.name}: container-kill needs target.container (which container of the pod)")
+        return "PodChaos", {"action": "container-kill", "mode": "one", "selector": _cm_selector(fault),
+                            "containerNames": [fault.target.kube.container]}
     if fault.kind in KILL_KINDS:
         assert isinstance(p, PodKillParams)
         return "PodChaos", {"action": "pod-kill", "mode": "one", "selector": _cm_selector(fault),
@@ -288,7 +335,14 @@ class KubeBackend:
             f.write_text(to_yaml(objs))
             handle.data["file"] = str(f)
         if self.apply:
-            if fault.kind == "pod-failure":   # judged by its effect: the images of the pods it may fail, before
+            if fault.kind in DAEMON_KINDS and self.name == "chaos-mesh" and local_cluster():
+                try:     # the daemon runs only when a fault needs it (monsoon cluster down stops it)
+                    handle.data["chaos_daemon_started"] = ensure_chaos_daemon()
+                except ClusterError as e:
+                    raise FaultError(f"{fault.name}: {e}") from None
+            if fault.kind in DAEMON_KINDS:   # judged by its effect: each container's ID and restarts, before
+                handle.data["containers_before"] = self._pod_states(fault)
+            elif fault.kind == "pod-failure":   # judged by its effect: the images of the pods it may fail, before
                 handle.data["pods_before"] = self._pod_states(fault)
             elif fault.kind in KILL_KINDS:   # judged by its effect: the UIDs of the pods it may kill, before
                 try:
@@ -326,7 +380,10 @@ class KubeBackend:
                 st = cs.state
                 now = ("running" if st.running else f"waiting: {st.waiting.reason}" if st.waiting
                        else f"terminated: {st.terminated.reason} ({st.terminated.exit_code})" if st.terminated else "?")
-                states[cs.name] = {"state": now, "image": cs.image, "restarts": cs.restart_count}
+                last = getattr(getattr(cs, "last_state", None), "terminated", None)   # V1ContainerStatus fields
+                states[cs.name] = {"state": now, "image": cs.image, "restarts": cs.restart_count,
+                                   "id": getattr(cs, "container_id", None),
+                                   "last": f"{last.reason} ({last.exit_code})" if last else None}
             out[p.metadata.uid] = {"pod": p.metadata.name, "images": {c.name: c.image for c in p.spec.containers},
                                    "ready": conds.get("Ready") == "True", "containers": states}
         return out
@@ -351,6 +408,34 @@ class KubeBackend:
         # kubelet stops the container the image swap replaces with SIGTERM (its grace period): its exit may come late
         return done, {"pods_before": before, **ev, "signal": "SIGTERM", "effect_polls": polls,
                       "effect_waited_s": waited}
+
+    def _container_effect(self, handle: Handle) -> tuple[bool, dict]:
+        """container-kill and StressChaos memory, by their effect on the same pod (its UID kept): the container
+        runs again under a new container ID with its restart count up. StressChaos memory: and its last
+        termination says OOMKilled (the stressor took the container to its memory limit)."""
+        fault, before = handle.fault, handle.data.get("containers_before") or {}
+        p = fault.params
+        bound = float(getattr(p, "restart_timeout", 0) or 0) or max(60.0, fault.schedule.duration + 30.0)
+        name = fault.target.kube.container
+
+        def probe() -> tuple[bool, dict]:
+            now = self._pod_states(fault)
+            restarted, oom = [], []
+            for uid, x in now.items():
+                for cname, c in x["containers"].items():
+                    was = (before.get(uid) or {}).get("containers", {}).get(cname)
+                    if was is None or (name and cname != name):
+                        continue
+                    if c["id"] and c["id"] != was["id"] and c["restarts"] > was["restarts"]:
+                        restarted.append({"pod": x["pod"], "uid": uid, "container": cname, "id_before": was["id"],
+                                          "id": c["id"], "restarts_before": was["restarts"],
+                                          "restarts": c["restarts"], "last": c["last"], "state": c["state"]})
+                        if str(c["last"] or "").startswith("OOMKilled"):
+                            oom.append(f"{x['pod']}/{cname}")
+            done = bool(oom) if fault.kind == "memory-pressure" else any(r["state"] == "running" for r in restarted)
+            return done, {"restarted": restarted, "oom_killed": oom, "same_uids": sorted(set(now) & set(before))}
+        done, ev, polls, waited = self._poll(probe, bound)
+        return done, {**ev, "effect_polls": polls, "effect_waited_s": waited}
 
     def _kill_effect(self, handle: Handle) -> tuple[bool, dict]:
         """A pod kill landed when a pod it selected is gone and a new pod (a new UID) runs in its place."""
@@ -537,6 +622,14 @@ class KubeBackend:
             landed = bool(effect) if landed is not False else False
             if not effect:
                 ev["not_landed"] = "no selected pod ran another image and went not Ready in time"
+        elif "containers_before" in handle.data:     # the same pod, its container restarted (and OOMKilled)
+            effect, more = self._container_effect(handle)
+            ev.update(more, method="api+container-id", all_injected=landed)
+            landed = bool(effect) if landed is not False else False
+            if not effect:
+                ev["not_landed"] = ("no selected container was OOMKilled and restarted in time"
+                                    if handle.fault.kind == "memory-pressure"
+                                    else "no selected container runs again under a new ID with a restart in time")
         elif "uids_before" in handle.data:      # AllInjected is evidence, not proof: the pod must be replaced
             effect, more = self._kill_effect(handle)
             ev.update(more, method="api+pod-uid", all_injected=landed)

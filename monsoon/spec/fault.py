@@ -222,6 +222,7 @@ KINDS: dict[str, KindInfo] = {
     "kafka-broker-restart": KindInfo(params=KafkaBrokerRestartParams, backends=("process", "chaos-mesh", "litmus"),
                                      targets=("service", "kube")),
     "pod-failure": KindInfo(params=PodFailureParams, backends=("chaos-mesh",), targets=("kube",)),
+    "container-kill": KindInfo(params=PodKillParams, backends=("chaos-mesh",), targets=("kube",)),
     "process-pause": KindInfo(params=ProcessPauseParams, backends=("process",), targets=("service",)),
     "network-latency": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
                                 targets=("hop", "kube")),

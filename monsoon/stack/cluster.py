@@ -46,8 +46,12 @@ HOST_PATHS = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/c
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 SUN_PATH_MAX = 107
 # stop order: kubelet first (it would restart containers), the API server and etcd last
-DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "chaos-operator", "kube-controller-manager",
-           "kube-scheduler", "kube-apiserver", "etcd")    # chaos-operator: Litmus's (monsoon.stack.litmus starts it)
+DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "chaos-daemon", "chaos-operator",
+           "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd")
+# chaos-operator: Litmus's (monsoon.stack.litmus starts it); chaos-daemon: Chaos Mesh's (ensure_chaos_daemon)
+CHAOS_DAEMON_PORT = 31767   # its gRPC port (the controller's CHAOS_DAEMON_SERVICE_PORT default), in the namespace
+CHAOS_DAEMON_SLICE = "chaos-daemon-monsoon"   # the controller finds the daemon by this EndpointSlice's node name
+HOST_SYS = "/host-sys"      # where chaos-daemon reads the host's cgroups (a fixed path in its code)
 
 
 class ClusterError(RuntimeError):
@@ -188,6 +192,15 @@ def daemon_argv(name: str, d: Path, bindir: Path) -> tuple[list[str], dict[str, 
         return [str(bindir / name), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kc / 'kubelet'}",
                 f"--hostname-override={NODE}", f"--node-ip={NODE_IP}", f"--root-dir={d / 'kubelet'}",
                 f"--cert-dir={d / 'kubelet' / 'pki'}"], {}
+    if name == "chaos-daemon":
+        # its own mount namespace: /sys at /host-sys and monsoon's helpers at /usr/local/bin (fixed paths in its
+        # code) are bound there only, so the host's mounts never change; then it becomes the daemon (same pid)
+        script = ('set -e; mount --rbind /sys "$4"; mount --bind "$2" /usr/local/bin; '
+                  'exec "$1" --runtime containerd --runtime-socket-path "$3" --grpc-port "$5" --http-port "$6"')
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, name,
+                str(bindir / name), str(bindir.parent / "chaos-daemon"), str(d / "containerd" / "c.sock"),
+                HOST_SYS, str(CHAOS_DAEMON_PORT), str(CHAOS_DAEMON_PORT - 1)], {
+            "PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"}
     if name == "chaos-controller-manager":
         return [str(bindir / name), f"-kubeconfig={d / 'kubeconfig.inside'}"], {
             "ENABLE_LEADER_ELECTION": "false", "CERTS_DIR": str(d / "chaos-certs"), "NAMESPACE": CHAOS_NAMESPACE,
@@ -591,6 +604,25 @@ def missing_pieces(c: Cluster | None = None, chaos_mesh: bool = False) -> list[s
     return out
 
 
+CHAOS_DAEMON_HELPERS = ("pause", "nsexec", "memStress")
+
+
+def chaos_daemon_missing(c: Cluster | None = None) -> str | None:
+    """Why chaos-daemon cannot start here (one line), or None: its binary and monsoon's helpers are built."""
+    c = c or Cluster()
+    if not os.access(c.bindir / "chaos-daemon", os.X_OK):
+        return (f"chaos-daemon: not built ({c.bindir / 'chaos-daemon'}): run tools/build-chaos-daemon "
+                "(after make k8s; ~3 min, cgo)")
+    helpers = c.bindir.parent / "chaos-daemon"
+    miss = [h for h in CHAOS_DAEMON_HELPERS if not os.access(helpers / h, os.X_OK)]
+    if miss:
+        return f"chaos-daemon's helpers {', '.join(miss)}: not built ({helpers}): run tools/build-chaos-daemon"
+    for exe in ("unshare", "mount", "choom"):
+        if shutil.which(exe) is None and not Path(f"/usr/bin/{exe}").exists():
+            return f"{exe}: not installed (apt-get install util-linux): chaos-daemon needs it"
+    return None
+
+
 def skip_reason(chaos_mesh: bool = False) -> str | None:
     """Why a scenario that needs the cluster cannot run here (one line), or None."""
     if os.geteuid() != 0:
@@ -659,12 +691,17 @@ def _write_yaml(path: Path, obj: dict) -> None:
     path.write_text(yaml.safe_dump(obj, sort_keys=False))
 
 
-def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], None] = lambda s: None) -> float:
-    """Start the cluster (a no-op when it runs; Chaos Mesh added when asked). Returns seconds to node Ready.
-    On failure everything started is stopped again and ClusterError says which piece failed."""
+def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], None] = lambda s: None,
+       chaos_daemon: bool = False) -> float:
+    """Start the cluster (a no-op when it runs; Chaos Mesh, and its chaos-daemon, added when asked). Returns
+    seconds to node Ready. On failure everything started is stopped again and ClusterError says which piece
+    failed."""
     c = Cluster()
     d = c.dir
+    chaos_mesh = chaos_mesh or chaos_daemon
     miss = missing_pieces(c, chaos_mesh)
+    if chaos_daemon and (why := chaos_daemon_missing(c)):
+        miss.append(why)
     if miss:
         raise ClusterError(miss[0])
     if os.geteuid() != 0:
@@ -677,12 +714,16 @@ def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], Non
         if running(c):
             if chaos_mesh and _pid(d, "chaos-controller-manager") is None:
                 _start_chaos_mesh(c, say)
+            if chaos_daemon and _pid(d, "chaos-daemon") is None:
+                _start_chaos_daemon(c, say)
             return 0.0
         _down_locked(d, quiet=True)           # a half-started or killed cluster's leftovers
         try:
             _up_locked(c, say)
             if chaos_mesh:
                 _start_chaos_mesh(c, say)
+            if chaos_daemon:
+                _start_chaos_daemon(c, say)
         except BaseException:
             _down_locked(d, quiet=True)
             raise
@@ -780,6 +821,38 @@ def _start_chaos_mesh(c: Cluster, say: Callable[[str], None]) -> None:
     _wait("chaos-controller-manager", lambda: _http_inside(10080, "/metrics", b" 200 "), 60, d,
           "chaos-controller-manager", pid)
     say(f"Chaos Mesh: {len(names)} CRDs and chaos-controller-manager in {time.monotonic() - t0:.1f}s")
+
+
+def _start_chaos_daemon(c: Cluster, say: Callable[[str], None]) -> None:
+    """chaos-daemon as a process in the cluster's namespace (its own mount namespace, see daemon_argv), and the
+    EndpointSlice through which the controller finds it on the node."""
+    d = c.dir
+    t0 = time.monotonic()
+    if not Path(HOST_SYS).exists():           # an empty mount point; removed at down
+        os.mkdir(HOST_SYS)
+        (d / "host-sys.created").write_text(HOST_SYS)
+    argv, extra = daemon_argv("chaos-daemon", d, c.bindir)
+    pid = _spawn(d, "chaos-daemon", argv, extra)
+    _wait("chaos-daemon", lambda: c.answers_inside("127.0.0.1", CHAOS_DAEMON_PORT, 1.0), 30, d, "chaos-daemon", pid)
+    ep = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+          "metadata": {"name": CHAOS_DAEMON_SLICE, "namespace": CHAOS_NAMESPACE,
+                       "labels": {"app.kubernetes.io/managed-by": "monsoon"}},
+          "addressType": "IPv4", "ports": [{"name": "grpc", "port": CHAOS_DAEMON_PORT, "protocol": "TCP"}],
+          "endpoints": [{"addresses": [NODE_IP], "nodeName": NODE, "conditions": {"ready": True}}]}
+    code, body = c.api().call("POST", f"/apis/discovery.k8s.io/v1/namespaces/{CHAOS_NAMESPACE}/endpointslices", ep)
+    if code not in (201, 409):
+        raise ClusterError(f"chaos-daemon's EndpointSlice: HTTP {code}: {str(body)[:200]}")
+    say(f"chaos-daemon (pid {pid}) in {time.monotonic() - t0:.1f}s")
+
+
+def ensure_chaos_daemon() -> bool:
+    """Start chaos-daemon on the running cluster unless it runs (with the controller); True when started here.
+    Raises ClusterError (one line) when it is not built or does not start."""
+    c = Cluster()
+    if _pid(c.dir, "chaos-daemon") is not None and _pid(c.dir, "chaos-controller-manager") is not None:
+        return False
+    up(chaos_mesh=True, chaos_daemon=True)
+    return True
 
 
 def start_chaos_mesh() -> None:
@@ -955,6 +1028,16 @@ def _down_locked(d: Path, quiet: bool = False) -> list[str]:
         done.append(f"{len(mounts)} mounts")
     if _netns_down():
         done.append(f"netns {NETNS}")
+    rec = d / "host-sys.created"              # chaos-daemon's mount point: bound only in its own mount namespace
+    if rec.exists():
+        try:
+            os.rmdir(HOST_SYS)
+            done.append(f"removed {HOST_SYS}")
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            done.append(f"{HOST_SYS} NOT removed: {e}")
+        rec.unlink()
     rec = d / "sysctls.json"
     if rec.exists():
         try:
@@ -1012,6 +1095,8 @@ def census() -> list[str]:
     lines = [f"k8s cluster process {p} ({_comm(p)})" for p in _tagged(d)]
     if Path(netns_path()).exists():
         lines.append(f"k8s cluster netns {NETNS}")
+    if (d / "host-sys.created").exists():
+        lines.append(f"k8s chaos-daemon mount point {HOST_SYS}")
     return lines
 
 

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 
 # pod-failure (Chaos Mesh) stops the pod's container too: kubelet SIGTERMs it when its image becomes the pause image
-KILL_KINDS = ("pod-kill", "kafka-broker-restart", "pod-failure")
+# container-kill (Chaos Mesh, through chaos-daemon) SIGKILLs the container's task: kubelet starts it again
+KILL_KINDS = ("pod-kill", "kafka-broker-restart", "pod-failure", "container-kill")
 
 
 KILL_EXIT_WITHIN_S = 60.0      # a SIGTERM'd service's exit is the kill's if it comes this soon after it

@@ -1,0 +1,145 @@
+"""Chaos Mesh's chaos-daemon for real, on monsoon's cluster (the session's: started here unless it runs): a PodChaos
+container-kill of the Kafka platform's container under load (the same pod, a new container ID and a restart,
+nothing acked lost), a StressChaos memory hog in the in-memory platform's container until its memory limit
+OOM-kills it (no_oom names it), and `monsoon cluster down` stopping the daemon with the rest. The daemon is
+started by the first fault that needs it. Skips in one line without `make k8s` or `tools/build-chaos-daemon`."""
+import json
+from pathlib import Path
+import time
+
+import pytest
+
+from monsoon.stack import cluster
+from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_session, run_namespaces
+from monsoon.timeline.store import read_events
+
+pytestmark = pytest.mark.kubernetes    # the session keeps the cluster up through a run of modules marked so
+
+CONTAINER_KILL = """
+name: k8s-container-kill
+load: {devices: 20, qos: 1, base_rate: 300, shape: {kind: steady}}
+profiles:
+  quick: {warmup: 15, recovery: 35, drain_timeout: 90}
+faults:
+  - profile: container-kill
+    schedule: {at: 10, duration: 5}
+checks:
+  - no_oom
+  - no_acked_loss
+  - lag_recovers_within: {seconds: 60}
+"""
+
+MEMORY_STRESS = """
+name: k8s-memory-stress
+load: {devices: 20, qos: 1, base_rate: 300, shape: {kind: steady}}
+profiles:
+  quick: {warmup: 10, recovery: 30, drain_timeout: 60}
+faults:
+  - profile: memory-pressure
+    name: platform-memory-stress
+    backend: chaos-mesh
+    target: {namespace: monsoon-inmemory-k8s, labelSelector: {monsoon.io/service: platform}, container: platform}
+    params: {hog_mb: 256}
+    schedule: {at: 10, duration: 15}
+checks:
+  - no_oom
+  - no_acked_loss
+"""
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(request):
+    why = cluster.skip_reason(chaos_mesh=True) or cluster.chaos_daemon_missing()
+    if why:
+        pytest.skip(why)
+    try:
+        return cluster_for_session(request.config, ("monsoon-inmemory-k8s", "monsoon-kafka-k8s"))
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+
+
+def run(tmp_path, stack, text, run_id):
+    from monsoon.session import MonsoonSession
+    exp = tmp_path / f"{run_id}.yaml"
+    exp.write_text(text)
+    session = MonsoonSession(runs_dir=tmp_path / "runs", run_id=run_id, progress=print)
+    t0 = time.monotonic()
+    result = session.run(stack, str(exp))
+    print(f"story {stack}/{run_id}: {time.monotonic() - t0:.1f} s")
+    return result, read_events(result.dir / "timeline.jsonl")
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process, in MiB."""
+    st = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in ln)
+    rss, hwm = (round(int(st[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM"))
+    return rss, hwm
+
+
+def test_kafka_platform_container_killed_by_chaos_daemon_restarts_in_the_same_pod(kube_cluster, tmp_path):
+    result, events = run(tmp_path, "kafka-k8s", CONTAINER_KILL, "k8s-container-kill")
+    pid = cluster.daemon_pid("chaos-daemon")
+    assert pid is not None, "the container-kill should have started chaos-daemon"
+    print(f"chaos-daemon pid {pid}: RSS, peak RSS (MiB) {rss_mb(pid)}")
+    faults = [e for e in events if e["type"] == "fault"]
+    inject = next(e for e in faults if e["phase"] == "inject")
+    ev = inject["evidence"]
+    print(json.dumps({k: ev.get(k) for k in ("restarted", "same_uids", "all_injected", "effect_waited_s")}))
+    assert inject["landed"] is True and ev["method"] == "api+container-id", ev
+    (r,) = ev["restarted"]
+    assert r["uid"] in ev["same_uids"] and r["id"] != r["id_before"] and r["restarts"] == r["restarts_before"] + 1, ev
+    assert r["container"] == "platform" and r["last"].endswith("(137)"), r      # SIGKILLed, not OOM
+    heal = next(e for e in faults if e["phase"] == "heal")
+    assert heal["landed"] is True and heal["evidence"]["present"] is False, heal
+    svc = [e for e in events if e["type"] == "service" and e.get("service") == "platform"]
+    starts = [e for e in svc if e["event"] == "start"]
+    assert len(starts) >= 2 and len({e["uid"] for e in starts}) == 1, starts     # the same pod throughout
+    result.assert_pass()      # no_oom, nothing acked lost, lag recovered, no_unexpected_exit (the kill explains it)
+    assert run_namespaces("k8s-container-kill", Kube()) == []
+
+
+def test_inmemory_platform_stressed_to_its_memory_limit_is_oomkilled_and_no_oom_names_it(kube_cluster, tmp_path):
+    from monsoon.faults.kube import kernel_refusal, memory_cgroup_missing
+    why = memory_cgroup_missing()
+    if why:     # the refusal is what this machine can show: one line, before the load
+        from monsoon.spec.fault import FaultSpec
+        f = FaultSpec(name="m", kind="memory-pressure", backend="chaos-mesh", params={"hog_mb": 64},
+                      target={"namespace": "monsoon-inmemory-k8s", "labelSelector": {"a": "b"}},
+                      schedule={"at": 1, "duration": 1})
+        line = kernel_refusal(f)
+        assert line and "refused before the load" in line, line
+        pytest.skip(f"this kernel refuses StressChaos memory: {line}")
+    result, events = run(tmp_path, "inmemory-k8s", MEMORY_STRESS, "k8s-memory-stress")
+    pid = cluster.daemon_pid("chaos-daemon")
+    assert pid is not None
+    print(f"chaos-daemon pid {pid}: RSS, peak RSS (MiB) {rss_mb(pid)}")
+    faults = [e for e in events if e["type"] == "fault"]
+    inject = next(e for e in faults if e["phase"] == "inject")
+    ev = inject["evidence"]
+    print(json.dumps({k: ev.get(k) for k in ("restarted", "oom_killed", "all_injected", "effect_waited_s")}))
+    assert inject["landed"] is True and ev["oom_killed"], ev
+    heal = next(e for e in faults if e["phase"] == "heal")
+    assert heal["landed"] is True and heal["evidence"]["present"] is False, heal
+    oom = result.check("no_oom")
+    print(f"no_oom {oom.verdict}: {oom.figures} {oom.message}")
+    assert oom.verdict == "fail" and oom.figures.get("k8s_oom_killed", 0) >= 1, result.failure_message()
+    assert "platform" in oom.message, oom.message
+    exits = [e for e in events if e.get("event") == "exit" and e.get("service") == "platform"]
+    assert any(e.get("reason") == "OOMKilled" and e["code"] == 137 for e in exits), exits
+    assert run_namespaces("k8s-memory-stress", Kube()) == []
+
+
+def test_cluster_down_stops_chaos_daemon_and_leaves_nothing(kube_cluster):
+    """Last: `monsoon cluster down` (what the session's end and Ctrl-C of `monsoon cluster up` call) stops the
+    daemon with the cluster, its mount point goes, and the census finds nothing (later modules start it again)."""
+    cluster.ensure_chaos_daemon()
+    pid = cluster.daemon_pid("chaos-daemon")
+    assert pid is not None and any(f"({cluster._comm(pid)})" in ln for ln in cluster.census())
+    created = (cluster.state_dir() / "host-sys.created").exists()
+    t0 = time.monotonic()
+    done = cluster.down()
+    print(f"down: {time.monotonic() - t0:.1f} s: {done}")
+    assert "chaos-daemon" in done and not Path(f"/proc/{pid}").exists()
+    assert cluster.census() == [] and cluster.daemon_pid("chaos-daemon") is None
+    if created:
+        assert not Path(cluster.HOST_SYS).exists() and f"removed {cluster.HOST_SYS}" in done
