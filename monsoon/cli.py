@@ -36,7 +36,7 @@ from monsoon.report.checklist import checklist
 from monsoon.run import calibrate
 from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
-from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, new_run_id
+from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE, SWEEP_FILE, SWEEP_PLOT, new_run_id
 from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
@@ -764,8 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     sw = sub.add_parser("sweep", help="a size sweep: the platform's capacity per payload size beside its transport's",
                         description="Starts STACK once and, for each of the experiment's load.payload.sizes, ramps "
                         "the load as monsoon calibrate does (plus GC saturation) and measures the stack's Kafka "
-                        "alone at that size. Writes runs/<run-id>/<stack>--<experiment>/ with sweep.json, "
-                        "checklist.md, report.html and sweep.png.")
+                        "alone at that size. Writes runs/<run-id>/<stack>--<experiment>/ with "
+                        f"{SWEEP_FILE}, {CHECKLIST_FILE}, {REPORT_FILE} and {SWEEP_PLOT}.")
     size_sweep.add_arguments(sw)
     j = sub.add_parser("load-job", help="render an experiment's load as a Kubernetes Indexed Job (one shard per pod)",
                        description="Writes a ConfigMap (the load: devices, schedule, payload, endpoint) and a batch/v1 "

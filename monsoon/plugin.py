@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from monsoon import hookspec, settings
+from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE
 from monsoon.settings import PROFILES
 
 if TYPE_CHECKING:
@@ -292,4 +293,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                                     f"the checklist judges the data up to then", yellow=True, bold=True)
     for line in md.splitlines():
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"run directory: {session.run_dir}  (summary.json, checklist.md, report.html, timelines, logs)")
+    terminalreporter.write_line(f"run directory: {session.run_dir}  ({SUMMARY_FILE}, {CHECKLIST_FILE}, {REPORT_FILE}, "
+                                "timelines, logs)")

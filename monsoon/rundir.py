@@ -22,26 +22,37 @@ TIMELINE_FILE = "timeline.jsonl"   # typed events: meta, samples, phases, faults
 RESULT_FILE = "result.json"        # the experiment's verdicts and figures
 THREAD_DUMP_DIR = "thread-dumps"   # JVM thread dumps taken while ingestion stalled (monsoon.observe.threaddump)
 LATENCY_FILE = "latency.hlog"      # per-second HdrHistograms of ack latency (monsoon.timeline.hdrlog)
+LEGS_FILE = "legs.json"            # a request/response flow's legs (Hono's command flow): per-second counts, codes
+LEG_LATENCY_FILE = "legs-{leg}.hlog"   # per-second HdrHistograms of one leg's round trip (LEGS_FILE names the legs)
 SWEEP_FILE = "sweep.json"          # a size sweep's record (monsoon sweep), with SWEEP_PLOT beside it
 SWEEP_PLOT = "sweep.png"
 
-# The run data are Parquet datasets: each a directory ``<name>.parquet`` of closed parts (DATASET_SUFFIX,
-# monsoon.timeline.columnar). Code names a dataset by its CSV name below, which is also the file a run made
-# before the Parquet change holds instead (still read) and what ``monsoon export --csv`` writes back;
-# :func:`dataset_dir` gives the directory a run writes.
+# The run data: datasets, each a directory of Parquet parts (monsoon.timeline.columnar). A run made before the
+# Parquet change holds each as one CSV file instead, :func:`legacy_csv` of the name (still read; also what
+# ``monsoon export --csv`` writes back beside the directory).
 DATASET_SUFFIX = ".parquet"
-ACKED_FILE = "acked.csv"           # every acked message: device, seq, intended_ms, acked_ms (the fleet)
-STORED_FILE = "stored.csv"         # what the platform stored (a monsoon.observe.storage StoredSource), read last
-STORED_AT_DRAIN_FILE = "stored-at-drain.csv"   # the read-back at the drain's end (stored: after the platform stopped)
-SENT_FILE = "sent.csv"             # the highest sequence number handed out per device
-DATASETS = (ACKED_FILE, STORED_FILE, STORED_AT_DRAIN_FILE, SENT_FILE)
+LEGACY_SUFFIX = ".csv"
+ACKED_DATA = "acked.parquet"       # every acked message: device, seq, intended_ms, acked_ms (the fleet)
+STORED_DATA = "stored.parquet"     # what the platform stored (a monsoon.observe.storage StoredSource), read last
+STORED_AT_DRAIN_DATA = "stored-at-drain.parquet"   # the read-back at the drain's end (stored: after the platform stopped)
+STORED_FINAL_TMP = "stored-final.parquet"          # the last read-back, while it is written (then it becomes stored)
+SENT_DATA = "sent.parquet"         # the highest sequence number handed out per device
+DATASETS = (ACKED_DATA, STORED_DATA, STORED_AT_DRAIN_DATA, SENT_DATA)
 REPORT_FILES = (RESULT_FILE, SUMMARY_FILE, CHECKLIST_FILE, REPORT_FILE)   # what analysis (re)writes
 
 
-def dataset_dir(name: str | Path) -> Path:
-    """``acked.csv`` (or ``<dir>/acked.csv``) -> ``acked.parquet``: the directory of a dataset's parts."""
-    p = Path(name)
+def dataset_dir(path: str | Path) -> Path:
+    """``<dir>/acked.parquet`` (or a legacy ``<dir>/acked.csv``) -> ``<dir>/acked.parquet``: the dataset's parts."""
+    p = Path(path)
     return p.with_name(p.stem + DATASET_SUFFIX)
+
+
+def legacy_csv(path: str | Path) -> Path:
+    """``<dir>/acked.parquet`` -> ``<dir>/acked.csv``: the one CSV file an older run holds instead of the parts
+    (and what ``monsoon export --csv`` writes)."""
+    p = Path(path)
+    return p.with_name(p.stem + LEGACY_SUFFIX)
+
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -61,7 +72,7 @@ def point_latest(run_dir: Path) -> None:
 
 
 def write_sent(path: Path, last_seq: dict[str, int]) -> None:
-    """A legacy ``sent.csv`` (:data:`SENT_FILE`): the highest sequence number handed out per device (the fleet's ``last_seq``)."""
+    """A legacy ``sent.csv`` (:func:`legacy_csv` of :data:`SENT_DATA`): the highest sequence number handed out per device (the fleet's ``last_seq``)."""
     with open(path, "w", newline="") as fh:
         fh.write("device,last_seq\n")
         w = csv.writer(fh, lineterminator="\n")

@@ -13,21 +13,20 @@ from monsoon.history.hooks import record as record_history
 from monsoon.report import sweep as sweep_report
 from monsoon.report.result import ExperimentResult
 from monsoon.report.write import write as write_report
-from monsoon.rundir import (ACKED_FILE, REPORT_FILE, RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE,
-                            TIMELINE_FILE)
-from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, parts_dir, salvage_shards
+from monsoon.rundir import ACKED_DATA, DATASETS, REPORT_FILE, RESULT_FILE, TIMELINE_FILE, legacy_csv
+from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, salvage_shards
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
 
 
 def salvaged(sub: Path) -> list[str]:
     """The acks a cut-off native fleet left in its workers' shards, made a part of acked (said in a line)."""
-    n = salvage_shards(sub / ACKED_FILE)
+    n = salvage_shards(sub / ACKED_DATA)
     if n is None:
-        return [f"{ACKED_FILE}: the native fleet's workers still write their shards (a run still draining?): "
+        return [f"{ACKED_DATA}: the native fleet's workers still write their shards (a run still draining?): "
                 "its last acks are not read; analyze again once they exit"]
     if n:
-        return [f"{parts_dir(sub / ACKED_FILE).name}: {n:,} acked rows recovered from the native fleet's shards "
+        return [f"{ACKED_DATA}: {n:,} acked rows recovered from the native fleet's shards "
                 "(written after its last part, before the run was cut off)"]
     return []
 
@@ -107,7 +106,7 @@ def analyze(run_dir: Path) -> dict:
 
 def export_csv(run_dir: Path) -> int:
     """``monsoon export RUN --csv``: every experiment's ``acked``, ``stored`` and ``sent`` Parquet datasets
-    written back beside them as the CSV files older runs hold (:data:`monsoon.rundir.LEGACY_CSV`)."""
+    written back beside them as the CSV files older runs hold (:func:`monsoon.rundir.legacy_csv`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         print(f"monsoon export: {run_dir} is not a directory", file=sys.stderr)
@@ -115,13 +114,14 @@ def export_csv(run_dir: Path) -> int:
     subs = [run_dir] if (run_dir / TIMELINE_FILE).exists() else sorted(p for p in run_dir.iterdir() if p.is_dir())
     n = 0
     for sub in subs:
-        for name in (ACKED_FILE, STORED_FILE, STORED_AT_DRAIN_FILE, SENT_FILE):
-            d = parts_dir(sub / name)
+        for name in DATASETS:
+            d = sub / name
             if not d.is_dir():
                 continue
-            rows = write_csv_of_parts(d, sub / name)
+            out = legacy_csv(d)
+            rows = write_csv_of_parts(d, out)
             note = dataset_state(d).note(d.name)
-            print(f"monsoon export: {sub.name}/{name}: {rows:,} rows" + (f" ({note})" if note else ""))
+            print(f"monsoon export: {sub.name}/{out.name}: {rows:,} rows" + (f" ({note})" if note else ""))
             n += 1
     if not n:
         print(f"monsoon export: no Parquet run data under {run_dir} (its CSVs are the run data already)",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 import numpy as np
 
-from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, read_sent
+from monsoon.rundir import ACKED_DATA, SENT_DATA, STORED_AT_DRAIN_DATA, STORED_DATA, legacy_csv, read_sent
 from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, run_file_exists, schema_columns
 from monsoon.timeline.tail import tail_end
 
@@ -175,6 +175,7 @@ def read_columns(path: Path, columns: list[str], optional: tuple[str, ...] = (),
     names = names if names is not None else _Names()
     if has_parts(path):                       # the run holds it as Parquet parts (monsoon.timeline.columnar)
         return _read_parts_columns(parts_dir(path), columns, optional, names)
+    path = legacy_csv(path)                   # an older run's CSV (or a query's, named so)
     header = csv_header(path)
     if "device" in header and columns[0] in header:
         idx = {h: i for i, h in enumerate(header)}
@@ -373,6 +374,7 @@ def _read_sent(path: Path) -> dict[str, int] | None:
             for name, v in zip(dev.to_pylist(), last.tolist()):
                 out[name] = v
         return out
+    path = legacy_csv(path)
     try:
         size, end = tail_end(path)
     except OSError:
@@ -390,7 +392,7 @@ def _read_sent(path: Path) -> dict[str, int] | None:
     return out
 
 
-def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -> Accounting:
+def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -> Accounting:
     """Account for every message of a saved run.  The acked and stored datasets must exist.
     ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample).
 
@@ -407,13 +409,13 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
         for name in sent:
             names.get(name)
     bound_of = {names.code[n]: last for n, last in (sent or {}).items()}
-    stored_cols, _ = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",))
+    stored_cols, _ = read_columns(dir / STORED_DATA, ["seq"], ("stored_ms",))
     timed = "stored_ms" in stored_cols
 
     # --- acked, read twice: first each device's highest seq (and the span of intended times), then each
     # row scattered straight into the key space (no per-row columns: 12 B per acked row saved)
     def acked_chunks():
-        _, it = read_columns(dir / ACKED_FILE, ["seq", "intended_ms"], (), names)
+        _, it = read_columns(dir / ACKED_DATA, ["seq", "intended_ms"], (), names)
         for codes, (seq, intended) in it:
             keep = (seq >= 0) & (seq < (1 << 31))  # the fleet's seqs; a garbled row must not size an array
             if not keep.all():
@@ -478,7 +480,7 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     sparse: list[np.ndarray] = []       # (code << 40 | seq) of rows outside the dense range
     sparse_bad = 0                      # ... whose seq cannot be keyed (negative or huge)
     n_stored = n_timed = 0
-    _, it = read_columns(dir / STORED_FILE, ["seq"], ("stored_ms",) if timed else (), names)
+    _, it = read_columns(dir / STORED_DATA, ["seq"], ("stored_ms",) if timed else (), names)
     for codes, cols in it:
         seq = cols[0]
         n_stored += len(seq)
@@ -525,9 +527,9 @@ def account(dir: Path, sent_file: str = SENT_FILE, *, keep_lost: bool = False) -
     # --- the drain's read-back, when the run read storage again after the platform stopped: what it lacked
     # was stored late; what it had stays stored (the stored set only grows: a key once read back is not lost)
     early = None
-    if run_file_exists(dir / STORED_AT_DRAIN_FILE):
+    if run_file_exists(dir / STORED_AT_DRAIN_DATA):
         early = np.zeros(nkeys, dtype=bool)
-        _, it = read_columns(dir / STORED_AT_DRAIN_FILE, ["seq"], (), names)
+        _, it = read_columns(dir / STORED_AT_DRAIN_DATA, ["seq"], (), names)
         for codes, (seq,) in it:
             known = codes < ndev
             codes, seq = codes[known], seq[known]

@@ -71,7 +71,7 @@ class RunData:
 
     @cached_property
     def accounting(self):
-        """Every (device, seq) accounted for across sent.csv, acked.csv and stored.csv
+        """Every (device, seq) accounted for across the sent, acked and stored datasets
         (:func:`monsoon.checks.accounting.account`; computed once, shared by the checks that need it)."""
         return account(self.dir)
 

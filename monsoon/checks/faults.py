@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.rundir import ACKED_FILE
+from monsoon.rundir import ACKED_DATA
 from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
 from monsoon.checks.accounting import read_columns
 from monsoon.timeline.columnar import run_file_exists
@@ -134,10 +134,10 @@ def _wall_offset(events) -> float | None:
 
 def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> np.ndarray:
     """publish->PUBACK latency (ms, from the intended send time) of the acked messages intended inside ``spans``
-    (both ends included), in file order: ``acked.csv`` read in numpy chunks (a last row cut off mid-line is not
+    (both ends included), in file order: the ``acked`` dataset read in numpy chunks (a last row cut off mid-line is not
     data), each row placed among the merged spans with one ``searchsorted``: linear in rows, whatever the
     number of fault windows."""
-    p = run.dir / ACKED_FILE
+    p = run.dir / ACKED_DATA
     off = _wall_offset(run.events)
     if not run_file_exists(p) or off is None:
         return np.zeros(0)
@@ -201,7 +201,7 @@ def latency_objective(run: RunData, max_ms: float, percentile: float = 99, durin
     A phase (and ``all``) is judged from the fleet's per-second HdrHistograms (``latency.hlog``) when the run
     has them: cheap on a 24 h run, exact to the histogram's precision (< 1 %), a message counted in the second
     its PUBACK arrived.  The fault windows (arbitrary spans), and runs without the log, read the exact
-    latencies of ``acked.csv`` (a message counted at its intended send time).  With the log, every verdict
+    latencies of the ``acked`` dataset (a message counted at its intended send time).  With the log, every verdict
     also carries ``p50_ms.<phase>``, ``p99_ms.<phase>`` and ``p999_ms.<phase>`` of every phase.
     """
     name = latency_objective_name(during)   # one checklist row per phase, not several identical ones

@@ -10,7 +10,7 @@ import builtins
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
-from monsoon.rundir import ACKED_FILE, STORED_FILE
+from monsoon.rundir import ACKED_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows, silences
 
@@ -471,7 +471,7 @@ def _accounting_loss(run: RunData) -> int | None:
     drain = run.events.first("drain")
     if drain is None or not drain.get("drained"):
         return None
-    if not (run_file_exists(run.dir / ACKED_FILE) and run_file_exists(run.dir / STORED_FILE)):
+    if not (run_file_exists(run.dir / ACKED_DATA) and run_file_exists(run.dir / STORED_DATA)):
         return None
     return int(run.accounting.acked_lost)
 

@@ -4,7 +4,7 @@ The reasoning, sources and measurements behind it: docs/design.md, "monsoon/chec
 from __future__ import annotations
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
-from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
+from monsoon.rundir import ACKED_DATA, SENT_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
 
 
@@ -20,7 +20,7 @@ from monsoon.timeline.columnar import run_file_exists
 # ------------------------------------------------------------------ the checks
 
 def _missing(run: RunData) -> str | None:
-    for f in (ACKED_FILE, STORED_FILE):
+    for f in (ACKED_DATA, STORED_DATA):
         if not run_file_exists(run.dir / f):
             return f
     return None
@@ -84,8 +84,8 @@ def _late(acc) -> str:
 def no_duplicates(run: RunData) -> Verdict:
     """No (device, seq) is stored more than once."""
     name = "no_duplicates"
-    if not run_file_exists(run.dir / STORED_FILE) or not run_file_exists(run.dir / ACKED_FILE):
-        missing = STORED_FILE if not run_file_exists(run.dir / STORED_FILE) else ACKED_FILE
+    if not run_file_exists(run.dir / STORED_DATA) or not run_file_exists(run.dir / ACKED_DATA):
+        missing = STORED_DATA if not run_file_exists(run.dir / STORED_DATA) else ACKED_DATA
         return Verdict(name, UNKNOWN, {}, f"{missing} is missing from {run.dir}: cannot look for duplicates")
     acc = run.accounting
     figures = {"duplicates": acc.duplicates, "duplicate_keys": acc.duplicate_keys, "stored": acc.stored}
@@ -102,14 +102,14 @@ def no_duplicates(run: RunData) -> Verdict:
 def no_unexpected(run: RunData) -> Verdict:
     """Storage holds nothing that was never sent: no unknown device, no seq beyond a device's last sent seq."""
     name = "no_unexpected"
-    for f in (STORED_FILE, SENT_FILE, ACKED_FILE):
+    for f in (STORED_DATA, SENT_DATA, ACKED_DATA):
         if not run_file_exists(run.dir / f):
             return Verdict(name, UNKNOWN, {}, f"{f} is missing from {run.dir}: cannot tell what was never sent")
     acc = run.accounting
     figures = {"unexpected": acc.unexpected or 0, "unexpected_devices": acc.unexpected_devices or 0,
                "sent": acc.sent or 0, "stored": acc.stored}
     if not acc.sent:
-        return Verdict(name, UNKNOWN, figures, "sent.csv says nothing was sent")
+        return Verdict(name, UNKNOWN, figures, f"{SENT_DATA} says nothing was sent")
     if not acc.unexpected:
         return Verdict(name, PASS, figures,
                        f"every stored message was sent ({acc.stored:,} rows, {acc.sent:,} sent)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, check_base
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import ACKED_DATA, LATENCY_FILE, SENT_DATA, STORED_DATA, TIMELINE_FILE
 
 PASS_ONLY = frozenset({PASS})
 FAIL_ONLY = frozenset({FAIL})
@@ -25,9 +25,9 @@ class Reads:
 
 
 READS: dict[str, Reads] = {
-    "no_acked_loss": Reads("stored", BOTH, {ACKED_FILE: PASS_ONLY, STORED_FILE: FAIL_ONLY, SENT_FILE: NEITHER}),
-    "no_duplicates": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY}),
-    "no_unexpected": Reads("stored", PASS_ONLY, {STORED_FILE: PASS_ONLY, SENT_FILE: FAIL_ONLY}),
+    "no_acked_loss": Reads("stored", BOTH, {ACKED_DATA: PASS_ONLY, STORED_DATA: FAIL_ONLY, SENT_DATA: NEITHER}),
+    "no_duplicates": Reads("stored", PASS_ONLY, {STORED_DATA: PASS_ONLY}),
+    "no_unexpected": Reads("stored", PASS_ONLY, {STORED_DATA: PASS_ONLY, SENT_DATA: FAIL_ONLY}),
     "no_oom": Reads("stored"),
     "no_unexpected_exit": Reads("stored"),
     "lag_recovers_within": Reads("drain"),
@@ -38,13 +38,13 @@ READS: dict[str, Reads] = {
     "no_thread_leak": Reads("load-end", BOTH),
     "faults_landed": Reads("fault-census"),
     "throughput_drop": Reads("load-end", BOTH),
-    "latency_objective": Reads("load-end", BOTH, {ACKED_FILE: BOTH, LATENCY_FILE: BOTH}),
+    "latency_objective": Reads("load-end", BOTH, {ACKED_DATA: BOTH, LATENCY_FILE: BOTH}),
     "error_budget": Reads("load-end", BOTH, {LATENCY_FILE: BOTH}),
     "load_valid": Reads("load-end"),
 }
 
 # a check monsoon does not know (a hook's): it may read anything
-DEFAULT_READS = Reads("stored", PASS_ONLY, {f: PASS_ONLY for f in (ACKED_FILE, STORED_FILE, SENT_FILE, LATENCY_FILE)})
+DEFAULT_READS = Reads("stored", PASS_ONLY, {f: PASS_ONLY for f in (ACKED_DATA, STORED_DATA, SENT_DATA, LATENCY_FILE)})
 
 # the event a check reads the timeline up to, and what to call it
 _UNTIL = {

@@ -16,6 +16,7 @@ from matplotlib.ticker import FuncFormatter
 from monsoon.history.store import Row
 from monsoon.history.views import first_failing, flaky, strip, trend
 from monsoon.report.html import CSS, DPI, FIG_W, MARGINS, _e, _human, _slug
+from monsoon.rundir import REPORT_FILE
 
 HISTORY_PAGE = "history.html"   # under the runs directory; a run's report links to ../history.html
 EXTRA_CSS = (".strip span{display:inline-block;width:16px;height:16px;margin-right:2px;border-radius:2px}"
@@ -52,7 +53,7 @@ def render(rows: list[Row], last: int = 20) -> str:
         h.append(f'<section class="experiment" id="{_e(_slug(s + "--" + e))}" data-stack="{_e(s)}" '
                  f'data-experiment="{_e(e)}"><h2>{_e(s)} / {_e(e)}</h2><div class="strip">')
         for r in runs:
-            link = f'{r.run_dir}/report.html' if r.run_dir else ""
+            link = f'{r.run_dir}/{REPORT_FILE}' if r.run_dir else ""
             cell = f'<span class="{_e(r.verdict)}" data-run="{_e(r.run_id)}" title="{_e(r.run_id)}: {_e(r.verdict)}' \
                    f'{" — " + _e(r.message) if r.message else ""}"></span>'
             h.append(f'<a href="file://{_e(link)}">{cell}</a>' if link else cell)

@@ -19,7 +19,7 @@ _PG_INTEGERS = (20, 21, 23)      # int8, int2, int4: what the read-back's int64 
 class StoredSource(Protocol):
     """Reads back every stored message of a run into its ``stored`` dataset, after the drain.
 
-    ``export(path)`` (``path``: ``<run>/stored.csv``, the dataset's name) writes the dataset of that path: the
+    ``export(path)`` (``path``: ``<run>/stored.parquet``, :data:`monsoon.rundir.STORED_DATA`) writes the dataset of that path: the
     columns ``device``, ``seq`` and, when the storage can tell when a row became durable, ``stored_ms``
     (epoch milliseconds); one row per stored copy (a duplicate is two rows); it returns the number of rows.
     :func:`write_stored` and :class:`~monsoon.timeline.columnar.CsvParts` write beside it and rename, so a

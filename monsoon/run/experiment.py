@@ -28,10 +28,10 @@ from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict
 from monsoon.run.plan import RunPlan
 from monsoon.run.shield import FinishFirst, TeardownShield
-from monsoon.rundir import RESULT_FILE, SENT_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import RESULT_FILE, SENT_DATA, STORED_AT_DRAIN_DATA, STORED_DATA, STORED_FINAL_TMP, TIMELINE_FILE
 from monsoon.signals import signal_of
 from monsoon.stack.supervisor import Stack
-from monsoon.timeline.columnar import fresh, parts_dir, write_rows
+from monsoon.timeline.columnar import fresh, write_rows
 from monsoon.timeline.store import Timeline
 
 
@@ -86,7 +86,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                                           env_overrides=exp.env, restart_overrides=exp.restart)) as stack:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
-                           engine=exp.load.engine, workers=exp.load.workers)
+                           engine=exp.load.engine, workers=exp.load.workers,
+                           legs=None if exp.load.legs is None else dict(exp.load.legs))
                 result.platform = load.facts or None
                 if any(n == "no_ingest_stall" for n, _ in checks):
                     load.watch_stalls(stack, out_dir)
@@ -119,7 +120,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                     with view:
                         totals = fleet.run(stop, on_second)
                 tl.add("op", op="load-end", **_totals_dict(totals))
-                write_rows(out_dir / SENT_FILE, ("device", "last_seq"), totals.last_seq.items())   # what "never sent" means for the accounting
+                write_rows(out_dir / SENT_DATA, ("device", "last_seq"), totals.last_seq.items())   # what "never sent" means for the accounting
                 fleet.close()
                 where.update(stage="drain", phase=None)
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
@@ -129,8 +130,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 sampler.stop()
                 where["stage"] = "read-back"
                 t_export = time.monotonic()
-                rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_FILE)
-                tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t_export, 3))
+                rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_DATA)
+                tl.add("stored", path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t_export, 3))
                 load.deprovision()    # the devices a registry holds for the run, deleted while it runs
                 where["stage"] = "teardown"
                 read_back_after_stop(stack, out_dir, tl, progress, label, rows)
@@ -158,15 +159,12 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     return result
 
 
-FINAL_TMP = "stored-final.csv"      # the last read-back, before it takes stored.csv's place
-
-
 def read_back_after_stop(stack: Stack, out_dir: Path, tl: Timeline, progress: Progress, label: str,
                          at_drain: int) -> None:
     """Late is not lost: every service but the storage's (:func:`storage_services`) stops, newest first (each
     ``stop`` event with its exit code: a death while stopping is recorded like any other), and storage is read
-    again. That read becomes ``stored.csv`` (what the checks account against) and the drain's becomes
-    ``stored-at-drain.csv``: a message stored only in the last read was written late (during the platform's
+    again. That read becomes the ``stored`` dataset (what the checks account against) and the drain's becomes
+    ``stored-at-drain``: a message stored only in the last read was written late (during the platform's
     graceful stop, or after a drain that ended too soon) and is counted ``stored_late``, never lost. A last read
     that fails keeps the drain's, and says so."""
     keep = storage_services(stack.spec)
@@ -175,17 +173,17 @@ def read_back_after_stop(stack: Stack, out_dir: Path, tl: Timeline, progress: Pr
         stack.stop_service(name)
     t = time.monotonic()
     try:
-        rows = stored_source(stack.spec.storage, stack.endpoint).export(out_dir / FINAL_TMP)
+        rows = stored_source(stack.spec.storage, stack.endpoint).export(out_dir / STORED_FINAL_TMP)
     except Exception as e:
         tl.add("op", op="final-read-back", ok=False, error=f"{type(e).__name__}: {e}"[:300])
         progress(f"[{label}] reading storage again after {', '.join(first) or 'nothing'} stopped failed "
                  f"({type(e).__name__}); the drain's read-back stands")
         return
-    fresh(out_dir / STORED_AT_DRAIN_FILE)
-    os.replace(parts_dir(out_dir / STORED_FILE), parts_dir(out_dir / STORED_AT_DRAIN_FILE))
-    os.replace(parts_dir(out_dir / FINAL_TMP), parts_dir(out_dir / STORED_FILE))
-    tl.add("stored", path=STORED_FILE, rows=rows, seconds=round(time.monotonic() - t, 3), final=True,
-           stopped=first, at_drain=at_drain, at_drain_path=STORED_AT_DRAIN_FILE)
+    fresh(out_dir / STORED_AT_DRAIN_DATA)
+    os.replace(out_dir / STORED_DATA, out_dir / STORED_AT_DRAIN_DATA)
+    os.replace(out_dir / STORED_FINAL_TMP, out_dir / STORED_DATA)
+    tl.add("stored", path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t, 3), final=True,
+           stopped=first, at_drain=at_drain, at_drain_path=STORED_AT_DRAIN_DATA)
     progress(f"[{label}] storage read again after {', '.join(first) or 'nothing'} stopped: {rows:,} rows "
              f"({rows - at_drain:+,} since the drain's read-back)")
 

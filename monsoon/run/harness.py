@@ -14,7 +14,7 @@ from monsoon.observe.progress import Progress
 from monsoon.observe.sampler import Sampler
 from monsoon.observe.storage import stored_source
 from monsoon.observe.threaddump import ThreadDumper
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE
+from monsoon.rundir import ACKED_DATA, LATENCY_FILE
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.stack.provision import Device, device_names, provisioner_for
 from monsoon.stack.supervisor import Stack
@@ -96,7 +96,8 @@ class LoadHarness:
         self.created: list = []                  # (provisioner, device names) to delete when the run ends
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
-              payload: Payload | None = None, engine: str = "python", workers: int = 1) -> "LoadHarness":
+              payload: Payload | None = None, engine: str = "python", workers: int = 1,
+              legs: dict[str, float] | None = None) -> "LoadHarness":
         tl, dev = self.tl, stack.spec.devices
         self.collectors = collectors = collectors_for(stack)
         # every declared endpoint answers before anything is sent; the platform's facts are read with them
@@ -108,8 +109,9 @@ class LoadHarness:
         t = time.monotonic()
         devs = provision(stack, device_prefix, devices, created=self.created)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
-        options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_FILE, topic=dev.topic, qos=qos,
-                               latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers)
+        options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_DATA, topic=dev.topic, qos=qos,
+                               latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers,
+                               legs=legs)
         host, port = stack.endpoint(dev.host), int(stack.endpoint(dev.port))
         self._fleet = fleet = build_fleet(dev.transport, devs, host, port, options, engine=engine)
         fleet.connect()

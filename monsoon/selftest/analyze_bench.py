@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monsoon.rundir import (ACKED_FILE, LATENCY_FILE, REPORT_FILES, RESULT_FILE, SENT_FILE, STORED_FILE,
-                            TIMELINE_FILE)
+from monsoon.rundir import (ACKED_DATA, LATENCY_FILE, REPORT_FILES, RESULT_FILE, SENT_DATA, STORED_DATA,
+                            TIMELINE_FILE, legacy_csv)
 from monsoon.timeline.columnar import PartWriter, parts_dir
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram
 
@@ -160,7 +160,7 @@ def _in_windows(sec: np.ndarray, windows: list[tuple[float, float]]) -> np.ndarr
 
 class _Csv:
     def __init__(self, path: Path, header: bytes):
-        self.fh = open(path, "wb")  # closed by close()
+        self.fh = open(legacy_csv(path), "wb")  # closed by close(); an older run's CSV
         self.fh.write(header)
 
     def rows(self, dev: np.ndarray, *cols: np.ndarray) -> None:
@@ -193,8 +193,8 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> 
     swap_next = swap + D
     hist_by_sec: dict[int, np.ndarray] = {}       # second -> counts per latency template index
     per_sec = np.zeros(plan.seconds + 1, dtype=np.int64)
-    af = opener(exp / ACKED_FILE, b"device,seq,intended_ms,acked_ms\n")
-    sf = opener(exp / STORED_FILE, b"device,seq,stored_ms\n")
+    af = opener(exp / ACKED_DATA, b"device,seq,intended_ms,acked_ms\n")
+    sf = opener(exp / STORED_DATA, b"device,seq,stored_ms\n")
     if True:
         for a in range(0, plan.n, chunk):
             i = np.arange(a, min(plan.n, a + chunk), dtype=np.int64)
@@ -233,7 +233,7 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> 
             sf.rows(ud, us, np.full(len(ud), plan.start_ms + plan.seconds * 1000 + 10_000))
     af.close()
     sf.close()
-    sent = opener(exp / SENT_FILE, b"device,last_seq\n")
+    sent = opener(exp / SENT_DATA, b"device,last_seq\n")
     sent.rows(np.arange(D), plan.last_seq)
     sent.close()
     lat_all = np.concatenate([LAT_MS, LAT_FAULT_MS]) * 1000
@@ -325,7 +325,7 @@ def _write_timeline(exp: Path, plan: Plan, per_sec: np.ndarray, hist_by_sec: dic
             ev("sample", end + 1 + k, collector="kafka", lag=0, partitions={"tb-0": {"end": total, "committed": total,
                                                                                         "lag": 0}})
         ev("drain", end + 4, drained=True, waited_s=3.0, backlog=0)
-        ev("stored", end + 5, path=STORED_FILE, rows=plan.n - len(plan.lost) + len(plan.dup) + plan.unexpected)
+        ev("stored", end + 5, path=STORED_DATA, rows=plan.n - len(plan.lost) + len(plan.dup) + plan.unexpected)
         ev("service", end + 6, service="platform", event="stop", code=0)
 
 

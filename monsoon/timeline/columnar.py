@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from monsoon.rundir import dataset_dir
+from monsoon.rundir import dataset_dir, legacy_csv
 from monsoon.timeline.tail import tail_end
 
 CLOSED = "_closed.json"
@@ -33,19 +33,22 @@ INT_COLUMNS = ("seq", "intended_ms", "acked_ms", "stored_ms", "last_seq")   # wh
 SHARD_OFFSETS_KEY = "monsoon.shard_offsets"   # a part's footer: {shard file name: bytes of it now in parts}
 
 
-def parts_dir(csv_path: Path) -> Path:
-    """``acked.csv`` -> ``acked.parquet`` (a directory of parts): :func:`monsoon.rundir.dataset_dir`."""
-    return dataset_dir(csv_path)
+# A dataset is named by its path, ``<dir>/acked.parquet`` (monsoon.rundir); every function below also takes the
+# legacy spelling ``<dir>/acked.csv`` and reads the one CSV file an older run holds in place of the parts.
+
+def parts_dir(path: Path) -> Path:
+    """``acked.parquet`` (or ``acked.csv``) -> ``acked.parquet``, the directory of parts: :func:`monsoon.rundir.dataset_dir`."""
+    return dataset_dir(path)
 
 
-def has_parts(csv_path: Path) -> bool:
-    """Whether the run holds this file as Parquet parts (and not as the CSV itself)."""
-    return not Path(csv_path).exists() and parts_dir(csv_path).is_dir()
+def has_parts(path: Path) -> bool:
+    """Whether the run holds this dataset as Parquet parts (and not as an older run's CSV)."""
+    return not legacy_csv(path).exists() and parts_dir(path).is_dir()
 
 
-def run_file_exists(csv_path: Path) -> bool:
-    """The CSV, or its Parquet parts."""
-    return Path(csv_path).exists() or parts_dir(csv_path).is_dir()
+def run_file_exists(path: Path) -> bool:
+    """The dataset's parts, or an older run's CSV of it."""
+    return legacy_csv(path).exists() or parts_dir(path).is_dir()
 
 
 class PartWriter:
@@ -194,10 +197,10 @@ def release(fd: int, end: int) -> bool:
 _fallocate: Any = None
 
 
-def shard_path(csv_path: Path, shard: int | str) -> Path:
-    """Where native worker ``shard`` appends its CSV lines of ``csv_path`` (hidden, beside it)."""
-    csv_path = Path(csv_path)
-    return csv_path.with_name(f".{csv_path.name}.shard{shard}")
+def shard_path(path: Path, shard: int | str) -> Path:
+    """Where native worker ``shard`` appends its CSV lines of dataset ``path`` (hidden, beside it:
+    ``.acked.csv.shard0``)."""
+    return legacy_csv(path).with_name(f".{legacy_csv(path).name}.shard{shard}")
 
 
 def shard_offsets(dir: Path) -> dict[str, int]:
@@ -240,15 +243,15 @@ def open_by(paths: list[Path]) -> list[int]:
     return pids
 
 
-def salvage_shards(csv_path: Path) -> int | None:
+def salvage_shards(path: Path) -> int | None:
     """A native fleet cut off (``kill -9``) leaves the acks its workers wrote since the last part in hidden CSV
-    shards beside ``csv_path``: up to :data:`FLUSH_S` seconds.  They become one more part of the dataset
+    shards beside dataset ``path``: up to :data:`FLUSH_S` seconds.  They become one more part of the dataset
     (from where the newest part's footer says each shard was taken), and the shards are removed; the
     dataset stays unclosed.  Returns the rows recovered (0: no shard, or a dataset closed by its run), or
     None while a live process (a worker still draining) holds a shard open: nothing is touched then."""
-    csv_path = Path(csv_path)
-    d = parts_dir(csv_path)
-    shards = sorted(csv_path.parent.glob(shard_path(csv_path, "*").name))
+    path = Path(path)
+    d = parts_dir(path)
+    shards = sorted(path.parent.glob(shard_path(path, "*").name))
     if not shards or not d.is_dir() or (d / CLOSED).exists() or not (columns := schema_columns(d)):
         return 0
     if open_by(shards):
@@ -269,12 +272,11 @@ def salvage_shards(csv_path: Path) -> int | None:
     return rows
 
 
-def fresh(csv_path: Path) -> Path:
-    """Make room for a new dataset of ``csv_path``: the CSV or parts an earlier run left there are removed (a
+def fresh(path: Path) -> Path:
+    """Make room for a new dataset ``path``: the CSV or parts an earlier run left there are removed (a
     reader takes the CSV over the parts, so a stale one would hide the new data).  Returns the parts directory."""
-    csv_path = Path(csv_path)
-    csv_path.unlink(missing_ok=True)
-    d = parts_dir(csv_path)
+    legacy_csv(path).unlink(missing_ok=True)
+    d = parts_dir(path)
     if d.is_dir():
         shutil.rmtree(d)
     return d
@@ -296,9 +298,9 @@ class CsvParts:
     parts as it comes, ``flush_bytes`` of CSV at a time, into ``<dataset>.tmp/``; :meth:`commit` renames it into
     place.  Columns: the header's names that a run dataset holds (``device`` and :data:`INT_COLUMNS`)."""
 
-    def __init__(self, csv_path: Path, flush_bytes: int = 32 << 20):
-        self.csv_path = Path(csv_path)
-        self.final = parts_dir(self.csv_path)
+    def __init__(self, path: Path, flush_bytes: int = 32 << 20):
+        self.path = Path(path)
+        self.final = parts_dir(self.path)
         self.tmp = self.final.with_name(self.final.name + ".tmp")
         if self.tmp.exists():
             shutil.rmtree(self.tmp)
@@ -337,7 +339,7 @@ class CsvParts:
             self._writer = PartWriter(self.tmp, ("device", "seq"), flush_s=float("inf"))
         self._flush(final=True)
         self._writer.close()
-        fresh(self.csv_path)
+        fresh(self.path)
         os.replace(self.tmp, self.final)
         return self._writer.rows
 
@@ -345,10 +347,10 @@ class CsvParts:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def write_rows(csv_path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_ROWS) -> int:
-    """Rows (tuples in ``columns`` order: ``device`` first, then ints or None) as the dataset of ``csv_path``,
+def write_rows(path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_ROWS) -> int:
+    """Rows (tuples in ``columns`` order: ``device`` first, then ints or None) as the dataset ``path``,
     a part per ``batch`` rows, written beside it and renamed into place (all or nothing); returns the rows."""
-    final = parts_dir(csv_path)
+    final = parts_dir(path)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -360,20 +362,19 @@ def write_rows(csv_path: Path, columns: tuple[str, ...], rows, batch: int = FLUS
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    fresh(csv_path)
+    fresh(path)
     os.replace(tmp, final)
     return w.rows
 
 
-def iter_dicts(csv_path: Path) -> Iterator[dict]:
+def iter_dicts(path: Path) -> Iterator[dict]:
     """Every row of a run dataset as a dict (``device``: str, the other columns: int, or str from a CSV), from
     the CSV or from its parts, whichever the run holds: for tools and tests that want rows, not columns."""
-    csv_path = Path(csv_path)
-    if not has_parts(csv_path):
-        with open(csv_path, newline="") as fh:
+    if not has_parts(path):
+        with open(legacy_csv(path), newline="") as fh:
             yield from csv.DictReader(fh)
         return
-    for p in sorted(parts_dir(csv_path).glob(PART_GLOB)):
+    for p in sorted(parts_dir(path).glob(PART_GLOB)):
         t = pq.read_table(p)
         cols = [t.column(0).cast("string").to_pylist()] + [t.column(i).to_pylist() for i in range(1, t.num_columns)]
         names = t.schema.names

@@ -1,10 +1,10 @@
 """Where a line file of a run ends: a torn tail (a writer killed mid-line) found from the file's end.
 
-Every file of a run directory is written a line at a time (``timeline.jsonl``, ``acked.csv``,
-``stored.csv``, ``sent.csv``, ``latency.hlog``), each line ending with ``\\n``.  A run killed mid-write
+Every line file of a run directory is written a line at a time (``timeline.jsonl``, ``latency.hlog``, and
+an older run's ``acked.csv``, ``stored.csv`` and ``sent.csv``), each line ending with ``\\n``.  A run killed mid-write
 leaves a file that ends mid-line: its last line is a fragment (``d7,12`` of ``d7,1234,...``), which a
 reader must not take for data.  :func:`tail_end` finds that out from the end of the file alone (a seek
-and one chunk read, however large the file: a 24 h soak's ``acked.csv`` holds ~35M rows), and
+and one chunk read, however large the file: a 24 h soak's acked CSV held ~35M rows), and
 :class:`Tear` says so in a sentence (``note``) for ``monsoon analyze``, the report and the checks.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from monsoon.rundir import ACKED_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import ACKED_DATA, STORED_DATA, TIMELINE_FILE
 from monsoon.session import MonsoonSession
 from monsoon.timeline.columnar import iter_dicts
 from monsoon.timeline.store import read_events
@@ -70,8 +70,8 @@ def test_an_outside_kill_9_of_the_broker_is_an_unexpected_death_not_an_oom(tmp_p
         unexpected.message
     assert result.check("lag_recovers_within").verdict == "pass", result.check("lag_recovers_within").message
     # acked loss: monsoon's figure is our own set difference of the acked log and the rows Postgres holds
-    acked = {(r["device"], r["seq"]) for r in iter_dicts(out / ACKED_FILE)}
-    stored = {(r["device"], r["seq"]) for r in iter_dicts(out / STORED_FILE)}
+    acked = {(r["device"], r["seq"]) for r in iter_dicts(out / ACKED_DATA)}
+    stored = {(r["device"], r["seq"]) for r in iter_dicts(out / STORED_DATA)}
     loss = result.check("no_acked_loss")
     assert loss.figures["acked"] == len(acked) > 0
     assert loss.figures["acked_lost"] == len(acked - stored), loss.message

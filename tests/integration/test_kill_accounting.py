@@ -22,7 +22,7 @@ from monsoon.checks.accounting import account
 from monsoon.observe.storage import stored_source
 from monsoon.timeline.columnar import iter_dicts, write_rows
 from monsoon.paths import REPO
-from monsoon.rundir import ACKED_FILE, STORED_AT_DRAIN_FILE, STORED_FILE, TIMELINE_FILE
+from monsoon.rundir import ACKED_DATA, STORED_AT_DRAIN_DATA, STORED_DATA, TIMELINE_FILE
 from monsoon.session import MonsoonSession
 from monsoon.stack.ports import port_open
 from monsoon.timeline.store import read_events
@@ -59,7 +59,7 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
         devices = client.ensure_devices(device_names("kill-", 40))
         dev = spec.devices
         fleet = build_fleet("mqtt", devices, stack.endpoint(dev.host), int(stack.endpoint(dev.port)),
-                            topic=dev.topic, qos=1, shape=Steady(RATE, SECONDS), acked_path=tmp_path / ACKED_FILE,
+                            topic=dev.topic, qos=1, shape=Steady(RATE, SECONDS), acked_path=tmp_path / ACKED_DATA,
                             engine=engine, workers=workers)
         fleet.connect()
         pid0 = stack.pid("platform")
@@ -91,9 +91,9 @@ def test_every_acked_message_is_stored_or_counted_lost_after_a_mid_run_kill(tmp_
             stored = {(d, int(s)) for d, s in c.execute(
                 "SELECT d.name, kv.long_v FROM ts_kv kv JOIN key_dictionary k ON k.key_id = kv.key "
                 "JOIN device d ON d.id = kv.entity_id WHERE k.key = 'seq'")}
-        stored_source(spec.storage, stack.endpoint).export(tmp_path / STORED_FILE)
+        stored_source(spec.storage, stack.endpoint).export(tmp_path / STORED_DATA)
 
-    acked = {(r["device"], r["seq"]) for r in iter_dicts(tmp_path / ACKED_FILE)}
+    acked = {(r["device"], r["seq"]) for r in iter_dicts(tmp_path / ACKED_DATA)}
     lost = acked - stored                            # lost by our own SQL
     assert len(acked) == totals.acked > RATE * KILL_AT * 0.5, totals
     assert lost, "a SIGKILL with a queued backlog on the in-memory platform lost nothing: the test proves nothing"
@@ -160,7 +160,7 @@ def test_the_loss_figure_is_an_independent_sql_count_on_the_final_database(tmp_p
             with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", connect_timeout=5) as c:
                 c.execute("CREATE TEMP TABLE acked (device text, seq bigint)")
                 with c.cursor().copy("COPY acked (device, seq) FROM STDIN") as cp:
-                    for r in iter_dicts(out / ACKED_FILE):
+                    for r in iter_dicts(out / ACKED_DATA):
                         cp.write_row((r["device"], r["seq"]))
                 seq_rows = ("SELECT d.name AS device, kv.long_v AS seq FROM ts_kv kv "
                             "JOIN key_dictionary k ON k.key_id = kv.key JOIN device d ON d.id = kv.entity_id "
@@ -174,7 +174,7 @@ def test_the_loss_figure_is_an_independent_sql_count_on_the_final_database(tmp_p
         finally:
             os.killpg(pg.pid, signal.SIGINT)
             pg.wait(30)
-        at_drain = sum(1 for _ in iter_dicts(out / STORED_AT_DRAIN_FILE))
+        at_drain = sum(1 for _ in iter_dicts(out / STORED_AT_DRAIN_DATA))
         f = loss.figures
         print(f"acked={sql_acked:,} SQL stored={sql_stored:,} SQL lost={sql_lost:,}; monsoon stored={f['stored']:,} "
               f"lost={f['acked_lost']:,} late={f['stored_late']:,} (at the drain's end {at_drain:,} rows)")

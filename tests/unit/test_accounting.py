@@ -20,7 +20,7 @@ from monsoon.observe.storage import PostgresSource, StoredSource, stored_source
 from monsoon.timeline.columnar import export_csv, iter_dicts, parts_dir
 from monsoon.checks.accounting import account
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
-from monsoon.rundir import read_sent, write_sent
+from monsoon.rundir import ACKED_DATA, legacy_csv, read_sent, write_sent
 from monsoon.checks.registry import CHECKS, evaluate, validate_check
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from tests.unit.helpers import RunBuilder
@@ -130,7 +130,7 @@ def test_without_sent_csv_recovered_and_unexpected_are_not_reported(tmp_path):
     assert v.verdict == PASS and v.figures["stored_unacked"] == 2
     assert "recovered" not in v.figures and "unexpected" not in v.figures
     v = no_unexpected(r)
-    assert v.verdict == UNKNOWN and "sent.csv is missing" in v.message
+    assert v.verdict == UNKNOWN and "sent.parquet is missing" in v.message
 
 
 def test_no_duplicates_and_no_unexpected_are_unknown_without_their_inputs(tmp_path):
@@ -138,7 +138,7 @@ def test_no_duplicates_and_no_unexpected_are_unknown_without_their_inputs(tmp_pa
     b.write()
     write_acked(tmp_path, [("a", 0)])
     r = RunData(tmp_path)
-    assert no_duplicates(r).verdict == UNKNOWN and "stored.csv is missing" in no_duplicates(r).message
+    assert no_duplicates(r).verdict == UNKNOWN and "stored.parquet is missing" in no_duplicates(r).message
     assert no_unexpected(r).verdict == UNKNOWN
 
 
@@ -522,10 +522,10 @@ def test_acked_read_twice_takes_only_the_rows_the_first_pass_saw(tmp_path, monke
     real, reads = A.read_columns, []
 
     def growing(path, *a, **k):
-        if path.name == "acked.csv":
+        if path.name == ACKED_DATA:
             reads.append(path)
             if len(reads) == 2:                       # the fleet writes on between the two passes
-                with open(path, "a") as fh:
+                with open(legacy_csv(path), "a") as fh:
                     fh.write("".join(f"d0,{s},{1000 + s},{1005 + s}\n" for s in range(10, 5000)))
         return real(path, *a, **k)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from monsoon.analysis import analyze
 from monsoon.cli import main as cli_main
-from monsoon.rundir import ACKED_FILE, SENT_FILE, STORED_FILE
+from monsoon.rundir import ACKED_DATA, SENT_DATA, STORED_DATA, legacy_csv
 from monsoon.selftest.analyze_bench import Plan, verify, write_run
 from monsoon.checks.accounting import account, read_columns
 from monsoon.timeline.columnar import dataset_state, parts_dir, schema_columns
@@ -41,7 +41,7 @@ WRITER = textwrap.dedent("""
 def test_a_writer_killed_with_minus_9_leaves_everything_up_to_its_last_flushed_part(tmp_path):
     exp = tmp_path / "exp"
     exp.mkdir()
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(parts_dir(exp / ACKED_FILE))], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(parts_dir(exp / ACKED_DATA))], stdout=subprocess.PIPE,
                          text=True)
     try:
         assert p.stdout.readline().strip() == "ready"
@@ -49,9 +49,9 @@ def test_a_writer_killed_with_minus_9_leaves_everything_up_to_its_last_flushed_p
     finally:
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-    st = dataset_state(parts_dir(exp / ACKED_FILE))
+    st = dataset_state(parts_dir(exp / ACKED_DATA))
     assert not st.closed and st.parts >= 2 and st.rows > 0
-    found, chunks = read_columns(exp / ACKED_FILE, ["seq", "intended_ms"])
+    found, chunks = read_columns(exp / ACKED_DATA, ["seq", "intended_ms"])
     seqs = np.concatenate([cols[0] for _codes, cols in chunks])
     assert len(seqs) == st.rows                     # every flushed row, nothing of the part being written
     per_dev = np.bincount(seqs)                     # a prefix: 0..k-1 for every device, all but the last step
@@ -77,8 +77,9 @@ def test_a_parquet_run_analyses_to_the_same_figures_as_its_csv_and_exports_back(
     exp = tmp_path / "parquet" / "run" / "kafka--soak-synthetic"
     assert cli_main(["export", str(tmp_path / "parquet" / "run"), "--csv"]) == 0
     assert "acked.csv: 40,000 rows" in capsys.readouterr().out
-    for name in (ACKED_FILE, STORED_FILE, SENT_FILE):
-        assert (exp / name).read_text() == (tmp_path / "csv" / "run" / "kafka--soak-synthetic" / name).read_text()
+    for name in (ACKED_DATA, STORED_DATA, SENT_DATA):
+        csv_name = legacy_csv(name)
+        assert (exp / csv_name).read_text() == (tmp_path / "csv" / "run" / "kafka--soak-synthetic" / csv_name).read_text()
     assert account(exp) == account(tmp_path / "csv" / "run" / "kafka--soak-synthetic")
 
 
@@ -175,7 +176,7 @@ def test_a_cut_off_native_fleets_shards_become_one_more_part_from_where_the_last
     from monsoon.timeline.columnar import (PartWriter, csv_block_table, iter_dicts, salvage_shards, shard_offsets,
                                            shard_path)
     cols = ("device", "seq", "intended_ms", "acked_ms")
-    acked = tmp_path / ACKED_FILE
+    acked = tmp_path / ACKED_DATA
     header = b"device,seq,intended_ms,acked_ms\n"
     line = lambda d, s: f"{d},{s},{1000 + s},{1005 + s}\n".encode()
     a = header + b"".join(line("a", s) for s in range(300))
@@ -204,7 +205,7 @@ def test_a_cut_off_native_fleets_shards_become_one_more_part_from_where_the_last
 
 def test_salvage_leaves_shards_alone_while_a_worker_holds_them_and_when_the_run_closed_its_data(tmp_path):
     from monsoon.timeline.columnar import PartWriter, salvage_shards, shard_path
-    acked = tmp_path / ACKED_FILE
+    acked = tmp_path / ACKED_DATA
     w = PartWriter(parts_dir(acked), ("device", "seq", "intended_ms", "acked_ms"))
     shard_path(acked, 0).write_bytes(b"device,seq,intended_ms,acked_ms\nx,1,2,3\n")
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'ab'); print(1, flush=True); "

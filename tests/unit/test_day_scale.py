@@ -19,7 +19,7 @@ from monsoon.checks.base import RunData
 from monsoon.checks.faults import in_spans, latency_objective, merged_spans
 from monsoon.checks.oom import cgroup_evidence
 from monsoon.checks.slo import error_budget
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE
+from monsoon.rundir import ACKED_DATA, LATENCY_FILE, legacy_csv
 from monsoon.timeline.hdrlog import IntervalLogWriter, LatencyLog, count_within, new_histogram
 from monsoon.timeline.store import Events
 
@@ -146,7 +146,7 @@ def _acked(dir, rows: int, seconds: int = DAY):
     i = np.arange(rows)
     intended = ((WALL0 + 11) * 1000 + i * (seconds * 1000 // rows)).astype(np.int64)
     lat = 5 + (i * 7919) % 1000
-    with open(dir / ACKED_FILE, "w") as fh:
+    with open(dir / legacy_csv(ACKED_DATA), "w") as fh:
         fh.write("device,seq,intended_ms,acked_ms\n")
         fh.writelines(f"monsoon-{k % 50:05d},{k // 50},{a},{a + b}\n"
                       for k, a, b in zip(i.tolist(), intended.tolist(), lat.tolist()))
@@ -182,7 +182,7 @@ def _many_devices_run(dir, rows: int, devices: int):
     i = np.arange(rows)
     dev, seq = i % devices, i // devices
     intended = 1_700_000_000_000 + i * 10
-    with open(dir / ACKED_FILE, "w") as fh:
+    with open(dir / legacy_csv(ACKED_DATA), "w") as fh:
         fh.write("device,seq,intended_ms,acked_ms\n")
         fh.writelines(f"d{d:06d},{s},{t},{t + 5}\n" for d, s, t in zip(dev.tolist(), seq.tolist(), intended.tolist()))
     with open(dir / "stored.csv", "w") as fh:

@@ -1,5 +1,5 @@
 """``monsoon.rundir`` is the one owner of the names in a run directory: no other module of monsoon spells one as a
-string literal (it imports the constant), and its dataset names map to the Parquet directories runs write."""
+string literal (it imports the constant), and its dataset names are the Parquet directories runs write."""
 from __future__ import annotations
 
 import ast
@@ -11,7 +11,7 @@ from monsoon.timeline.columnar import parts_dir
 
 NAMES = {rundir.SUMMARY_FILE, rundir.CHECKLIST_FILE, rundir.REPORT_FILE, rundir.TIMELINE_FILE, rundir.RESULT_FILE,
          rundir.SWEEP_FILE, rundir.SWEEP_PLOT, rundir.LATENCY_FILE, *rundir.DATASETS,
-         *(rundir.dataset_dir(n).name for n in rundir.DATASETS)}
+         rundir.STORED_FINAL_TMP, *(rundir.legacy_csv(n).name for n in rundir.DATASETS)}
 # the Kubernetes load Job's pod reads the timeline of its own work directory (monsoon.load, not a run directory's
 # reader); its name is the same by choice
 ELSEWHERE = {"monsoon/load/kube_job.py": {rundir.TIMELINE_FILE}}
@@ -45,9 +45,16 @@ def test_a_literal_name_is_found(tmp_path):
     assert literals(p) == {"report.html"}
 
 
-def test_each_dataset_is_a_parquet_directory_named_by_rundir():
-    assert [rundir.dataset_dir(n).name for n in rundir.DATASETS] == \
-        ["acked.parquet", "stored.parquet", "stored-at-drain.parquet", "sent.parquet"]
-    assert parts_dir(Path("run") / rundir.ACKED_FILE) == Path("run") / "acked.parquet"
+def test_each_dataset_is_the_parquet_directory_a_run_writes():
+    assert rundir.DATASETS == ("acked.parquet", "stored.parquet", "stored-at-drain.parquet", "sent.parquet")
+    assert all(rundir.dataset_dir(n).name == n for n in rundir.DATASETS)
     fixture = REPO / "tests" / "fixtures" / "inmemory-docker-x10-hung-second-life"
-    assert all(rundir.dataset_dir(fixture / n).is_dir() for n in rundir.DATASETS)
+    assert all((fixture / n).is_dir() for n in rundir.DATASETS)          # the names on disk, as written
+
+
+def test_an_older_runs_csv_and_its_dataset_name_each_other():
+    """A run made before the Parquet change holds ``acked.csv``: the legacy name of ``acked.parquet``, and back."""
+    assert [rundir.legacy_csv(n).name for n in rundir.DATASETS] == \
+        ["acked.csv", "stored.csv", "stored-at-drain.csv", "sent.csv"]
+    assert parts_dir(Path("run") / "acked.csv") == Path("run") / rundir.ACKED_DATA
+    assert rundir.legacy_csv(Path("run") / rundir.ACKED_DATA) == Path("run") / "acked.csv"

@@ -18,7 +18,7 @@ from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData
 from monsoon.checks.registry import CHECKS, evaluate
 from monsoon.checks.torn import READS
 from monsoon.analysis import analyze
-from monsoon.rundir import ACKED_FILE, LATENCY_FILE, SENT_FILE, STORED_FILE, TIMELINE_FILE, write_sent
+from monsoon.rundir import ACKED_DATA, LATENCY_FILE, SENT_DATA, STORED_DATA, TIMELINE_FILE, legacy_csv, write_sent
 from monsoon.timeline.hdrlog import IntervalLogWriter, new_histogram, phase_histograms
 from monsoon.timeline.store import Events, read_events, read_timeline
 from monsoon.timeline.tail import TAIL_CHUNK, secs, tail_end
@@ -58,6 +58,9 @@ def old_read_events(path: Path) -> list[dict]:
     return out
 
 
+# the runs built here hold their datasets as CSV files (an older run's, line files that can be torn mid-line)
+ACKED_CSV, STORED_CSV, SENT_CSV = (legacy_csv(n).name for n in (ACKED_DATA, STORED_DATA, SENT_DATA))
+
 def build(dir: Path) -> Path:
     """A complete run as the runner writes it: load with a fault window in the burst, lag that recovers,
     samples, then ``load-end``, ``drain``, ``stored`` and the stack's stop; acked/stored/sent CSVs and a
@@ -83,12 +86,12 @@ def build(dir: Path) -> Path:
         b.process(t + 0.4, 200.0 + (t * 7 % 5) * 0.1)          # flat RSS: no leak
         b.metrics(t + 0.6, gc_seconds=0.01 * t)                 # 1 % of the time in GC
     b.ev("drain", 45.0, drained=True, waited_s=4.5, backlog=0)
-    b.ev("stored", 46.0, path=STORED_FILE, rows=DEVICES * (SEQS + 1))
+    b.ev("stored", 46.0, path=STORED_DATA, rows=DEVICES * (SEQS + 1))
     b.ev("service", 47.0, service="platform", event="stop")
     devs = [f"dev{i}" for i in range(DEVICES)]
     b.acked([(d, s) for s in range(SEQS) for d in devs])
     b.stored([(d, s) for s in range(SEQS + 1) for d in devs])  # seq 30: sent, stored, never acked (recovered)
-    write_sent(dir / SENT_FILE, {d: SEQS for d in devs})
+    write_sent(dir / SENT_CSV, {d: SEQS for d in devs})
     w = IntervalLogWriter(dir / LATENCY_FILE, 1e9)
     for sec in range(40):
         h = new_histogram()
@@ -251,16 +254,16 @@ def test_a_timeline_cut_in_its_first_line_or_unterminated_or_not_json_at_the_end
 # ------------------------------------------------------------------ the CSVs and the latency log
 
 # per torn CSV: what each check it touches must say (UNKNOWN: withheld; "not fail": a pass may stand on it)
-TOUCHED = {ACKED_FILE: {"no_acked_loss": UNKNOWN, "latency_objective[all]": UNKNOWN},
-           STORED_FILE: {"no_acked_loss": "not fail", "no_duplicates": UNKNOWN, "no_unexpected": UNKNOWN},
-           SENT_FILE: {"no_unexpected": UNKNOWN, "no_acked_loss": "stands"}}     # (its recovered figure)
+TOUCHED = {ACKED_CSV: {"no_acked_loss": UNKNOWN, "latency_objective[all]": UNKNOWN},
+           STORED_CSV: {"no_acked_loss": "not fail", "no_duplicates": UNKNOWN, "no_unexpected": UNKNOWN},
+           SENT_CSV: {"no_unexpected": UNKNOWN, "no_acked_loss": "stands"}}     # (its recovered figure)
 
 
 # error_budget reads no CSV, and is the slow one (HdrHistogram iteration, ~6 ms per second of load)
 CSV_CHECKS = [c for c in CHECK_LIST if c[0] != "error_budget"]
 
 
-@pytest.mark.parametrize("file, seed", [(ACKED_FILE, 1), (STORED_FILE, 2), (SENT_FILE, 3)])
+@pytest.mark.parametrize("file, seed", [(ACKED_CSV, 1), (STORED_CSV, 2), (SENT_CSV, 3)])
 def test_a_csv_torn_anywhere_is_named_and_its_partial_row_never_counted(clean, tmp_path, file, seed):
     d, verdicts = clean
     data = (d / file).read_bytes()
@@ -272,9 +275,9 @@ def test_a_csv_torn_anywhere_is_named_and_its_partial_row_never_counted(clean, t
         assert ("inside its first line" if end == 0 else f"the partial row from byte {end} ") in notes[0], notes
         rows = [r.split(b",") for r in data[:end].split(b"\n")[1:] if r]       # the complete rows, header off
         acc = RunData(t).accounting
-        if file == ACKED_FILE:
+        if file == ACKED_CSV:
             assert acc.acked == len(rows), k
-        elif file == STORED_FILE:
+        elif file == STORED_CSV:
             assert acc.stored == len(rows), k
         else:
             assert acc.sent == sum(int(r[1]) + 1 for r in rows), k
@@ -294,8 +297,8 @@ def test_a_csv_torn_anywhere_is_named_and_its_partial_row_never_counted(clean, t
 
 def test_a_stored_csv_cut_short_turns_a_loss_into_unknown_not_fail(clean, tmp_path):
     d, _ = clean
-    data = (d / STORED_FILE).read_bytes()
-    t = torn_copy(d, tmp_path, STORED_FILE, len(data) // 2 + 1)
+    data = (d / STORED_CSV).read_bytes()
+    t = torn_copy(d, tmp_path, STORED_CSV, len(data) // 2 + 1)
     direct = CHECKS["no_acked_loss"](RunData(t))
     assert direct.verdict == FAIL                               # the rows after the cut look lost...
     v = evaluate(t, [("no_acked_loss", {})])[0]
@@ -304,8 +307,8 @@ def test_a_stored_csv_cut_short_turns_a_loss_into_unknown_not_fail(clean, tmp_pa
 
 def test_a_sent_csv_cut_short_does_not_make_the_devices_after_it_unexpected(clean, tmp_path):
     d, _ = clean
-    data = (d / SENT_FILE).read_bytes()
-    t = torn_copy(d, tmp_path, SENT_FILE, len(data) - 3)        # dev4's row cut: "dev4,3" of "dev4,30"
+    data = (d / SENT_CSV).read_bytes()
+    t = torn_copy(d, tmp_path, SENT_CSV, len(data) - 3)        # dev4's row cut: "dev4,3" of "dev4,30"
     assert CHECKS["no_unexpected"](RunData(t)).verdict == FAIL  # its stored-unacked seq 30 looks never sent
     v = evaluate(t, [("no_unexpected", {})])[0]
     assert v.verdict == UNKNOWN and f"sent.csv ends mid-line at byte {len(data) - 3}" in v.message
@@ -334,14 +337,14 @@ def test_several_torn_files_are_each_named_in_file_order(clean, tmp_path):
     t = tmp_path / "all"
     shutil.copytree(d, t)
     sizes = {}
-    for f in (LATENCY_FILE, SENT_FILE, ACKED_FILE, STORED_FILE, TIMELINE_FILE):
+    for f in (LATENCY_FILE, SENT_CSV, ACKED_CSV, STORED_CSV, TIMELINE_FILE):
         b = (t / f).read_bytes()
         sizes[f] = len(b) - 2
         (t / f).write_bytes(b[:-2])
     notes = RunData(t).torn
     assert [n.split(" ends mid-line at byte ")[0] for n in notes] == \
-        [TIMELINE_FILE, ACKED_FILE, STORED_FILE, SENT_FILE, LATENCY_FILE]
-    for n, f in zip(notes, [TIMELINE_FILE, ACKED_FILE, STORED_FILE, SENT_FILE, LATENCY_FILE]):
+        [TIMELINE_FILE, ACKED_CSV, STORED_CSV, SENT_CSV, LATENCY_FILE]
+    for n, f in zip(notes, [TIMELINE_FILE, ACKED_CSV, STORED_CSV, SENT_CSV, LATENCY_FILE]):
         assert n.startswith(f"{f} ends mid-line at byte {sizes[f]}")
     no_crash(evaluate(t, CHECK_LIST))
 
