@@ -7,7 +7,8 @@
                   "figures": {str: number},      # headline figures lifted from the checks (:data:`HEADLINE`)
                   "checks": [{"name": str, "verdict": str, "figures": {str: number}}]}]}
 
-(``message`` and ``dir`` ride along on results/checks as extra keys.)
+(``message`` and ``dir`` ride along on results/checks as extra keys; a result with fault windows also carries
+``faults``: one entry per window, :func:`faults_section`.)
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from monsoon.checks.base import check_base, combine
 from monsoon.report import sidebyside
+from monsoon.timeline.views import fault_windows
 
 
 class _KeyFigures(dict):
@@ -73,6 +75,50 @@ def summary(run_id: str, profile: str, results: list[dict], interrupted: dict | 
     return s
 
 
+# what a chaos engine's own verdict is worth, said wherever it is shown
+ENGINE_CAVEAT = {"litmus": "evidence, not proof: Litmus sets its verdict to Pass right after injecting, before its "
+                           "own post-checks; monsoon judges the fault by its effect"}
+
+
+def faults_section(events) -> list[dict]:
+    """summary.json's ``faults`` of one experiment (``events``: its timeline): per window its name, kind, target,
+    whether it landed and healed, and a chaos engine's own word when there is one (Litmus's ChaosResult: its
+    ``phase`` and ``verdict`` at the inject's check and just before the heal, with :data:`ENGINE_CAVEAT`)."""
+    out = []
+    for w in fault_windows(events):
+        f: dict[str, Any] = {"name": w.name, "window": w.window, "kind": w.kind, "target": w.target,
+                             "landed": w.landed, "healed": w.healed}
+        at_inject, at_heal = w.evidence.get("chaosresult"), w.heal_evidence.get("chaosresult")
+        if isinstance(at_inject, dict) or isinstance(at_heal, dict):
+            f["engine"] = "litmus"
+            f["chaosresult"] = {k: v for k, v in (("at_inject", at_inject), ("at_heal", at_heal))
+                                if isinstance(v, dict)}
+            last = at_heal if isinstance(at_heal, dict) else at_inject
+            f["chaosresult"].update({k: last.get(k) for k in ("name", "phase", "verdict", "fail_step")
+                                     if last.get(k) is not None})
+            f["caveat"] = ENGINE_CAVEAT["litmus"]
+        out.append(f)
+    return out
+
+
+def _fault_lines(results: list[dict]) -> list[str]:
+    rows = [(r, f) for r in results for f in r.get("faults") or []]
+    if not rows:
+        return []
+    yes = {True: "yes", False: "no", None: "not measured"}
+    lines = ["", "## Faults", ""]
+    for r, f in rows:
+        line = (f"- {r['stack']} / {r['experiment']}: {f['name']}#{f['window']} ({f['kind']} on {f['target']}): "
+                f"landed {yes[f.get('landed')]}, healed {yes[f.get('healed')]}")
+        cr = f.get("chaosresult")
+        if cr:
+            line += (f"; Litmus ChaosResult {cr.get('name', '?')}: phase {cr.get('phase') or '?'}, verdict "
+                     f"{cr.get('verdict') or '?'}" + (f", failStep {cr['fail_step']}" if cr.get("fail_step") else "")
+                     + f" ({f.get('caveat', '')})")
+        lines.append(line)
+    return lines
+
+
 def describe_interruption(i: dict) -> str:
     """``interrupted by SIGTERM at t=42s (load phase burst)``."""
     where = f"load phase {i['phase']}" if i.get("phase") else str(i.get("stage", "?"))
@@ -122,6 +168,7 @@ def checklist(summary_: dict) -> str:
     if said:   # a verdict is about the platform that ran: its own word on what it is
         lines += ["", "## Platforms under test (as they said when they ran)", ""]
         lines += [f"- {stack}: {line}" for stack, line in said.items()]
+    lines += _fault_lines(results)
     side = sidebyside.markdown(results)   # one experiment on several stacks: their figures next to each other
     if side:
         lines += side.rstrip("\n").split("\n")

@@ -6,8 +6,31 @@ import logging
 from pathlib import Path
 
 from monsoon.report import html as html_report
-from monsoon.report.checklist import checklist, summary
-from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, point_latest
+from monsoon.report.checklist import checklist, faults_section, summary
+from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, TIMELINE_FILE, point_latest
+from monsoon.timeline.store import Events
+
+
+def with_faults(results: list[dict], events: dict) -> list[dict]:
+    """Each result that ran a fault plan (it has a ``faults_landed`` check) with its ``faults`` section; the
+    timelines read here are added to ``events`` (the HTML report reads them again otherwise)."""
+    out = []
+    for r in results:
+        d = r.get("dir")
+        if not d or not any(c.get("name") == "faults_landed" for c in r.get("checks") or []):
+            out.append(r)
+            continue
+        key = Path(d).resolve()
+        try:
+            ev = events.get(key)
+            if ev is None and (Path(d) / TIMELINE_FILE).exists():
+                ev = events[key] = Events.load(Path(d) / TIMELINE_FILE)
+            faults = faults_section(ev) if ev is not None else []
+        except Exception as e:   # a torn timeline costs the section, never the summary
+            logging.getLogger(__name__).warning("monsoon: no faults section for %s: %s: %s", d, type(e).__name__, e)
+            faults = []
+        out.append({**r, "faults": faults} if faults else r)
+    return out
 
 
 def write(run_dir: Path, run_id: str, profile: str, results: list[dict], events: dict | None = None,
@@ -17,7 +40,8 @@ def write(run_dir: Path, run_id: str, profile: str, results: list[dict], events:
     ``interrupted``: the signal that stopped the session (``{"stack", "experiment", "signal", "t", ...}``)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    s = summary(run_id, profile, results, interrupted)
+    events = {Path(k).resolve(): v for k, v in (events or {}).items()}
+    s = summary(run_id, profile, with_faults(results, events), interrupted)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(s, indent=2))
     md = checklist(s)
     (run_dir / CHECKLIST_FILE).write_text(md)

@@ -61,3 +61,49 @@ def test_skip_reason_names_the_build_when_it_is_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(litmus.cluster, "skip_reason", lambda chaos_mesh=False: None)
     why = litmus.skip_reason()
     assert why and "tools/build-litmus" in why and "3.18.0" in why and "\n" not in why
+
+
+# ------------------------------------------------------------------ the ChaosResult in summary.json and the checklist
+
+def _litmus_timeline(at_heal: dict | None) -> list[dict]:
+    inject_ev = {"killed_uids": ["u1"], "chaosresult": {"name": "e-pod-delete", "phase": "Running", "verdict": "Awaited"}}
+    heal_ev = {"deleted_with_it": ["ChaosResult/e-pod-delete"]}
+    if at_heal is not None:
+        heal_ev["chaosresult"] = at_heal
+    return [{"type": "fault-plan", "t": 10.0},
+            {"type": "fault", "phase": "inject", "name": "litmus-kill", "kind": "pod-kill", "target": "platform",
+             "window": 0, "effective": 5.0, "landed": True, "evidence": inject_ev},
+            {"type": "fault", "phase": "heal", "name": "litmus-kill", "kind": "pod-kill", "target": "platform",
+             "window": 0, "effective": 25.0, "landed": True, "evidence": heal_ev}]
+
+
+def test_the_chaosresult_verdict_is_in_the_summary_faults_and_the_checklist_with_its_caveat(tmp_path):
+    import json
+    from monsoon.report.write import write
+    from monsoon.timeline.store import Events
+    d = tmp_path / "run" / "kafka-k8s--pod-kill-litmus"
+    at_heal = {"name": "e-pod-delete", "phase": "Completed", "verdict": "Pass", "waited_s": 3.1}
+    result = {"stack": "kafka-k8s", "experiment": "pod-kill-litmus", "verdict": "pass", "figures": {}, "dir": str(d),
+              "checks": [{"name": "faults_landed", "verdict": "pass", "figures": {"faults_landed": 1}}]}
+    s, md = write(tmp_path / "run", "r1", "quick", [result], events={d: Events(_litmus_timeline(at_heal))})
+    [f] = json.loads((tmp_path / "run" / "summary.json").read_text())["results"][0]["faults"]
+    assert (f["name"], f["kind"], f["landed"], f["healed"], f["engine"]) == ("litmus-kill", "pod-kill", True, True,
+                                                                            "litmus")
+    cr = f["chaosresult"]
+    assert (cr["phase"], cr["verdict"], cr["at_inject"]["phase"], cr["at_heal"]["waited_s"]) == \
+        ("Completed", "Pass", "Running", 3.1)
+    assert "before its own post-checks" in f["caveat"]
+    line = next(x for x in md.splitlines() if "ChaosResult" in x)
+    assert "phase Completed, verdict Pass" in line and "before its own post-checks" in line and "landed yes" in line
+
+
+def test_without_a_heal_reading_the_inject_one_is_shown_and_plain_faults_have_no_engine():
+    from monsoon.report.checklist import faults_section
+    from monsoon.timeline.store import Events
+    [f] = faults_section(Events(_litmus_timeline(None)))
+    assert (f["chaosresult"]["phase"], f["chaosresult"]["verdict"]) == ("Running", "Awaited")
+    assert "at_heal" not in f["chaosresult"]
+    plain = _litmus_timeline(None)
+    plain[1]["evidence"] = {"signal": "SIGKILL"}
+    [g] = faults_section(Events(plain))
+    assert "chaosresult" not in g and "engine" not in g and g["landed"] is True
