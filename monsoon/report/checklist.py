@@ -7,8 +7,8 @@
                   "figures": {str: number},      # headline figures lifted from the checks (:data:`HEADLINE`)
                   "checks": [{"name": str, "verdict": str, "figures": {str: number}}]}]}
 
-(``message`` and ``dir`` ride along on results/checks as extra keys; a result with fault windows also carries
-``faults``: one entry per window, :func:`faults_section`.)
+(``message`` and ``dir`` ride along on results/checks as extra keys; a result whose faults ran under a chaos
+engine with a verdict of its own (Litmus) also carries ``faults``: one entry per window, :func:`faults_section`.)
 """
 from __future__ import annotations
 

@@ -12,8 +12,9 @@ from monsoon.timeline.store import Events
 
 
 def with_faults(results: list[dict], events: dict) -> list[dict]:
-    """Each result that ran a fault plan (it has a ``faults_landed`` check) with its ``faults`` section; the
-    timelines read here are added to ``events`` (the HTML report reads them again otherwise)."""
+    """Each result whose fault plan ran under a chaos engine that gives its own verdict (Litmus) with its ``faults``
+    section, every window of it (a run without one keeps the summary's shape as it was); the timelines read here
+    are added to ``events`` (the HTML report reads them again otherwise)."""
     out = []
     for r in results:
         d = r.get("dir")
@@ -29,7 +30,7 @@ def with_faults(results: list[dict], events: dict) -> list[dict]:
         except Exception as e:   # a torn timeline costs the section, never the summary
             logging.getLogger(__name__).warning("monsoon: no faults section for %s: %s: %s", d, type(e).__name__, e)
             faults = []
-        out.append({**r, "faults": faults} if faults else r)
+        out.append({**r, "faults": faults} if any("chaosresult" in f for f in faults) else r)
     return out
 
 

@@ -107,3 +107,15 @@ def test_without_a_heal_reading_the_inject_one_is_shown_and_plain_faults_have_no
     plain[1]["evidence"] = {"signal": "SIGKILL"}
     [g] = faults_section(Events(plain))
     assert "chaosresult" not in g and "engine" not in g and g["landed"] is True
+
+
+def test_a_run_without_an_engine_verdict_keeps_its_summary_shape(tmp_path):
+    from monsoon.report.write import write
+    from monsoon.timeline.store import Events
+    d = tmp_path / "run" / "inmemory--pod-kill"
+    plain = _litmus_timeline(None)
+    plain[1]["evidence"] = {"signal": "SIGKILL"}
+    result = {"stack": "inmemory", "experiment": "pod-kill", "verdict": "pass", "figures": {}, "dir": str(d),
+              "checks": [{"name": "faults_landed", "verdict": "pass", "figures": {}}]}
+    s, md = write(tmp_path / "run", "r1", "quick", [result], events={d: Events(plain)})
+    assert "faults" not in s["results"][0] and "## Faults" not in md
