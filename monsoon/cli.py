@@ -44,9 +44,9 @@ from monsoon.spec.fault import load_fault
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
-from monsoon.stack import cluster, dockerd
+from monsoon.stack import cluster, dockerd, schedule_kube, selfimage
 from monsoon.stack.containers import reap_containers
-from monsoon.stack.pods import reap_namespaces
+from monsoon.stack.pods import PodError, reap_namespaces
 from monsoon.stack.reaper import reap
 
 
@@ -516,8 +516,12 @@ def add_schedule(sub) -> argparse.ArgumentParser:
                        "(concurrencyPolicy: Forbid, startingDeadlineSeconds, history limits). --install writes the "
                        "systemd units or the cron.d file under --root (default /; on / the timer is enabled). "
                        "Locally a lock per schedule plays Forbid: a firing that finds the last run still going is "
-                       "recorded in the history as skipped; one that starts past its deadline, as missed.")
-    when = s.add_mutually_exclusive_group(required=True)
+                       "recorded in the history as skipped; one that starts past its deadline, as missed. "
+                       "--target kubernetes --install creates the CronJob (and a ServiceAccount that reads its "
+                       "events: each run records the firings the controller skipped under Forbid) in the cluster "
+                       "(KUBECONFIG, else monsoon's); without --image, monsoon's own image is made from this "
+                       "machine's Python and checkout and imported into monsoon's cluster. --uninstall removes it.")
+    when = s.add_mutually_exclusive_group()
     when.add_argument("--every", help="an interval dividing an hour or a day: 15m, 6h, 1d")
     when.add_argument("--cron", help="a five-field cron expression, e.g. '0 2 * * 1-5'")
     s.add_argument("--name", default="chaos", help="the schedule's name (systemd unit, CronJob, lock); default chaos")
@@ -530,7 +534,12 @@ def add_schedule(sub) -> argparse.ArgumentParser:
     s.add_argument("--history-secret", default=None,
                    help="kubernetes: a Secret whose key `url` is MONSOON_HISTORY_URL (a shared Postgres history)")
     s.add_argument("--runs-dir", default=None, help="the scheduled runs' runs directory (default: the project's runs/)")
-    s.add_argument("--install", action="store_true", help="install (systemd or cron) instead of printing")
+    s.add_argument("--runs-hostpath", default=None, metavar="DIR",
+                   help="kubernetes: the node's directory for the runs and a SQLite history (a hostPath at the "
+                   "same path in the pod)")
+    s.add_argument("--install", action="store_true", help="install instead of printing (kubernetes: in the cluster)")
+    s.add_argument("--uninstall", action="store_true", help="kubernetes: remove the schedule's CronJob, its Jobs "
+                   "and its ServiceAccount/Role/RoleBinding")
     s.add_argument("--root", type=Path, default=Path("/"), help="with --install: write under this root (tests)")
     s.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments, e.g. -- -m chaos")
     return s
@@ -540,20 +549,18 @@ def schedule_cli(args) -> int:
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     try:
         name = sched.check_name(args.name)
+        if args.uninstall:
+            if args.target != "kubernetes":
+                raise sched.ScheduleError("--uninstall is for --target kubernetes (systemctl disable / rm the "
+                                          "cron.d file for the others)")
+            return _schedule_kube(args, name, "", pytest_args)
+        if not (args.every or args.cron):
+            raise sched.ScheduleError("give --every INTERVAL or --cron EXPR")
         cron = sched.every_to_cron(args.every) if args.every else (sched.parse_cron(args.cron) and args.cron)
         if args.deadline <= 0:
             raise sched.ScheduleError(f"--deadline {args.deadline}: must be > 0 seconds")
         if args.target == "kubernetes":
-            if not args.image:
-                raise sched.ScheduleError("--target kubernetes needs --image")
-            if args.install:
-                raise sched.ScheduleError("--install is for systemd and cron; apply the CronJob with kubectl")
-            cmd = sched.run_command(name, pytest_args, deadline=args.deadline, cron=cron,
-                                    runs_dir=args.runs_dir or "/monsoon/runs")
-            obj = sched.cronjob(name, cmd, cron, image=args.image, namespace=args.namespace, deadline=args.deadline,
-                                history=args.history_limit, history_secret=args.history_secret)
-            sys.stdout.write(yaml.safe_dump(obj, sort_keys=False))
-            return 0
+            return _schedule_kube(args, name, cron, pytest_args)
         monsoon = shutil.which("monsoon") or f"{sys.executable} -m monsoon.cli"
         cmd = sched.run_command(name, pytest_args, deadline=args.deadline, cron=cron, runs_dir=args.runs_dir)
         cmd = monsoon.split() + cmd[1:]
@@ -568,6 +575,43 @@ def schedule_cli(args) -> int:
             print(sched.crontab_line(name, cmd, cron, str(REPO)), end="")
         return 0
     except sched.ScheduleError as e:
+        print(f"monsoon schedule: {e}", file=sys.stderr)
+        return 2
+
+
+def _schedule_kube(args, name: str, cron: str, pytest_args: list[str]) -> int:
+    """--target kubernetes: print the CronJob (and its ServiceAccount/Role/RoleBinding), or --install/--uninstall
+    them in the cluster."""
+    def say(s: str) -> None:
+        print(f"monsoon schedule: {s}", file=sys.stderr)
+
+    try:
+        if args.uninstall:
+            gone = schedule_kube.uninstall(name, args.namespace, say=say)
+            if not gone:
+                say(f"no CronJob monsoon-{name} in namespace {args.namespace}")
+            return 0
+        if args.install and not (args.runs_hostpath or args.history_secret):
+            raise sched.ScheduleError("--target kubernetes --install needs where the history goes: --runs-hostpath "
+                                      "DIR (SQLite on the node) or --history-secret NAME (MONSOON_HISTORY_URL)")
+        image = args.image
+        if not image:
+            if not args.install:
+                raise sched.ScheduleError("--target kubernetes needs --image (or --install: monsoon's own image "
+                                          "is made and imported into monsoon's cluster)")
+            image = selfimage.ensure(say=say)
+        runs = args.runs_dir or args.runs_hostpath or "/monsoon/runs"
+        cmd = sched.run_command(name, pytest_args, deadline=args.deadline, cron=cron, runs_dir=runs)
+        objs = sched.rbac(name, args.namespace) + [sched.cronjob(
+            name, cmd, cron, image=image, namespace=args.namespace, deadline=args.deadline,
+            history=args.history_limit, history_secret=args.history_secret, runs_hostpath=args.runs_hostpath,
+            service_account=f"monsoon-{name}")]
+        if args.install:
+            schedule_kube.apply(objs, say=say)
+            return 0
+        sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
+        return 0
+    except (cluster.ClusterError, PodError) as e:
         print(f"monsoon schedule: {e}", file=sys.stderr)
         return 2
 

@@ -11,23 +11,31 @@ was off or asleep, systemd's ``Persistent=true`` catching up) is recorded as ``m
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shlex
+import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from monsoon.history.record import record_not_run
-from monsoon.history.store import HistoryStore, default_location
+from monsoon.history.record import git_commit, host_class, record_not_run
+from monsoon.history.store import EXPERIMENT, HistoryStore, Row, default_location
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _EVERY = re.compile(r"^\s*([0-9]+)\s*([mhd])\s*$")
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12), ("day of week", 0, 7))
 _DOW = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+ENV_CRONJOB = "MONSOON_SCHEDULE_CRONJOB"     # set in the CronJob's pod: its CronJob's name
+SKIP_REASON = "JobAlreadyActive"             # the CronJob controller's event when Forbid skips a firing
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class ScheduleError(ValueError):
@@ -162,13 +170,27 @@ def crontab_line(name: str, command: list[str], cron: str, workdir: str, user: s
 
 
 def cronjob(name: str, command: list[str], cron: str, *, image: str, namespace: str, deadline: int,
-            history: int = 3, history_secret: str | None = None) -> dict:
+            history: int = 3, history_secret: str | None = None, runs_hostpath: str | None = None,
+            service_account: str | None = None) -> dict:
     """A ``batch/v1`` CronJob: one pod per firing running ``command``; Forbid, a starting deadline, history limits.
-    ``history_secret``: a Secret whose key ``url`` is the shared history's postgresql:// URL (MONSOON_HISTORY_URL)."""
-    container: dict[str, Any] = {"name": "monsoon", "image": image, "command": command, "workingDir": "/monsoon"}
+    ``history_secret``: a Secret whose key ``url`` is the shared history's postgresql:// URL (MONSOON_HISTORY_URL).
+    ``runs_hostpath``: the node's directory mounted at the same path (the runs and a SQLite history on the node).
+    ``service_account``: the pod's (:func:`rbac`: it reads the CronJob's events to record Forbid's skips)."""
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}, {"name": "MPLCONFIGDIR", "value": "/tmp/mpl"},
+                                 {"name": ENV_CRONJOB, "value": f"monsoon-{name}"}]
     if history_secret:
-        container["env"] = [{"name": "MONSOON_HISTORY_URL",
-                             "valueFrom": {"secretKeyRef": {"name": history_secret, "key": "url"}}}]
+        env.append({"name": "MONSOON_HISTORY_URL",
+                    "valueFrom": {"secretKeyRef": {"name": history_secret, "key": "url"}}})
+    container: dict[str, Any] = {"name": "monsoon", "image": image, "command": command, "workingDir": "/monsoon",
+                                 "env": env}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if runs_hostpath:
+        container["volumeMounts"] = [{"name": "runs", "mountPath": runs_hostpath}]
+        pod["volumes"] = [{"name": "runs", "hostPath": {"path": runs_hostpath, "type": "DirectoryOrCreate"}}]
+    if service_account:
+        pod["serviceAccountName"] = service_account
+    if image.startswith("monsoon.local/"):
+        container["imagePullPolicy"] = "Never"   # made on this machine and imported: there is no registry to ask
     labels = {"app.kubernetes.io/managed-by": "monsoon", "app.kubernetes.io/component": "scheduled-run",
               "monsoon.io/schedule": name}
     return {
@@ -184,17 +206,110 @@ def cronjob(name: str, command: list[str], cron: str, *, image: str, namespace: 
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "backoffLimit": 0,               # a chaos run is not retried on its own
-                    "template": {
-                        "metadata": {"labels": dict(labels)},
-                        "spec": {
-                            "restartPolicy": "Never",
-                            "containers": [container],
-                        },
-                    },
+                    "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
                 },
             },
         },
     }
+
+
+def rbac(name: str, namespace: str) -> list[dict]:
+    """The scheduled pod's ServiceAccount, and a Role (bound to it) that reads events: each run records the
+    firings Kubernetes skipped under Forbid (:func:`record_kube_skips`)."""
+    meta = {"name": f"monsoon-{name}", "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "monsoon", "monsoon.io/schedule": name}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
+         "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dict(meta),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
+         "subjects": [{"kind": "ServiceAccount", "name": meta["name"], "namespace": namespace}]},
+    ]
+
+
+# ------------------------------------------------------------------ Forbid in a cluster: the controller's skips
+
+def _k8s_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+
+def kube_skips(events: list[dict], cronjob_name: str) -> list[tuple[str, float, str]]:
+    """(history run id, time, reason) per event in which the CronJob controller did not start a firing because
+    the last Job was still running (reason ``JobAlreadyActive``). Kubernetes folds repeats into one event with a
+    ``count``: one row per event, its message saying how many firings and between when."""
+    out = []
+    for e in events:
+        obj = e.get("involvedObject") or {}
+        if e.get("reason") != SKIP_REASON or obj.get("name") != cronjob_name or obj.get("kind", "CronJob") != "CronJob":
+            continue
+        first = _k8s_time(e.get("firstTimestamp") or e.get("eventTime"))
+        last = _k8s_time(e.get("lastTimestamp")) or first
+        if last is None:
+            continue
+        n = int(e.get("count") or 1)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(first or last))
+        span = f"{n} firings, {when} to {time.strftime('%H:%M:%S', time.localtime(last))}" if n > 1 else \
+            f"the firing at {when}"
+        uid = (e.get("metadata") or {}).get("uid") or f"{first or last:.0f}"
+        out.append((f"{cronjob_name}-skipped-{uid[:13]}", last,
+                    f"Kubernetes skipped {span}: the previous Job of CronJob {cronjob_name} was still running; "
+                    f"concurrencyPolicy Forbid (event {SKIP_REASON}: {e.get('message', '')})"))
+    return out
+
+
+def incluster_events(cronjob_name: str, sa: Path = SA_DIR, timeout: float = 10) -> list[dict]:
+    """The events about CronJob ``cronjob_name`` in the pod's namespace, through the API server with the pod's
+    service-account token (no Kubernetes client in the image: the standard library's HTTPS)."""
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host or not (sa / "token").is_file():
+        raise ScheduleError("not in a pod with a service account (no KUBERNETES_SERVICE_HOST or token)")
+    ns = (sa / "namespace").read_text().strip()
+    sel = urllib.parse.quote(f"involvedObject.name={cronjob_name},involvedObject.kind=CronJob")
+    host = f"[{host}]" if ":" in host else host
+    req = urllib.request.Request(f"https://{host}:{port}/api/v1/namespaces/{ns}/events?fieldSelector={sel}",
+                                 headers={"Authorization": f"Bearer {(sa / 'token').read_text().strip()}"})
+    ctx = ssl.create_default_context(cafile=str(sa / "ca.crt"))
+    with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
+        return json.load(resp).get("items", [])
+
+
+def record_kube_skips(location: str, schedule: str, events: list[dict], cronjob_name: str) -> int:
+    """Record (upsert: an event's count grows) each of ``events``' Forbid skips as a ``skipped`` row."""
+    skips = kube_skips(events, cronjob_name)
+    if skips:
+        with HistoryStore(location) as store:
+            for run_id, t, why in skips:
+                record_not_run(store, run_id, schedule, "skipped", why, now=t)
+    return len(skips)
+
+
+def record_firing(location: str, run_id: str, schedule: str, rc: int, started: float, ended: float,
+                  pytest_args: list[str]) -> None:
+    """A firing that ran, as a row of its own (stack ``-``, the schedule's name): in a cluster the pod and its log
+    go with the Job's history limit, and the history is what stays."""
+    why = f"pytest exit {rc}: {shlex.join(pytest_args)}"
+    with HistoryStore(location) as store:
+        store.upsert([Row(run_id=run_id, stack="-", experiment=schedule, check_name=EXPERIMENT,
+                          verdict="pass" if rc == 0 else "fail", status="ran", message=why,
+                          host=socket.gethostname(), host_class=host_class(), cpu_count=os.cpu_count(),
+                          git_commit=git_commit(), started_at=started, ended_at=ended, duration_s=ended - started,
+                          recorded_at=ended)])
+
+
+def _sync_kube_skips(location: str, name: str, log: Callable[[str], None]) -> None:
+    cj = os.environ.get(ENV_CRONJOB)
+    if not cj:
+        return
+    try:
+        n = record_kube_skips(location, name, incluster_events(cj), cj)
+    except (OSError, ValueError, ScheduleError) as e:      # urllib's errors are OSErrors; a bad answer, ValueError
+        log(f"monsoon scheduled-run {name}: could not read CronJob {cj}'s events ({e}): Forbid's skips not recorded")
+        return
+    if n:
+        log(f"monsoon scheduled-run {name}: recorded {n} firing(s) Kubernetes skipped under Forbid")
 
 
 def install(root: Path, name: str, command: list[str], cron: str, workdir: str, kind: str) -> list[Path]:
@@ -253,8 +368,14 @@ def scheduled_run(name: str, pytest_args: list[str], runs_dir: Path, *, cron: st
         fh.truncate()
         fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))}")
         fh.flush()
+        location = default_location(runs_dir)
+        _sync_kube_skips(location, name, log)
         cmd = [sys.executable, "-m", "pytest", "--monsoon-runs-dir", str(runs_dir), *pytest_args]
         log(f"monsoon scheduled-run {name}: {shlex.join(cmd)}")
-        return (run or subprocess.call)(cmd)
+        rc = (run or subprocess.call)(cmd)
+        if os.environ.get(ENV_CRONJOB):
+            record_firing(location, run_id, name, rc, t, now(), pytest_args)
+            _sync_kube_skips(location, name, log)        # the firings skipped while this one ran
+        return rc
     finally:
         fh.close()   # releases the lock
