@@ -66,7 +66,7 @@ demo: venv
 	@$(PY) -m monsoon.cli demo $(PYTEST_ARGS)
 
 test: setup lint test-rust test-java
-	$(PYTEST) tests --durations=12 $(PYTEST_ARGS)
+	$(PYTEST) tests --durations=30 $(PYTEST_ARGS)
 
 # the native load core's own tests (cargo test: unit tests and its event loop against local sinks), in the
 # target dir `make loadgen` uses (test builds go to target/debug beside its target/release)
