@@ -30,7 +30,7 @@ _BLOCK = 1 << 22                      # keys per step of the first-copy pass
 class _Names:
     """Device name <-> small int code; names are hashed in bulk, decoded once per new name."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: list[str] = []
         self.code: dict[str, int] = {}
         self.by_hash: dict[int, tuple[bytes, int]] = {}    # hash -> (name bytes, code)
@@ -59,7 +59,7 @@ def _fast_chunk(data: bytes, ncol: int, want: list[int], required: list[bool], n
     rows = len(nl)
     if rows == 0:
         return None
-    commas = np.flatnonzero(buf == 44)
+    commas: np.ndarray = np.flatnonzero(buf == 44)
     k = ncol - 1
     if len(commas) != rows * k:
         return None
@@ -381,7 +381,7 @@ def _read_sent(path: Path) -> dict[str, int] | None:
         return read_sent(path)
     if end == size:
         return read_sent(path)
-    out: dict[str, int] = {}
+    out = {}
     with open(path, "rb") as fh:
         text = fh.read(end).decode("utf-8", "replace")
     for row in csv.DictReader(io.StringIO(text, newline="")):
@@ -499,8 +499,8 @@ def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -
         if len(seq) == 0:
             continue
         key = offset[codes] + seq
-        u, c = np.unique(key, return_counts=True)     # (np.add.at is slower)
-        count[u] += c.astype(np.uint16)
+        u, copies = np.unique(key, return_counts=True)     # (np.add.at is slower)
+        count[u] += copies.astype(np.uint16)
         if timed:
             ms = cols[1]
             has = ms != MISSING

@@ -17,6 +17,7 @@ each ``fault`` event's ``effective`` seconds.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -54,7 +55,8 @@ def faults_landed(run: RunData) -> Verdict:
     placed = [w for w in wins if w not in failed]
     healed = [w for w in placed if w.end is not None and w.healed is not False]
     late = [w for w in healed if w.late_s is not None]
-    figures = {"faults_injected": len(wins), "faults_landed": len(landed), "faults_healed": len(healed),
+    figures: dict[str, float] = {"faults_injected": len(wins), "faults_landed": len(landed),
+               "faults_healed": len(healed),
                "faults_healed_late": len(late), "faults_left_in_place": n_left}
     if late:
         figures["max_heal_overstay_s"] = max(w.late_s for w in late)
@@ -176,7 +178,7 @@ def in_spans(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t <= ends[np.maximum(i, 0)])
 
 
-def _pct(sorted_xs: list[float], q: float) -> float:
+def _pct(sorted_xs: Sequence[float] | np.ndarray, q: float) -> float:
     """Nearest-rank percentile."""
     i = min(len(sorted_xs) - 1, max(0, math.ceil(q / 100.0 * len(sorted_xs)) - 1))
     return sorted_xs[i]

@@ -12,7 +12,7 @@ from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
 from monsoon.rundir import ACKED_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
-from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows, silences
+from monsoon.timeline.views import KILL_KINDS, Window, downtime, fault_windows, silences
 
 
 _max = builtins.max  # ``max`` is a check parameter below
@@ -225,7 +225,7 @@ def consumer_not_stalled(run: RunData, window: int = 10) -> Verdict:
     errs = {p: v for p, v in errs.items() if v}
     worst = _max((s.status for sts in per.values() for s in sts), default=OK)
     warns = sum(1 for sts in per.values() for s in sts if s.status == WARN)
-    figures = {"stalled_partitions": len(errs), "worst_status": worst, "partitions": len(per),
+    figures: dict[str, float] = {"stalled_partitions": len(errs), "worst_status": worst, "partitions": len(per),
                "window": window, "warn_polls": warns}
     if errs:
         firsts = sorted((v[0] for v in errs.values()), key=lambda s: (-s.status, s.t))
@@ -346,7 +346,7 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     slowest one is judged."""
     name = "lag_recovers_within"
     last_t = series[-1][0]
-    recs: list[tuple[object, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
+    recs: list[tuple[Window, float | None, float]] = []   # (window, recovery seconds or None, peak after start)
     relapses = []
     pend = []   # (window, seconds observed before the next window or the end, lag then, next window start)
     starts = sorted(w.start for w in wins)

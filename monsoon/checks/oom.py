@@ -12,6 +12,7 @@ from pathlib import Path
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, combine
 from monsoon.checks.memory import gc_log_files, gc_logs
 from monsoon.timeline.views import KILL_KINDS, explained_by_kill, fault_windows
+from monsoon.timeline.store import Events
 
 
 MB = 1024 * 1024
@@ -368,11 +369,10 @@ class Deaths:
     cgroups: dict = field(default_factory=dict)
 
 
-def deaths(run: RunData) -> Deaths:
+def deaths(ev: Events) -> Deaths:
     """Sort every ``service`` exit: an OOM on evidence (an OutOfMemoryError in its log, the kernel's OOM
     line for its pid, an ``oom_kill`` increase of its cgroup in the same sample interval as a SIGKILL exit),
     else the work of an injected kill, else an unexpected death (with its signal)."""
-    ev = run.events
     out = Deaths(supervised=ev.first("service", event="start") is not None)
     if not out.supervised:
         return out
@@ -454,7 +454,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
     notes: list[str] = []                        # what passed, for the one-line reason
     angles = 0                                   # angles that held data
 
-    d = deaths(run)
+    d = deaths(run.events)
     if d.supervised:
         angles += 1
         after_oom = [r for r in d.restarts if any(e["service"] == r["service"] and e["t"] <= r["t"] for e, _ in d.ooms)]
@@ -578,7 +578,7 @@ def no_unexpected_exit(run: RunData) -> Verdict:
     results: list[tuple[str, str]] = []
     notes: list[str] = []
     angles = 0
-    d = deaths(run)
+    d = deaths(run.events)
     if d.supervised:
         angles += 1
         oom_svcs = {e["service"] for e, _ in d.ooms}

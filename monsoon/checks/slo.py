@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 import numpy as np
@@ -183,7 +184,10 @@ class PhaseResult:
         return builtins.max(0.0, self.valid - self.good)
 
 
-def _burn_arrays(valid: list[float], bad: list[float], rule: BurnRule,
+Seconds = Sequence[float] | np.ndarray     # a value per second of a phase
+
+
+def _burn_arrays(valid: Seconds, bad: Seconds, rule: BurnRule,
                  budget_ratio: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indexes, long-window burns, short-window burns) where the rule's long window is full and both
     windows saw traffic: prefix sums, one vectorised pass (a day is 86,400 seconds, per rule)."""
@@ -199,14 +203,14 @@ def _burn_arrays(valid: list[float], bad: list[float], rule: BurnRule,
     return i, lb, sb
 
 
-def burn_rates(valid: list[float], bad: list[float], rule: BurnRule,
+def burn_rates(valid: Seconds, bad: Seconds, rule: BurnRule,
                budget_ratio: float) -> list[tuple[int, float, float]]:
     """(index, long-window burn, short-window burn) at every second where the rule's long window is full."""
     i, lb, sb = _burn_arrays(valid, bad, rule, budget_ratio)
     return list(zip(i.tolist(), lb.tolist(), sb.tolist()))
 
 
-def first_firing(valid: list[float], bad: list[float], rule: BurnRule,
+def first_firing(valid: Seconds, bad: Seconds, rule: BurnRule,
                  budget_ratio: float) -> tuple[int, float, float] | None:
     """The first second at which both the long and the short window burn above the rule's factor."""
     i, lb, sb = _burn_arrays(valid, bad, rule, budget_ratio)
@@ -226,11 +230,11 @@ def masked(starts: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
 
 
 def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective: float,
-                   unburnt: list[tuple[float, float]] = ()) -> PhaseResult:
+                   unburnt: Sequence[tuple[float, float]] = ()) -> PhaseResult:
     """``unburnt``: spans whose seconds the burn-rate rules leave out (they still spend the budget)."""
     ratio = 1.0 - objective
-    valid = [o.valid for o in outs]
-    bad = [o.bad for o in outs]
+    valid: Seconds = [o.valid for o in outs]     # per second; an array once spans are left out
+    bad: Seconds = [o.bad for o in outs]
     good = sum(o.good for o in outs)
     v = sum(valid)
     b = builtins.max(0.0, v - good)
@@ -253,7 +257,7 @@ def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective:
 
 
 def evaluate(events, objective: float = 0.99, latency_ms: float = 500.0,
-             good_counts: dict[int, int] | None = None, unburnt: list[tuple[float, float]] = ()
+             good_counts: dict[int, int] | None = None, unburnt: Sequence[tuple[float, float]] = ()
              ) -> list[PhaseResult]:
     """Every phase's SLO result (phases without traffic are left out)."""
     secs = load_seconds(events)

@@ -13,6 +13,7 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -88,6 +89,7 @@ class HistoryStore:
     def __init__(self, location: str | Path):
         self.location = str(location)
         self.postgres = self.location.startswith(("postgresql://", "postgres://"))
+        self.conn: Any      # a psycopg or a sqlite3 connection: the methods branch on self.postgres
         if self.postgres:
             self.conn = psycopg.connect(self.location, autocommit=True, connect_timeout=10)
         else:
@@ -141,7 +143,8 @@ class HistoryStore:
     def rows(self, *, stack: str | None = None, experiment: str | None = None, check: str | None = None,
              run_id: str | None = None, since: float | None = None) -> list[Row]:
         """Rows, oldest run first (by start time, then run id)."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[str | float] = []
         for col, val in (("stack", stack), ("experiment", experiment), ("check_name", check), ("run_id", run_id)):
             if val is not None:
                 where.append(f"{col} = ?")

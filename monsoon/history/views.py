@@ -140,14 +140,14 @@ def as_text(rows: list[Row], last: int = 20) -> str:
             lines.append(f"    {f}: " + " -> ".join(_num(v) for _, v in series))
     fl = flaky(rows)
     lines += ["", f"flaky checks (verdict flipped with no change of commit or stack file): {len(fl) or 'none'}"]
-    for f in fl:
-        lines.append(f"  {f.stack} / {f.experiment} / {f.check}: {f.from_verdict} in {f.from_run} -> "
-                     f"{f.to_verdict} in {f.to_run} (commit {(f.commit or '?')[:12]})")
+    for flip in fl:
+        lines.append(f"  {flip.stack} / {flip.experiment} / {flip.check}: {flip.from_verdict} in {flip.from_run} -> "
+                     f"{flip.to_verdict} in {flip.to_run} (commit {(flip.commit or '?')[:12]})")
     ff = first_failing(rows)
     lines += ["", f"failing now, and since when: {len(ff) or 'none'}"]
-    for f in ff:
-        since = f" (last pass {f.last_pass_run}, commit {(f.last_pass_commit or '?')[:12]})" if f.last_pass_run else \
-            " (never passed)"
-        lines.append(f"  {f.stack} / {f.experiment} / {f.check}: failing since {f.run_id}, commit "
-                     f"{(f.commit or '?')[:12]}, {f.failing_runs} failing run(s){since}")
+    for ff_ in ff:
+        since = (f" (last pass {ff_.last_pass_run}, commit {(ff_.last_pass_commit or '?')[:12]})"
+                 if ff_.last_pass_run else " (never passed)")
+        lines.append(f"  {ff_.stack} / {ff_.experiment} / {ff_.check}: failing since {ff_.run_id}, commit "
+                     f"{(ff_.commit or '?')[:12]}, {ff_.failing_runs} failing run(s){since}")
     return "\n".join(lines) + "\n"

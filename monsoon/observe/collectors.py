@@ -8,6 +8,7 @@ keeps the latest values for the runner (drain detection, progress).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 import time
@@ -164,7 +165,7 @@ class KafkaLagCollector(Collector):
     def __init__(self, bootstrap: str, group: str, topic: str | None, timeout: float = 0.9):
         self.bootstrap, self.group, self.topic, self.timeout = bootstrap, group, topic, timeout
         self.consumers: dict[str, Consumer] = {}
-        self._admin = None
+        self._admin: AdminClient | None = None
         self._meta: Consumer | None = None
         self._samples = 0
         if not is_pattern(group):
@@ -192,8 +193,9 @@ class KafkaLagCollector(Collector):
             return [self.group]
         if self._samples % self.GROUPS_EVERY == 0 or not self.consumers:   # TB makes its groups as it starts
             if self._admin is None:
-                self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000,
-                                           "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")})
+                conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 2000,
+                                        "log_level": 0, "logger": logging.getLogger("monsoon.kafka-lag")}
+                self._admin = AdminClient(conf)
             listed = self._admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 1)
             for g in listed.valid:
                 if fnmatch.fnmatchcase(g.group_id, self.group):
@@ -251,6 +253,14 @@ class KafkaLagCollector(Collector):
         for c in self.consumers.values():
             c.close()
         self.consumers.clear()
+
+
+class ProbeFailed(Exception):
+    """A query that did not answer in preflight: ``key`` names it in the stack file, ``cause`` is the driver's error."""
+
+    def __init__(self, key: str, cause: Exception):
+        super().__init__(str(cause))
+        self.key, self.cause = key, cause
 
 
 class SqlCountCollector(Collector):
@@ -331,7 +341,7 @@ class SqlCountCollector(Collector):
             raise
 
     def probe(self) -> None:
-        """Preflight: both queries answer; a failure says its key in ``e.key``."""
+        """Preflight: both queries answer; a failure is a :class:`ProbeFailed` naming the query's key."""
         for key, q in (("storage.count_query", self.query), ("storage.running_count_query", self.running_query)):
             if not q:
                 continue
@@ -339,8 +349,7 @@ class SqlCountCollector(Collector):
                 self._conn().execute(q, {"since": None} if "%(since)s" in q else None).fetchone()
             except Exception as e:
                 self._drop()
-                e.key = key
-                raise
+                raise ProbeFailed(key, e) from e
 
     def close(self) -> None:
         self._drop()
@@ -591,7 +600,7 @@ def collectors_for(stack) -> list[Collector]:
     if obs.service:
         out.append(ProcessCollector(lambda: stack.pid(obs.service)))
     for svc in spec.services:   # OOM-kill evidence for every service: a dependency the kernel kills is an OOM too
-        out.append(CgroupOomCollector(svc, lambda svc=svc: stack.pid(svc), run_id=stack.run_id))
+        out.append(CgroupOomCollector(svc, functools.partial(stack.pid, svc), run_id=stack.run_id))
     if obs.metrics_url and obs.metrics:
         out.append(MetricsCollector(stack.endpoint(obs.metrics_url), dict(obs.metrics)))
     if obs.kafka:

@@ -11,12 +11,17 @@ import time
 from typing import Callable, Iterable
 
 from monsoon.observe.facts import read_facts
-from monsoon.observe.collectors import Collector, KafkaLagCollector, MetricsCollector, SqlCountCollector
+from monsoon.observe.collectors import Collector, KafkaLagCollector, MetricsCollector, ProbeFailed, SqlCountCollector
 from monsoon.observe.storage import StoredSource
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 
 WITHIN_S = 10.0   # how long a declared endpoint may take to answer once the stack is ready
+
+
+def _why(e: BaseException) -> str:
+    """An error in one line: its type and message."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource | None,
@@ -35,10 +40,13 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
                 c.probe()        # both its queries: the exact one and the running one
                 continue
             got = c.sample() if isinstance(c, (MetricsCollector, KafkaLagCollector)) else None
+        except ProbeFailed as e:
+            problems[e.key] = _why(e.cause)
+            continue
         except Exception as e:   # any failure to answer is the finding
-            key = getattr(e, "key", None) or {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
-                                               "storage": "storage.count_query"}[c.name]
-            problems[key] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+            key = {"metrics": "observe.metrics_url", "kafka": "observe.kafka.bootstrap",
+                   "storage": "storage.count_query"}[c.name]
+            problems[key] = _why(e)
             continue
         if isinstance(c, MetricsCollector):
             for name, selector in c.selectors.items():

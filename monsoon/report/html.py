@@ -11,7 +11,6 @@ import io
 import os
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +169,7 @@ def markers_of(ev: Events) -> list[Marker]:
     """Exit and restart lines. An exit is drawn as an OOM only when ``no_oom`` would call it one (its
     evidence: ``monsoon.checks.oom.deaths``), so a pod kill's SIGKILL is an exit, not an OOM."""
     out = []
-    ooms = {(e["service"], e["t"]) for e, _ in deaths(SimpleNamespace(events=ev)).ooms}
+    ooms = {(e["service"], e["t"]) for e, _ in deaths(ev).ooms}
     for s in ev.of("service"):
         if not _num(s.get("t")):
             continue

@@ -87,7 +87,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers,
-                           legs=None if exp.load.legs is None else dict(exp.load.legs))
+                           legs=None if exp.load.legs is None else {str(k): w for k, w in exp.load.legs.items()})
                 result.platform = load.facts or None
                 if any(n == "no_ingest_stall" for n, _ in checks):
                     load.watch_stalls(stack, out_dir)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from monsoon.settings import FOLDERS
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
@@ -13,7 +15,7 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError
 MARKERS = {"services": "stack", "load": "experiment", "kind": "fault profile"}
 
 
-MODELS = {"stack": StackSpec, "experiment": ExperimentSpec, "fault profile": FaultSpec}
+MODELS: dict[str, type[BaseModel]] = {"stack": StackSpec, "experiment": ExperimentSpec, "fault profile": FaultSpec}
 # each kind's top-level keys besides its marker and the ones every spec has: read from the models themselves
 TOP_KEYS = {kind: set(model.model_fields) - set(MARKERS) - {"name", "description", "source"}
             for kind, model in MODELS.items()}

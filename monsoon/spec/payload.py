@@ -158,6 +158,8 @@ def compile_template(text: str, *, seed: int = _SEED) -> _Template:
             raise TemplateError(f"unknown placeholder {where} ({_HELP})")
         if len(args) != 2:
             raise TemplateError(f"placeholder {where} needs two bounds, e.g. {{{name}:0:100}}")
+        lo: float
+        hi: float
         try:
             if name == "rand_int":
                 lo, hi = int(args[0]), int(args[1])

@@ -4,13 +4,14 @@ consume through the stack's broker, no platform in between), as in Spring XD's m
 Run by ``monsoon sweep`` (:mod:`monsoon.run.sweep`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
 
 from monsoon.spec.base import _Frozen, _per_profile
 
-PerProfile = float | dict[str, float]
+PerProfile = float | Mapping[str, float]     # a Mapping: the defaults' int values are floats too (validated to a dict)
 
 
 class SweepSpec(_Frozen):

@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from monsoon.paths import CACHE, REPO
@@ -134,7 +135,7 @@ class Stack:
     def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, on_event: EventSink = _noop,
                  ready_timeout_scale: float = 1.0, profile: str = "quick",
                  env_overrides: dict[str, dict[str, str]] | None = None,
-                 restart_overrides: dict[str, str] | None = None):
+                 restart_overrides: Mapping[str, str] | None = None):
         self.spec = spec
         self.profile = profile
         unknown = sorted(set(env_overrides or {}) - set(spec.services))
@@ -146,7 +147,7 @@ class Stack:
         if unknown:
             raise StackError(f"restart policy for unknown service(s) {', '.join(unknown)} of stack {spec.name!r} "
                              f"(it has: {', '.join(spec.services)})")
-        self.restart_overrides = restart_overrides or {}
+        self.restart_overrides = dict(restart_overrides or {})
         self.dir = Path(stack_dir)
         self.run_id = run_id
         self.on_event = on_event

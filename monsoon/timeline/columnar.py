@@ -423,8 +423,8 @@ def dataset_state(dir: Path) -> DatasetState:
     return DatasetState(len(parts), rows, (dir / CLOSED).exists(), pending, last)
 
 
-def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[list[str], list[np.ndarray]]]:
-    """``(device names, [int64 array per column])`` per row group of every closed part, in part order;
+def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[pa.DictionaryArray, list[np.ndarray]]]:
+    """``(device names (dictionary-encoded), [int64 array per column])`` per row group of every closed part, in part order;
     a column a part lacks is left out of the lists (the caller checks the schema first)."""
     for p in sorted(Path(dir).glob(PART_GLOB)):
         f = pq.ParquetFile(p, read_dictionary=["device"])

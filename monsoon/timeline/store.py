@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Self
 
 from monsoon.timeline.tail import Tear, secs
 
@@ -36,7 +36,7 @@ class Timeline:
         with self._lock:
             self._fh.close()
 
-    def __enter__(self) -> "Timeline":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
