@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
 from monsoon.checks.oom import heap_headroom, limit_stalls
-from monsoon.timeline.views import fault_spans, silences
+from monsoon.timeline.views import counter_steps, fault_spans, silences
 
 MB = 1024 * 1024
 
@@ -74,8 +74,8 @@ def _evidence(run: RunData, svc: str, a: float, b: float, silent: list, stalls: 
                 out.append(f"{h.service}'s heap after GC at {h.peak_after_gc_mb:,.0f} of {h.max_mb:,.0f} MB "
                            f"at t={h.t:.0f}s (GC log)")
     gc = [(t, v) for t, v in ev.series("metrics", "gc_seconds") if a - 2.0 <= t <= b + 2.0]
-    if len(gc) >= 2 and gc[-1][0] > gc[0][0] and gc[-1][1] >= gc[0][1]:
-        share = (gc[-1][1] - gc[0][1]) / (gc[-1][0] - gc[0][0])
+    if len(gc) >= 2 and gc[-1][0] > gc[0][0]:     # a restart resets the counter: its new value counts from zero
+        share = sum(counter_steps(gc)) / (gc[-1][0] - gc[0][0])
         figures["gc_time_pct"] = round(100.0 * share, 1)
         if share >= 0.3:
             out.append(f"{100.0 * share:.0f}% of the time in GC")

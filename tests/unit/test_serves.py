@@ -101,3 +101,22 @@ def test_without_heap_metrics_the_gc_log_names_the_full_heap(tmp_path):
         b.load(sec, 400, 400 if sec < 55 else 0)
     v = serves_throughout(run(b), max_silent_s=10)
     assert v.verdict == FAIL and "platform's heap after GC at 381 of 384 MB at t=71s (GC log)" in v.message, v.message
+
+
+def test_the_gc_share_of_a_stretch_counts_across_a_restart(tmp_path):
+    """The GC counter restarts from zero with the process: the share is the counter's increase over the stretch
+    (each drop a reset, as gc_time_fraction counts it), not last minus first (negative here: the stretch was left
+    without its GC figure)."""
+    b = RunBuilder(tmp_path, base_rate=400).service_start()
+    for sec in range(80):
+        b.load(sec, 400, 0 if 20 <= sec < 60 else 400)
+    b.ev("service", 39.0, service="platform", event="exit", code=137, cause="killed")
+    b.ev("service", 40.0, service="platform", event="restart", n=2)
+    b.ev("service", 41.0, service="platform", event="ready")
+    for t in range(10, 70):          # half of every second in GC, before and after the restart
+        b.metrics(float(t), gc_seconds=100.0 + 0.5 * (t - 10) if t < 40 else 0.5 * (t - 40))
+    v = serves_throughout(run(b), max_silent_s=10)
+    assert v.verdict == FAIL, v.message
+    # samples t=18..62 (the stretch 20-60 +- 2 s): 104 -> 11 last minus first; 21.5 s of GC in 44 s counted
+    assert v.figures["gc_time_pct"] == 48.9, v.figures
+    assert "49% of the time in GC" in v.message, v.message
