@@ -50,7 +50,8 @@ def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: P
         return result
     if dry_run:
         result = ExperimentResult(plan.stack.name, plan.exp.name, profile, out_dir, base_rate=plan.base_rate)
-        result.dry_run = describe(plan.stack, plan.exp, profile, list(plan.faults), run_id)
+        result.dry_run = describe(plan.stack, plan.exp, profile, list(plan.faults), run_id,
+                                  [name for name, _ in plan.checks])
         if plan.base_rate:
             result.dry_run = result.dry_run.replace(f"x1 = {plan.exp.load.base_rate:g} msg/s",
                                                     plan.base_rate["describe"])

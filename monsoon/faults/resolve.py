@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from monsoon import settings
 from monsoon.faults.base import FaultBackend, FaultError
@@ -212,8 +212,10 @@ def _what(f: FaultSpec) -> str:
     return f"{f.backend}: apply the objects below in namespace {f.target.kube.namespace if f.target.kube else '?'}"
 
 
-def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[FaultSpec], run_id: str) -> str:
-    """What a run would do, without doing it."""
+def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[FaultSpec], run_id: str,
+             checks: Sequence[str]) -> str:
+    """What a run would do, without doing it; ``checks``: the names of what it judges (its plan's, implied
+    checks included: :func:`monsoon.run.plan.run_checks`)."""
     d = exp.durations(profile)
     lines = [f"DRY RUN {stack.name} / {exp.name} ({profile}): nothing is started, nothing is injected",
              f"  stack: start {', '.join(stack.start_order())}",
@@ -231,8 +233,6 @@ def describe(stack: StackSpec, exp: ExperimentSpec, profile: str, faults: list[F
             except FaultError as e:
                 text = f"REFUSED: {e}"
             lines.extend("    | " + x for x in text.rstrip().splitlines())
-    checks = [c.name for c in exp.checks if c.applies(profile)]
-    checks += [n for n in (["faults_landed"] if faults else []) + ["load_valid"] if n not in checks]
     lines.append(f"  checks: {', '.join(checks)}")
     return "\n".join(lines)
 

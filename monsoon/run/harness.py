@@ -1,4 +1,4 @@
-"""What a run and a calibration share: the experiment's shape, device provisioning, and the reports of a fault plan."""
+"""What a run and a calibration share: device provisioning, the load harness, and the reports of a fault plan."""
 from __future__ import annotations
 from typing import Any
 from pathlib import Path
@@ -6,7 +6,7 @@ import time
 
 from monsoon.load.fleet import Fleet, FleetOptions, build_fleet
 from monsoon.load.payloads import Payload
-from monsoon.load.shapes import LoadShape, build_shape
+from monsoon.load.shapes import LoadShape
 from monsoon.load.stats import SecondStats
 from monsoon.observe.collectors import collectors_for
 from monsoon.observe.preflight import preflight
@@ -15,19 +15,9 @@ from monsoon.observe.sampler import Sampler
 from monsoon.observe.storage import stored_source
 from monsoon.observe.threaddump import ThreadDumper
 from monsoon.rundir import ACKED_DATA, LATENCY_FILE
-from monsoon.spec.experiment import ExperimentSpec
 from monsoon.stack.provision import Device, device_names, provisioner_for
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
-
-
-def experiment_shape(exp: ExperimentSpec, profile: str):
-    """The experiment's load shape for ``profile`` (see ``ShapeSpec``: how each kind uses the profile's
-    warmup / burst / recovery windows)."""
-    rate = exp.load.base_rate
-    if rate == "auto":
-        raise ValueError(f"{exp.name}: base_rate auto must be resolved (calibrated) before the shape is built")
-    return build_shape(exp.load.shape, rate, exp.durations(profile), profile)
 
 
 def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None = None) -> list[Device]:

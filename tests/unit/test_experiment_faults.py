@@ -11,6 +11,7 @@ import pytest
 from monsoon.faults.resolve import describe, experiment_faults, resolve_fault
 from monsoon.spec.fault import LatencyParams, PodKillParams
 from monsoon.spec.experiment import FaultRef
+from monsoon.run.plan import run_checks
 from monsoon.run.validate import load_checked
 from monsoon.spec.stack import load_stack
 from monsoon.stack.reaper import find_leftovers
@@ -177,22 +178,22 @@ def test_describe_lists_every_fault_with_its_windows(tmp_path):
     p = experiment(tmp_path, KILL + LATENCY + "- profile: pod-kill\n  name: late-kill\n  schedule: {at: 500}\n")
     exp, stack = load_checked(p), load_stack("kafka")
     faults = experiment_faults(exp, "quick", stack)
-    text = describe(stack, exp, "quick", faults, "rid-1")
+    text = describe(stack, exp, "quick", faults, "rid-1", [n for n, _ in run_checks(exp, "quick", faults)])
     assert text.startswith("DRY RUN kafka / chaos-test (quick): nothing is started")
     assert "fault kill [pod-kill, process] on platform at 30-35s, 70-75s" in text
     assert "SIGKILL the process group of platform" in text
     assert "fault pg-latency [network-latency, toxiproxy] on platform->postgres at 20-50s" in text
     assert "latency 50 ms +/- 20 ms downstream" in text
     assert "fault late-kill [pod-kill, process] on platform at never (after the load)" in text
-    assert "checks: no_oom, faults_landed" in text
-    full = describe(stack, exp, "full", experiment_faults(exp, "full", stack), "rid-1")
+    assert "checks: no_oom, faults_landed, no_unexpected_exit, load_valid" in text     # the plan's: implied ones too
+    full = describe(stack, exp, "full", experiment_faults(exp, "full", stack), "rid-1", [])
     assert "3600-3605s, 5400-5405s" in full and "latency 500 ms" in full and "20-320s" in full
 
 
 def test_describe_elides_many_windows(tmp_path):
     p = experiment(tmp_path, "- profile: pod-kill\n  schedule: {at: 0, duration: 1, repeat_every: 10}\n")
     exp, stack = load_checked(p), load_stack("kafka")
-    text = describe(stack, exp, "quick", experiment_faults(exp, "quick", stack), "r")
+    text = describe(stack, exp, "quick", experiment_faults(exp, "quick", stack), "r", [])
     assert "0-1s, 10-11s, 20-21s, 30-31s ... (9 windows)" in text
 
 

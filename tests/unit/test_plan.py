@@ -80,7 +80,7 @@ def test_a_session_with_its_own_registry_runs_a_custom_check_in_process(tmp_path
     lines: list[str] = []
     res = MonsoonSession(runs_dir=tmp_path / "runs", dry_run=True, progress=lines.append,
                          checks=reg).run("inmemory", str(p))
-    assert "checks: no_oom, stored_within, load_valid" in res.dry_run
+    assert "checks: no_oom, stored_within, no_unexpected_exit, load_valid" in res.dry_run   # the plan's checks
     with pytest.raises(SpecError, match="unknown check 'stored_within'"):   # a session of its own: built-ins only
         MonsoonSession(runs_dir=tmp_path / "runs", dry_run=True, progress=lines.append).run("inmemory", str(p))
 

@@ -186,8 +186,8 @@ def shaped(tmp_path, shape: str, name: str = "s.yaml", extra: str = ""):
 
 
 def phase_table(exp, profile):
-    from monsoon.run.harness import experiment_shape
-    shape = experiment_shape(exp, profile)
+    from monsoon.load.shapes import build_shape     # as RunPlan.shape() builds it
+    shape = build_shape(exp.load.shape, float(exp.load.base_rate), exp.durations(profile), profile)
     return shape, [(p.name, p.start, p.end, shape.rate_at(p.start)) for p in shape.phases()]
 
 
