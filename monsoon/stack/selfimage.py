@@ -5,15 +5,16 @@ One layer (:func:`monsoon.stack.imagetar.write_image_archive`) holding:
 
 * the interpreter monsoon runs under, at its own prefix (``sys.base_prefix``: its RUNPATH and its landmarks stay
   true), with its standard library minus the parts nothing imports at run time (tests, IDLE, Tk, lib2to3,
-  ensurepip, optimised ``.opt-N.pyc``);
+  ensurepip);
 * in that prefix's ``site-packages``, the distributions monsoon needs to run (``pyproject.toml``'s
   ``dependencies``, followed through their own requirements; no extras, no dev tools), minus their test suites,
-  headers and pyarrow's Flight/S3/Substrait/Gandiva libraries (monsoon reads Parquet, CSV and compute only);
+  headers and pyarrow's Flight/S3/Gandiva libraries (monsoon reads Parquet, CSV and compute only);
 * the checkout's ``monsoon/`` package, ``stacks/``, ``experiments/``, ``fault-profiles/``, ``pytest/``,
   ``conftest.py`` and ``pyproject.toml`` under ``/monsoon`` (no build output: ``target/``, ``__pycache__``), found
   through a ``.pth`` and a small ``monsoon`` dist-info (its ``pytest11`` entry point: the plugin loads);
 * the system libraries all of that links (``ldd``), the dynamic loader, busybox for ``sh``, and
-  ``/usr/local/bin/monsoon``.
+  ``/usr/local/bin/monsoon``;
+* every ``.py``'s bytecode, compiled here with checked-hash invalidation (:func:`compiled`).
 
 The tag is ``monsoon.local/monsoon:<digest of every file's name, size and mtime>``; the archive is cached under
 ``<cache>/k8s/images/`` (older ones removed) and imported into the cluster's containerd unless it is there.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import os
+import py_compile
 import re
 import subprocess
 import sys
@@ -41,30 +43,32 @@ WORKDIR = "/monsoon"
 ENTRY = "/usr/local/bin/monsoon"
 PROJECT = ("monsoon", "stacks", "experiments", "fault-profiles", "pytest", "conftest.py", "pyproject.toml")
 STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages", "pydoc_data"}
-# what no run of monsoon loads: test suites, C headers and sources, stubs, pyarrow's RPC/cloud/plan/JIT modules
-_PRUNE = re.compile(r"(^|/)(tests?|__pycache__/[^/]*\.opt-\d\.pyc|include|src)(/|$)|\.(pyi|pxd|pyx|h|hpp)$|"
-                    r"^pyarrow/(lib)?_?(arrow_)?(python_)?(flight|s3|s3fs|substrait|gandiva|azurefs|gcsfs|hdfs)[^/]*$")
+# what no run of monsoon loads: test suites, C headers and sources, stubs, pyarrow's RPC/cloud/JIT modules
+_PRUNE = re.compile(r"(^|/)(tests?|__pycache__|include|src)(/|$)|\.(pyi|pxd|pyx|h|hpp)$|"
+                    r"^pyarrow/(lib)?_?(arrow_)?(python_)?(flight|s3|s3fs|gandiva|azurefs|gcsfs|hdfs)[^/]*$")
 
 
 def runtime_distributions(root: str = "monsoon") -> list[str]:
-    """``root``'s requirements and theirs, transitively (markers evaluated without extras): distribution names."""
+    """``root``'s requirements and theirs, transitively (markers evaluated without extras, except the extras a
+    requirement asks for: ``psycopg[binary]`` brings psycopg-binary): distribution names."""
     seen: dict[str, None] = {}
-    todo = [root]
+    done: set[tuple[str, frozenset[str]]] = set()
+    todo: list[tuple[str, frozenset[str]]] = [(root, frozenset())]
     while todo:
-        name = todo.pop()
+        name, extras = todo.pop()
         for spec in md.requires(name) or []:
             req = Requirement(spec)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            if req.marker is not None and not any(req.marker.evaluate({"extra": x}) for x in ("", *extras)):
                 continue
             key = req.name.lower().replace("_", "-")
-            if key in seen:
-                continue
             try:
                 md.distribution(req.name)
             except md.PackageNotFoundError:
                 continue
             seen[key] = None
-            todo.append(req.name)
+            if (key, frozenset(req.extras)) not in done:
+                done.add((key, frozenset(req.extras)))
+                todo.append((req.name, frozenset(req.extras)))
     return sorted(seen)
 
 
@@ -86,11 +90,11 @@ def _stdlib_files(stdlib: Path, dest: str) -> list[File]:
     for root, dirs, files in os.walk(stdlib):
         rel = os.path.relpath(root, stdlib)
         top = rel.split(os.sep)[0]
-        if top in STDLIB_SKIP or top.startswith("config-"):
+        if top in STDLIB_SKIP or top.startswith("config-") or os.path.basename(root) == "__pycache__":
             dirs[:] = []
             continue
         for fname in files:
-            if ".opt-" in fname or fname.startswith("_tkinter"):
+            if fname.startswith("_tkinter"):
                 continue
             p = os.path.join(root, fname)
             if os.path.isfile(p):
@@ -114,6 +118,29 @@ def _project_files(repo: Path) -> list[File]:
                     out.append((name, None, os.readlink(entry.path)))
                 elif entry.is_file() and not entry.name.endswith(".pyc"):
                     out.append((name, entry.path, None))
+    return out
+
+
+def compiled(files: list[File], pyc: Path) -> list[File]:
+    """A ``__pycache__`` entry beside each ``.py`` of the image, compiled once under ``pyc`` (again when its source
+    is newer) with *checked-hash* invalidation: the image's files carry mtime 0, so the usual timestamp check
+    would fail and every pod would compile everything again at each start."""
+    tag = sys.implementation.cache_tag
+    out: list[File] = []
+    for name, host, _ in files:
+        if not host or not name.endswith(".py"):
+            continue
+        head, base = os.path.split(name)
+        cname = f"{head}/__pycache__/{base[:-3]}.{tag}.pyc"
+        staged = pyc / cname
+        if not staged.is_file() or staged.stat().st_mtime < os.stat(host).st_mtime:
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                py_compile.compile(host, cfile=str(staged), dfile="/" + name, doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+            except py_compile.PyCompileError:
+                continue               # a file no import reaches (a template, a Python 2 leftover): left as source
+        out.append((cname, str(staged), None))
     return out
 
 
@@ -188,6 +215,7 @@ def image_files(work: Path, repo: Path = REPO) -> list[File]:
     files += _site_files(dists, site, dest_site)
     files += _project_files(repo)
     files += _generated(work, prefix)
+    files += compiled(files, work / "pyc")
     inside = {h for _, h, _ in files if h}
     elves = [h for n, h, _ in files if h and (".so" in n or h == exe) and _elf(h)]
     files += system_libraries(elves, inside, (str(site), str(site.resolve())))
