@@ -3,6 +3,9 @@ command router on Infinispan, MQTT and HTTP adapters, Kafka; a backend simulator
 hono.telemetry.<tenant> and hono.event.<tenant>).
 
 Run:  pytest -m burst pytest/ -k hono      (x3 of QoS 1 telemetry over MQTT, quick profile)
+      pytest -m chaos pytest/ -k hono      (500 ms on the command router -> Infinispan hop under a
+                                            telemetry + event + command mix over HTTP)
+      pytest pytest/test_hono.py -k command_round_trips   (the same mix, no fault: each leg's baseline)
 
 Needs Hono's components, built once from a clone of its public repository at tag 2.6.0:
       tools/build-hono <a clone of github.com/eclipse-hono/hono at tag 2.6.0>
@@ -18,3 +21,22 @@ import pytest
 def test_hono_burst_flood(monsoon):
     # without Hono's build (set-up cannot fetch it): a skip saying how to build it, not a failure
     monsoon.run("hono-kafka", "hono-burst-x3", skip_unavailable=True).assert_pass()
+
+
+def test_hono_command_round_trips(monsoon):
+    # HTTP devices: QoS 1 telemetry, events and command round trips (6:2:2) on hono-kafka-toxiproxy, no fault;
+    # each leg's p50/p99/p99.9 and errors by HTTP code in legs.json and the checklist
+    monsoon.run("hono-kafka-toxiproxy", "hono-commands", skip_unavailable=True).assert_pass()
+
+
+@pytest.mark.chaos
+def test_hono_infinispan_slowdown(monsoon):
+    # 500 ms on the command router -> Infinispan hop under the mix: the command legs degrade (their errors counted
+    # by code), telemetry and events stay within 1 s at p99, and the command legs recover after the heal
+    monsoon.run("hono-kafka-toxiproxy", "hono-infinispan-slowdown", skip_unavailable=True).assert_pass()
+
+
+def test_hono_cold_against_warm(monsoon):
+    # the same command load on a freshly started stack (cold Infinispan), then warmed: both phases' command
+    # round trips and 503s side by side in the checklist
+    monsoon.run("hono-kafka-toxiproxy", "hono-cold-warm", skip_unavailable=True).assert_pass()

@@ -17,6 +17,7 @@ from monsoon.checks.base import RunData, UNKNOWN, Verdict
 from monsoon.checks.faults import faults_landed, latency_objective, throughput_drop
 from monsoon.checks.lag import consumer_not_stalled, lag_bounded, lag_recovers_within
 from monsoon.checks.gc import gc_time_below
+from monsoon.checks.legs import leg_objective
 from monsoon.checks.load import load_valid
 from monsoon.checks.loss import no_acked_loss, no_duplicates, no_unexpected
 from monsoon.checks.memory import gc_time_fraction, no_memory_leak, no_thread_leak
@@ -48,6 +49,7 @@ _BUILT_IN: dict[str, Callable[..., Verdict]] = {
     "load_valid": load_valid,
     "no_ingest_stall": no_ingest_stall,
     "serves_throughout": serves_throughout,
+    "leg_objective": leg_objective,
 }
 
 #: monsoon's own checks, read-only. A session's :class:`CheckRegistry` starts from these.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -69,6 +69,8 @@ class FleetOptions:
     request_timeout_s: float = 10.0
     connect_timeout_s: float = 10.0
     confirmable: bool = True                        # CoAP
+    # Hono's command flow (hono-http): weights of the message kinds telemetry, event, command (monsoon.load.hono)
+    legs: Mapping[str, float] | None = None
     # native and kubernetes (monsoon-loadgen)
     workers: int = 1
     source_addrs: Sequence[str] = ()

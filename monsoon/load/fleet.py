@@ -7,6 +7,7 @@ from typing import Any
 
 from monsoon.load.base import Fleet, FleetOptions
 from monsoon.load.coap import CoapFleet
+from monsoon.load.hono import HonoHttpFleet
 from monsoon.load.http import HttpFleet
 from monsoon.load.kube_job import KubeJobFleet
 from monsoon.load.mqtt import MqttFleet
@@ -16,14 +17,15 @@ from monsoon.stack.provision import Device
 
 __all__ = ["TRANSPORTS", "Fleet", "FleetOptions", "build_fleet"]
 
-TRANSPORTS = ("mqtt", "http", "coap")
+TRANSPORTS = ("mqtt", "http", "coap", "hono-http")
 
 
 def build_fleet(transport: str, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                 /, *, engine: str = "python", **fields: Any) -> Fleet:
     """The fleet for a stack's ``devices.transport``, of ``options`` (or the :class:`FleetOptions` ``fields``):
     ``mqtt`` (``topic``, ``qos``), ``http`` or ``coap`` (both ignore ``topic`` and ``qos``: a request is always
-    answered). MQTT has three engines: ``python`` (:class:`~monsoon.load.mqtt.MqttFleet`), ``native``
+    answered), ``hono-http`` (Hono's HTTP adapter: telemetry, events and command round trips by ``legs``). MQTT
+    has three engines: ``python`` (:class:`~monsoon.load.mqtt.MqttFleet`), ``native``
     (:class:`~monsoon.load.native.NativeFleet`, ``workers`` processes) and ``kubernetes``
     (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed Job in monsoon's cluster)."""
     if options is None:
@@ -44,5 +46,7 @@ def build_fleet(transport: str, devices: list[Device], host: str, port: int, opt
         return HttpFleet(devices, host, port, options)
     if transport == "coap":
         return CoapFleet(devices, host, port, options)
+    if transport == "hono-http":
+        return HonoHttpFleet(devices, host, port, options)
     raise ValueError(f"unknown device transport {transport!r} (use one of: {', '.join(TRANSPORTS)})")
 

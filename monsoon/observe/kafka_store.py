@@ -9,6 +9,11 @@
 * ``python -m monsoon.observe.kafka_store backend`` is the northbound "backend simulator" of a stack: the business
   application consuming those topics as a consumer group, committing as it goes, so a flood becomes its lag
   (``observe.kafka``) and the drain waits for it. It prints ``consuming`` once it is subscribed.
+  With ``--commands`` it also answers command queries, as Hono's example application does: a telemetry or event
+  record with a ``ttd`` header > 0 (a device waiting that many seconds for a command) gets a request/response
+  command on ``hono.command.<tenant>`` (key and ``device_id`` = the record's ``device_id``, ``subject``
+  ``monsoon``, ``response-required: true``, a ``correlation-id``); it consumes ``hono.command_response.<tenant>``
+  and counts the responses by their ``status`` header.
 """
 from __future__ import annotations
 
@@ -18,9 +23,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from monsoon.timeline.columnar import write_rows
@@ -124,29 +129,88 @@ class KafkaSource:
             raise ValueError(f"Kafka at {self.bootstrap} does not answer: {e}") from None
 
 
-def backend(bootstrap: str, group: str, topics: list[str], stop_after: float | None = None) -> int:
+COMMAND_SUBJECT = "monsoon"
+RESPONSE_TOPICS = r"^hono\.command_response\..*"
+
+
+def header(headers: Any, name: str) -> str | None:
+    """The first value of Kafka header ``name`` as text (Hono writes strings as they are, the rest as JSON)."""
+    for k, v in headers or ():
+        if k == name and v is not None:
+            return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+    return None
+
+
+def command_for(topic: str, headers: Any,
+                n: int) -> tuple[str, str, list[tuple[str, str | bytes | None]], bytes] | None:
+    """The request/response command answering a command query, or None when the record is not one: a record of
+    ``hono.telemetry.<tenant>`` / ``hono.event.<tenant>`` whose ``ttd`` header is a number > 0 and which names
+    its ``device_id``. Returns (command topic, key, headers, value); ``n`` makes the correlation id unique."""
+    parts = topic.split(".", 2)
+    if len(parts) != 3 or parts[0] != "hono" or parts[1] not in ("telemetry", "event"):
+        return None
+    ttd, device = header(headers, "ttd"), header(headers, "device_id")
+    try:
+        if device is None or ttd is None or int(ttd) <= 0:
+            return None
+    except ValueError:
+        return None
+    corr = f"{device}-{n}"
+    hdrs: list[tuple[str, str | bytes | None]] = [("device_id", device.encode()), ("subject", COMMAND_SUBJECT.encode()),
+            ("correlation-id", corr.encode()), ("response-required", b"true"),
+            ("content-type", b"application/json")]
+    return f"hono.command.{parts[2]}", device, hdrs, json.dumps({"corr": corr}).encode()
+
+
+def backend(bootstrap: str, group: str, topics: list[str], stop_after: float | None = None,
+            commands: bool = False) -> int:
     """The business application: consume ``topics`` (names, or ``^regex``) as ``group`` until SIGTERM/SIGINT,
-    committing offsets automatically; prints ``consuming`` once subscribed and, every 10 s, what it received."""
+    committing offsets automatically; prints ``consuming`` once subscribed and, every 10 s, what it received.
+    ``commands``: answer every command query with a command (:func:`command_for`) and consume the command
+    responses."""
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                          "enable.auto.commit": True, "auto.commit.interval.ms": 1000,
+                         "fetch.wait.max.ms": 10,
                          "topic.metadata.refresh.interval.ms": 1000})   # a tenant's topic appears on its first message
-    consumer.subscribe(topics)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0}) if commands else None
+    consumer.subscribe(topics + ([RESPONSE_TOPICS] if commands else []))
     print("consuming", flush=True)
-    received, last, t0 = 0, time.monotonic(), time.monotonic()
+    received, sent, responses, last, t0 = 0, 0, 0, time.monotonic(), time.monotonic()
+    statuses: dict[str, int] = {}
     try:
         while not stop and (stop_after is None or time.monotonic() - t0 < stop_after):
-            for m in consumer.consume(5000, timeout=0.5):
-                if m.error() is None:
-                    received += 1
+            first = consumer.poll(0.1)     # as soon as a record is there (a command query waits on us)
+            msgs = [] if first is None else [first] + consumer.consume(5000, timeout=0)
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                topic = m.topic() or ""
+                if topic.startswith("hono.command_response."):
+                    responses += 1
+                    st = header(m.headers(), "status") or "?"
+                    statuses[st] = statuses.get(st, 0) + 1
+                    continue
+                received += 1
+                if producer is not None:
+                    cmd = command_for(topic, m.headers(), sent)
+                    if cmd is not None:
+                        producer.produce(cmd[0], key=cmd[1], value=cmd[3], headers=cmd[2])
+                        sent += 1
+            if producer is not None:
+                producer.poll(0)
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
-                print(f"received {received}", flush=True)
+                print(f"received {received}" + (f", commands {sent}, responses {responses} {statuses}"
+                                                 if commands else ""), flush=True)
     finally:
         consumer.close()   # commits the last offsets
-    print(f"received {received}, stopped", flush=True)
+        if producer is not None:
+            producer.flush(5)
+    print(f"received {received}" + (f", commands {sent}, responses {responses} {statuses}" if commands else "")
+          + ", stopped", flush=True)
     return 0
 
 
@@ -157,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--bootstrap", required=True)
     b.add_argument("--group", required=True)
     b.add_argument("--topic", action="append", required=True, help="a topic name or ^regex; repeatable")
+    b.add_argument("--commands", action="store_true",
+                   help="answer command queries (records with a ttd header) with a command; consume the responses")
     a = ap.parse_args(argv)
-    return backend(a.bootstrap, a.group, a.topic)
+    return backend(a.bootstrap, a.group, a.topic, commands=a.commands)
 
 
 if __name__ == "__main__":

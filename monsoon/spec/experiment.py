@@ -56,6 +56,9 @@ class LoadSpec(_Frozen):
     workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
     kubernetes: KubeLoadSpec | None = Field(None, description="run the load as a Kubernetes Indexed Job in monsoon's "
                                             "cluster: {shards: N} pods, each monsoon-loadgen --shard i/N")
+    legs: dict[Literal["telemetry", "event", "command"], Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = \
+        Field(None, description="transport hono-http only: weights of the message kinds (Hono's command flow), "
+              "e.g. {telemetry: 6, event: 2, command: 2} (the default)")
     sweep: SweepSpec | None = Field(None, description="a size sweep's ramp (with payload.sizes; monsoon sweep): "
                                     "{factor, step_s, settle_s, max_rate, transport_s, gc_fraction}")
 

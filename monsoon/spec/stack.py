@@ -161,9 +161,10 @@ class ServiceSpec(_Frozen):
 
 class DevicesSpec(_Frozen):
     """Where devices connect. ``transport``: ``mqtt`` (``topic``), ``http`` (ThingsBoard's
-    ``POST /api/v1/{token}/telemetry``) or ``coap`` (the same path over CoAP); ``port`` is that
+    ``POST /api/v1/{token}/telemetry``), ``coap`` (the same path over CoAP) or ``hono-http`` (Eclipse Hono's
+    HTTP adapter: telemetry, events and command round trips, monsoon.load.hono); ``port`` is that
     transport's port. ``protocol`` is the older name of ``transport``."""
-    transport: Literal["mqtt", "http", "coap"] = Field("mqtt", description="how the devices talk to the stack")
+    transport: Literal["mqtt", "http", "coap", "hono-http"] = Field("mqtt", description="how the devices talk to the stack")
     protocol: Literal["mqtt", "http", "coap"] | None = Field(None, description="the older name of transport")
     host: str = Field("127.0.0.1", description="the host devices connect to")
     port: str = Field(description="that transport's port, e.g. {port:mqtt} or 1883")
@@ -195,6 +196,9 @@ class ProvisioningSpec(_Frozen):
     username: str | None = Field(None, description="thingsboard-rest: the tenant user")
     password: str | None = Field(None, description="thingsboard-rest: its password")
     tenant: str | None = Field(None, description="hono-registry: the tenant created for the run's devices")
+    password_hash: Literal["bcrypt", "sha-256"] = Field(
+        "bcrypt", description="hono-registry: how the devices' passwords are stored: bcrypt (Hono's default for a "
+        "plain password: ~0.1 s of CPU per check, paid on every HTTP or CoAP request) or sha-256 (salted)")
 
     @model_validator(mode="after")
     def _need_url(self) -> "ProvisioningSpec":

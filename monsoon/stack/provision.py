@@ -11,8 +11,10 @@ MQTT credentials.
 from __future__ import annotations
 from dataclasses import dataclass
 
+import base64
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -279,6 +281,18 @@ class Device:
     password: str | None = None   # the MQTT password, where the platform wants one (Hono)
 
 
+def password_secret(password: str, hash_function: str = "bcrypt", salt: bytes | None = None) -> dict[str, str]:
+    """A Hono ``hashed-password`` secret: ``bcrypt``: the plain password, hashed by the registry (``pwd-plain``);
+    ``sha-256``: ``pwd-hash`` = Base64(SHA-256(salt + UTF-8 password)) with its Base64 ``salt``, as Hono's
+    ``MessageDigestPasswordEncoder`` checks it."""
+    if hash_function == "bcrypt":
+        return {"pwd-plain": password}
+    salt = os.urandom(8) if salt is None else salt
+    digest = hashlib.sha256(salt + password.encode()).digest()
+    return {"hash-function": "sha-256", "pwd-hash": base64.b64encode(digest).decode(),
+            "salt": base64.b64encode(salt).decode()}
+
+
 class HonoRegistryProvisioner:
     """Eclipse Hono's Device Registry Management API (``/v1/tenants``, ``/v1/devices``, ``/v1/credentials``):
     ``ensure_devices`` creates the tenant (once) and each device with a ``hashed-password`` credential whose
@@ -289,8 +303,12 @@ class HonoRegistryProvisioner:
 
     delete_after_run = True    # a run deletes what it created (the devices, then the tenant) when it ends
 
-    def __init__(self, base_url: str, tenant: str, timeout: float = 10, *, workers: int = 8) -> None:
+    def __init__(self, base_url: str, tenant: str, timeout: float = 10, *, workers: int = 8,
+                 password_hash: str = "bcrypt") -> None:
         self.base_url, self.tenant, self.timeout, self.workers = base_url.rstrip("/"), tenant, timeout, workers
+        if password_hash not in ("bcrypt", "sha-256"):
+            raise ValueError(f"password_hash must be bcrypt or sha-256, got {password_hash!r}")
+        self.password_hash = password_hash
         self._session = requests.Session()
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(workers, 1))
         self._session.mount("http://", adapter)
@@ -314,7 +332,7 @@ class HonoRegistryProvisioner:
         t, d = quote(self.tenant, safe=""), quote(name, safe="")
         self._call("POST", f"/v1/devices/{t}/{d}", (201, 409), json={"enabled": True})
         self._call("PUT", f"/v1/credentials/{t}/{d}", (204,),
-                   json=[{"type": "hashed-password", "auth-id": name, "secrets": [{"pwd-plain": token}]}])
+                   json=[{"type": "hashed-password", "auth-id": name, "secrets": [password_secret(token, self.password_hash)]}])
         return Device(name, f"{name}@{self.tenant}", token)
 
     def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:
@@ -339,5 +357,5 @@ def provisioner_for(prov, endpoint=lambda s: s):
     if prov.kind == "none":
         return NoProvisioner()
     if prov.kind == "hono-registry":
-        return HonoRegistryProvisioner(endpoint(prov.url), prov.tenant)
+        return HonoRegistryProvisioner(endpoint(prov.url), prov.tenant, password_hash=prov.password_hash)
     return TbRestProvisioner(endpoint(prov.url), prov.username, prov.password)
