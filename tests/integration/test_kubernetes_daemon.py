@@ -19,10 +19,10 @@ CONTAINER_KILL = """
 name: k8s-container-kill
 load: {devices: 20, qos: 1, base_rate: 300, shape: {kind: steady}}
 profiles:
-  quick: {warmup: 15, recovery: 35, drain_timeout: 90}
+  quick: {warmup: 10, recovery: 30, drain_timeout: 90}
 faults:
   - profile: container-kill
-    schedule: {at: 10, duration: 5}
+    schedule: {at: 8, duration: 5}
 checks:
   - no_oom
   - no_acked_loss
@@ -33,7 +33,7 @@ MEMORY_STRESS = """
 name: k8s-memory-stress
 load: {devices: 20, qos: 1, base_rate: 300, shape: {kind: steady}}
 profiles:
-  quick: {warmup: 10, recovery: 30, drain_timeout: 60}
+  quick: {warmup: 10, recovery: 25, drain_timeout: 60}
 faults:
   - profile: memory-pressure
     name: platform-memory-stress
