@@ -141,7 +141,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("inmemory", "burst-x3"), ("inmemory", "burst-x10"), ("kafka", "burst-x3"), ("kafka", "burst-x10"),
     ("kafka-registry", "mongo-slowdown"), ("kafka-registry", "infinispan-slowdown"),
     ("kafka", "pod-kill"), ("inmemory", "pod-kill"),
-    ("kafka-registry", "soak"), ("kafka", "size-sweep"),
+    ("kafka-registry", "soak"), ("kafka", "size-sweep"), ("kafka-registry", "mix"),
     ("inmemory-docker", "burst-x10"), ("kafka-docker", "burst-x10"), ("kafka-docker", "pod-kill"),
     ("thingsboard-inmemory", "thingsboard-burst-x3"), ("thingsboard-inmemory", "thingsboard-burst-x10"),
     ("thingsboard-kafka", "thingsboard-burst-x3"), ("thingsboard-kafka", "thingsboard-burst-x10"),

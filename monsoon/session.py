@@ -20,6 +20,8 @@ from monsoon.report.sweep import SweepResult
 from monsoon.run.experiment import RunContext, run_experiment
 from monsoon.run.plan import CalibrationFailed, RunPlan, plan_run, settle_x1
 from monsoon.run.sweep import describe_sweep, plan_sweep, run_sweep
+from monsoon.run.mix import describe_mix, plan_mix, run_mix
+from monsoon.report.mix import MixResult
 from monsoon.rundir import new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
@@ -134,6 +136,29 @@ class MonsoonSession:
             self._add(result)
             if rec.get("error") == "interrupted":   # torn down already: the session stops here
                 raise KeyboardInterrupt(f"monsoon: the size sweep {stack_spec.name}/{exp.name} was interrupted")
+            return result
+        finally:
+            self.write_report()
+
+    def mix(self, stack: str, experiment: str) -> MixResult:
+        """A request mix (``load.mix``, :mod:`monsoon.run.mix`) against a fresh stack: reads, searches, writes and
+        modifications ramped until a step is not kept up, the capacity and what stopped it. Its ``mix.json``,
+        checklist and report go under ``<run dir>/<stack>--<experiment>/``; its result joins the session's."""
+        stack_spec = load_stack(stack)
+        exp = plan_mix(stack_spec, load_experiment(experiment), self.profile, force=self.force, registry=self.checks)
+        if self.dry_run:
+            result = MixResult(stack_spec.name, exp.name, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+                               dry_run=describe_mix(stack_spec, exp, self.profile, self.run_id))
+            self.progress(result.dry_run or "")
+            return result
+        out = self._new_out(stack_spec, exp)
+        try:
+            rec = run_mix(stack_spec, exp, out, run_id=self.run_id, profile=self.profile, progress=self.progress,
+                          stop=self.stop, registry=self.checks)
+            result = MixResult.from_record(rec, out, self.profile)
+            self._add(result)
+            if rec.get("error") == "interrupted":
+                raise KeyboardInterrupt(f"monsoon: the request mix {stack_spec.name}/{exp.name} was interrupted")
             return result
         finally:
             self.write_report()

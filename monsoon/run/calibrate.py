@@ -36,7 +36,8 @@ CALIBRATION_DIR = "calibration"
 DEFAULT_MAX_AGE_DAYS = 7.0
 MAX_AGE_ENV = "MONSOON_CALIBRATION_MAX_AGE_DAYS"
 DIR_ENV = "MONSOON_CALIBRATION_DIR"
-CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee", "gc")
+CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee", "gc",
+            "errors")   # errors: a request mix's operations failed (monsoon.load.mix.judge_ops)
 
 
 # ------------------------------------------------------------------ pure logic
@@ -74,6 +75,7 @@ class Step:
     ok: bool | None = None             # filled by judge / decide
     criterion: str | None = None
     reason: str = ""
+    mix: dict | None = None            # a request mix's step: {ops_target, ops: {op: window figures}}
 
     @property
     def send_rate(self) -> float:
@@ -334,6 +336,9 @@ class RecordingTimeline(Timeline):
         self.samples: list[dict] = []
         self._mem = threading.Lock()
 
+    def __enter__(self) -> "RecordingTimeline":
+        return self
+
     def add(self, type: str, **fields: Any) -> dict:
         ev = super().add(type, **fields)
         if type == "sample" and fields.get("collector") in ("storage", "metrics", "kafka"):
@@ -350,16 +355,22 @@ class RecordingTimeline(Timeline):
 
 def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: list[Step], *, label: str,
          progress: Progress, stop: threading.Event, exits: list[float], payload=None,
-         phase_prefix: str = "") -> bool:
+         phase_prefix: str = "", mix=None) -> bool:
     """The ladder of :class:`Params` on a started ``stack``: connect a fleet (its acked and latency logs in
     ``out_dir``, its phases ``<phase_prefix>step..``), send the steps, judge each (appended to ``steps``, also
     as ``calibration-step`` events) and stop at the first one not kept up.  ``exits``: timeline times of the
-    service's exits (:class:`StackEvents`).  True when every step of the ladder was measured."""
+    service's exits (:class:`StackEvents`).  True when every step of the ladder was measured.
+
+    ``mix`` (a request mix, :mod:`monsoon.run.mix`): the ladder is in ops/s of the whole mix; the fleet sends
+    ``mix.write_share`` of each step as device writes, ``mix.start(rates)`` the rest beside it, and a step that
+    kept up for its writes is also judged by ``mix.judge(i, a, b)`` over its window's seconds."""
     halt = threading.Event()             # ours: set at the first failing step
     rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
     step_s, settle, warm = int(params.step_seconds), int(params.settle_seconds), int(params.warmup_seconds)
-    shape = Stages(((Stage(f"{phase_prefix}warmup", float(warm), rates[0]),) if warm else ())
-                   + tuple(Stage(f"{phase_prefix}step{i:02d}-{r:g}", float(step_s), r) for i, r in enumerate(rates)))
+    share = mix.write_share if mix is not None else 1.0   # the fleet's part of each step's rate
+    shape = Stages(((Stage(f"{phase_prefix}warmup", float(warm), rates[0] * share),) if warm else ())
+                   + tuple(Stage(f"{phase_prefix}step{i:02d}-{r:g}", float(step_s), r * share)
+                           for i, r in enumerate(rates)))
     first = len(steps)                   # the steps of this ladder start here (a sweep keeps one list per size)
     mine: list[Step] = []
     load = LoadHarness(tl)
@@ -378,15 +389,19 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
             a, b = warm + i * step_s + settle, warm + (i + 1) * step_s
             secs = [per_sec[s] for s in range(a, b) if s in per_sec]
             ta, tb = t0 + a, t0 + b + 0.5
-            st = measure_step(first + i, rates[i], secs, tl.series("storage", "stored", ta, tb),
+            st = measure_step(first + i, rates[i] * share, secs, tl.series("storage", "stored", ta, tb),
                               tl.series(*backlog_key, ta, tb),
                               exits=sum(1 for x in exits if t0 + warm + i * step_s <= x <= tb),
                               gc=tl.series("metrics", "gc_seconds", ta - 1.0, tb))
             crit, reason = judge_step(st, mine[0].p99_ms if mine else st.p99_ms, params.criteria)
+            if mix is not None:
+                st.mix = mix.window(rates[i], a, b)
+                if crit is None:
+                    crit, reason = mix.judge(st.mix, mine[0].mix if mine else None)
             st.ok, st.criterion, st.reason = crit is None, crit, reason
             steps.append(st)
             mine.append(st)
-            tl.add("calibration-step", **st.to_dict())
+            tl.add("calibration-step", **st.to_dict(), window=[round(ta, 3), round(tb, 3)])
             progress(f"[{label}] step {i}: target {st.target:7,.0f}/s sent {st.send_rate:7,.0f}/s "
                      f"acked {st.ack_rate:7,.0f}/s stored {_f(st.stored_rate)}/s "
                      f"backlog slope {_f(st.backlog_slope)}/s p99 {_f(st.p99_ms)}ms"
@@ -405,7 +420,11 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
             if stop.is_set():
                 halt.set()
 
+        if mix is not None:
+            mix.start(shape)
         totals = fleet.run(halt, on_second)
+        if mix is not None:
+            mix.stop()
         tl.add("op", op="load-end", sent=totals.sent, acked=totals.acked, late=totals.late)
         if len(mine) == len(rates) - 1 and all(x.ok for x in mine) and not stop.is_set():
             time.sleep(1.5)        # one more sample after the last step's end
@@ -414,6 +433,8 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
         sampler.stop()
         return len(mine) == len(rates)
     finally:
+        if mix is not None:
+            mix.stop()
         load.close()
 
 

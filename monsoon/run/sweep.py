@@ -44,7 +44,8 @@ from monsoon.stack.supervisor import Stack
 
 MIN_RATE = 5.0        # msg/s: no ladder starts lower
 DRAIN_S = 30.0        # at most this long for the backlog to drain between sizes
-GC_CHECK = ("gc_time_below", {"fraction": 0.1})
+GC_CHECK = ("gc_time_below", {"fraction": 0.1, "over": "kept-up"})   # the steps that kept up: every ramp
+#                                                    ends, by design, on one that did not (GC may be why)
 
 
 def ladder_for(size: int, prev: dict | None, base_rate: float, max_rate: float) -> tuple[float, float]:

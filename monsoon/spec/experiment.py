@@ -18,6 +18,7 @@ from monsoon.spec.payload import PayloadProfile, PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.sweep import SweepSpec
+from monsoon.spec.mix import MixSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
@@ -61,6 +62,8 @@ class LoadSpec(_Frozen):
               "e.g. {telemetry: 6, event: 2, command: 2} (the default)")
     sweep: SweepSpec | None = Field(None, description="a size sweep's ramp (with payload.sizes; monsoon sweep): "
                                     "{factor, step_s, settle_s, max_rate, transport_s, gc_fraction}")
+    mix: MixSpec | None = Field(None, description="a request mix (monsoon.mix): {weights: {read, search, write, "
+                                "modify}, factor, step_s, settle_s, max_rate, gc_fraction, ...}; base_rate = ops/s")
 
     @model_validator(mode="after")
     def _sweep_has_sizes(self) -> "LoadSpec":

@@ -284,6 +284,7 @@ class _Recorder:
         return _Result()
 
     sweep = run   # monsoon.sweep(stack, experiment): a size sweep, the same pair
+    mix = run     # monsoon.mix(stack, experiment): a request mix, the same pair
 
     def progress(self, msg: str) -> None:
         pass

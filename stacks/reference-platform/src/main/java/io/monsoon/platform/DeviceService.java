@@ -242,9 +242,10 @@ final class DeviceService {
         return deviceJson(store.get(id));
     }
 
-    ObjectNode listDevices(int pageSize, int page, String textSearch) throws Exception {
+    /** GET /api/tenant/devices: a page of the registry's devices, searched by name substring and type. */
+    ObjectNode listDevices(int pageSize, int page, String textSearch, String type) throws Exception {
         checkPage(pageSize, page);
-        DeviceStore.Page p = store.list(pageSize, page, textSearch);
+        DeviceStore.Page p = store.list(pageSize, page, textSearch, type);
         List<ObjectNode> rows = new ArrayList<>();
         for (DeviceStore.DeviceRow r : p.rows()) rows.add(deviceJson(r));
         return pageJson(rows, p.total(), pageSize, page);
@@ -281,6 +282,13 @@ final class DeviceService {
             evictDevice(id, oldToken);
         }
         return getDevice(id);
+    }
+
+    /** GET /api/plugins/telemetry/DEVICE/{id}/values/timeseries: the device (in the registry: 404 when
+     *  unknown) and its latest values from the store ({@link LatestTelemetry}). */
+    ObjectNode latestTelemetry(UUID deviceId, String keys, boolean strict) throws Exception {
+        store.get(deviceId);
+        return LatestTelemetry.json(LatestTelemetry.read(ds, deviceId, LatestTelemetry.keys(keys)), strict);
     }
 
     void deleteDevice(UUID id) throws Exception {

@@ -42,8 +42,9 @@ interface DeviceStore extends AutoCloseable {
     /** Throws {@link ApiException#notFound()} when absent. */
     DeviceRow get(UUID id) throws Exception;
 
-    /** Ordered by creation time then name; {@code textSearch} is a case-insensitive substring of the name. */
-    Page list(int pageSize, int page, String textSearch) throws Exception;
+    /** Ordered by creation time then name; {@code textSearch} is a case-insensitive substring of the name and
+     *  {@code type} the device type exactly (each ignored when null or empty): ThingsBoard's device search. */
+    Page list(int pageSize, int page, String textSearch, String type) throws Exception;
 
     /** Creates the device and its credentials; duplicates -> ApiException 400 (TB's messages). */
     void create(DeviceRow device, String token) throws Exception;

@@ -19,6 +19,7 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
@@ -39,7 +40,8 @@ final class HttpApi {
     private volatile TbQueue queue;
     private final JwtService jwt;
     private HttpServer server;
-    private ExecutorService pool;
+    private ExecutorService pool;     // the API's 16 workers
+    private ExecutorService monitor;  // the server's own threads: /metrics and /health, then hand-off to pool
     private final RateLimitedLog badPayloadLog = new RateLimitedLog(log, 1000);
 
     HttpApi(Config cfg, JwtService jwt, BooleanSupplier healthy) {
@@ -65,8 +67,26 @@ final class HttpApi {
             t.setDaemon(true);
             return t;
         });
-        server.setExecutor(pool);
-        server.createContext("/", this::handle);
+        monitor = Executors.newFixedThreadPool(2, r -> {
+            Thread t = new Thread(r, "tb-http-monitor");
+            t.setDaemon(true);
+            return t;
+        });
+        // /metrics and /health answer on the server's own threads, the API on its 16 workers: a saturated API
+        // (slow registry reads) must not hide the JVM's metrics (GC time) exactly when they matter, as with
+        // ThingsBoard, whose actuator answers from Tomcat's 200 threads beside its REST API
+        server.setExecutor(monitor);
+        server.createContext("/", ex -> {
+            if (monitoring(ex.getRequestURI().getRawPath())) {
+                handle(ex);
+                return;
+            }
+            try {
+                pool.execute(() -> handle(ex));
+            } catch (RejectedExecutionException e) {   // stopping
+                ex.close();
+            }
+        });
         server.start();
         log.info("HTTP listening on {}:{}", cfg.httpHost, cfg.httpPort);
     }
@@ -74,6 +94,12 @@ final class HttpApi {
     void stop() {
         if (server != null) server.stop(0);
         if (pool != null) pool.shutdownNow();
+        if (monitor != null) monitor.shutdownNow();
+    }
+
+    /** Paths served on the server's own threads, never queued behind the API's requests. */
+    static boolean monitoring(String path) {
+        return "/metrics".equals(path) || "/health".equals(path);
     }
 
     private void handle(HttpExchange ex) {
@@ -197,7 +223,8 @@ final class HttpApi {
         if (path.equals("/api/tenant/devices") && method.equals("GET")) {
             String name = q.get("deviceName");
             if (name != null) sendJson(ex, 200, devices.findDeviceByName(name));
-            else sendJson(ex, 200, devices.listDevices(intParam(q, "pageSize", 10), intParam(q, "page", 0), q.get("textSearch")));
+            else sendJson(ex, 200, devices.listDevices(intParam(q, "pageSize", 10), intParam(q, "page", 0),
+                q.get("textSearch"), q.get("type")));
             return;
         }
         if (path.equals("/api/device") && method.equals("POST")) {
@@ -215,6 +242,13 @@ final class HttpApi {
                 send(ex, 200, null, new byte[0]);
                 return;
             }
+        }
+        // ThingsBoard's latest telemetry of one device (what a dashboard reads): registry + store
+        if (parts.length == 7 && parts[1].equals("plugins") && parts[2].equals("telemetry") && parts[3].equals("DEVICE")
+            && parts[5].equals("values") && parts[6].equals("timeseries") && method.equals("GET")) {
+            sendJson(ex, 200, devices.latestTelemetry(uuid(parts[4]), q.get("keys"),
+                "true".equals(q.get("useStrictDataTypes"))));
+            return;
         }
         if (parts.length == 4 && parts[1].equals("device") && parts[3].equals("credentials") && method.equals("GET")) {
             sendJson(ex, 200, devices.credentials(uuid(parts[2])));

@@ -131,9 +131,8 @@ final class MongoDeviceStore implements DeviceStore {
     }
 
     @Override
-    public Page list(int pageSize, int page, String textSearch) {
-        Bson filter = textSearch == null || textSearch.isEmpty() ? new Document()
-            : Filters.regex("name", Pattern.quote(textSearch), "i");
+    public Page list(int pageSize, int page, String textSearch, String type) {
+        Bson filter = filter(textSearch, type);
         long total = devices.countDocuments(filter);
         List<DeviceRow> rows = new ArrayList<>();
         for (Document d : devices.find(filter).sort(Sorts.ascending("createdTime", "name"))
@@ -141,6 +140,14 @@ final class MongoDeviceStore implements DeviceStore {
             rows.add(row(d));
         }
         return new Page(rows, total);
+    }
+
+    /** The search's filter: the name's case-insensitive substring and the exact type, each when given. */
+    static Bson filter(String textSearch, String type) {
+        List<Bson> and = new ArrayList<>();
+        if (textSearch != null && !textSearch.isEmpty()) and.add(Filters.regex("name", Pattern.quote(textSearch), "i"));
+        if (type != null && !type.isEmpty()) and.add(Filters.eq("type", type));
+        return and.isEmpty() ? new Document() : and.size() == 1 ? and.get(0) : Filters.and(and);
     }
 
     @Override

@@ -81,13 +81,13 @@ final class SqlDeviceStore implements DeviceStore {
     }
 
     @Override
-    public Page list(int pageSize, int page, String textSearch) throws SQLException {
-        boolean filter = textSearch != null && !textSearch.isEmpty();
-        String where = filter ? " WHERE name ILIKE ?" : "";
+    public Page list(int pageSize, int page, String textSearch, String type) throws SQLException {
+        List<String> args = new ArrayList<>();
+        String where = where(textSearch, type, args);
         try (Connection c = ds.getConnection()) {
             long total;
             try (PreparedStatement ps = c.prepareStatement("SELECT count(*) FROM device" + where)) {
-                if (filter) ps.setString(1, "%" + textSearch + "%");
+                for (int i = 0; i < args.size(); i++) ps.setString(i + 1, args.get(i));
                 try (ResultSet rs = ps.executeQuery()) {
                     rs.next();
                     total = rs.getLong(1);
@@ -97,7 +97,7 @@ final class SqlDeviceStore implements DeviceStore {
             try (PreparedStatement ps = c.prepareStatement(
                 "SELECT " + COLS + " FROM device" + where + " ORDER BY created_time, name LIMIT ? OFFSET ?")) {
                 int i = 1;
-                if (filter) ps.setString(i++, "%" + textSearch + "%");
+                for (String a : args) ps.setString(i++, a);
                 ps.setInt(i++, pageSize);
                 ps.setLong(i, (long) page * pageSize);
                 try (ResultSet rs = ps.executeQuery()) {
@@ -106,6 +106,20 @@ final class SqlDeviceStore implements DeviceStore {
             }
             return new Page(rows, total);
         }
+    }
+
+    /** The search's WHERE clause ("" when nothing filters), its parameters appended to {@code args}. */
+    static String where(String textSearch, String type, List<String> args) {
+        List<String> conds = new ArrayList<>();
+        if (textSearch != null && !textSearch.isEmpty()) {
+            conds.add("name ILIKE ?");
+            args.add("%" + textSearch + "%");
+        }
+        if (type != null && !type.isEmpty()) {
+            conds.add("type = ?");
+            args.add(type);
+        }
+        return conds.isEmpty() ? "" : " WHERE " + String.join(" AND ", conds);
     }
 
     @Override

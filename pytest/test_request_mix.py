@@ -1,0 +1,21 @@
+"""Request mix (Eclipse Ditto's read/search/modify benchmark on one stack): reads of a device's latest telemetry
+by id, searches of devices by a name and type filter, device telemetry writes and modifications sent into the
+platform's Kafka topic, in one open-model schedule, ramped on the reference platform with its Mongo (FerretDB)
+registry until a step is not kept up; the result names the capacity (ops/s) and what stopped it (GC, latency,
+errors), with each operation's rate, p50/p99/p99.9 and errors.
+
+Run:  pytest -m sweep pytest/test_request_mix.py                         (quick profile: ~1.5 min)
+      pytest -m sweep pytest/test_request_mix.py --monsoon-profile=full  (Ditto's 10-minute steps)
+
+Marked ``sweep`` like the size sweep: both ramp the platform past what it keeps up with to find a capacity, so
+a bare ``pytest`` leaves them out (like the soak). It fails when no step kept up, when nothing on the platform
+stopped the ramp (only a lower bound), when the warm-up could not touch every device, or when the platform
+spent more than a tenth of a kept-up step in GC; mix.json, checklist.md and report.html are in
+runs/<run-id>/kafka-registry--mix/.
+"""
+import pytest
+
+
+@pytest.mark.sweep
+def test_request_mix_on_the_reference_platform(monsoon):
+    monsoon.mix("kafka-registry", "mix").assert_pass()
