@@ -7,7 +7,7 @@ from pathlib import Path
 
 from monsoon.report import html as html_report
 from monsoon.report.checklist import checklist, faults_section, summary
-from monsoon.rundir import CHECKLIST_FILE, SUMMARY_FILE, TIMELINE_FILE, point_latest
+from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE, TIMELINE_FILE, point_latest
 from monsoon.timeline.store import Events
 
 
@@ -50,6 +50,6 @@ def write(run_dir: Path, run_id: str, profile: str, results: list[dict], events:
     try:  # the HTML report with plots; a plotting failure must never cost the run its summary or checklist
         html_report.write(run_dir, s, events)
     except Exception as e:
-        logging.getLogger(__name__).warning("monsoon: report.html not written for %s: %s: %s",
+        logging.getLogger(__name__).warning("monsoon: %s not written for %s: %s: %s", REPORT_FILE,
                                             run_dir, type(e).__name__, e, exc_info=True)
     return s, md

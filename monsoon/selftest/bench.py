@@ -231,7 +231,7 @@ def child_python(port: int, rate: float, duration: float, devices: int, workdir:
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     devs = [Device(f"py-{i:05d}", "") for i in range(devices)]
     with MqttFleet(devs, "127.0.0.1", port, shape=Steady(rate=rate, duration=duration),
-                   acked_path=Path(workdir) / "acked-python.csv") as f:
+                   acked_path=Path(workdir) / "acked-python.parquet") as f:
         f.connect()
         t = f.run(threading.Event())
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -270,7 +270,7 @@ def run_native(a: argparse.Namespace, sinks: Sinks, workdir: Path, batch_ms: flo
     m0 = sinks.mark()
     devs = [Device(f"nat-{i:05d}", "") for i in range(a.devices)]
     with NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.native_rate, duration=a.cpu_duration),
-                     acked_path=workdir / f"acked-{name}.csv", workers=1, batch_ms=batch_ms) as f:
+                     acked_path=workdir / f"acked-{name}.parquet", workers=1, batch_ms=batch_ms) as f:
         f.connect()
         t = f.run(threading.Event())
         cpu = f.extra["workers"][0]["cpu_s"]
@@ -356,7 +356,7 @@ def phase_connections(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dic
     rss_max = [0.0]
     per_worker_rate = a.connect_rate / workers if a.connect_rate else 0.0
     fleet = NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.hold_rate, duration=a.hold),
-                        acked_path=workdir / "acked-conns.csv", workers=workers, source_addrs=srcs,
+                        acked_path=workdir / "acked-conns.parquet", workers=workers, source_addrs=srcs,
                         keepalive=a.keepalive, drain_timeout_s=5, connect_rate=per_worker_rate)
 
     def on_second(s: Any) -> None:
@@ -390,7 +390,7 @@ def phase_pacing(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
     secs: list[Any] = []
     m0 = sinks.mark()
     with NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=a.pacing_rate, duration=a.pacing_duration),
-                     acked_path=workdir / "acked-pacing.csv", workers=1) as f:
+                     acked_path=workdir / "acked-pacing.parquet", workers=1) as f:
         f.connect()
         t = f.run(threading.Event(), secs.append)
         extra = f.extra
