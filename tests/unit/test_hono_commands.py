@@ -175,7 +175,7 @@ def test_the_toxiproxy_stack_routes_the_command_routers_cache_and_the_registry_t
     assert spec.services["command-router"].env["HN_INFINISPAN"] == "127.0.0.1:{port:infinispan_proxy}"
     for adapter in ("http-adapter", "mqtt-adapter"):
         assert spec.services[adapter].env["HN_REGISTRY_AMQP_PORT"] == "{port:hono_registry_amqp_proxy}"
-    assert "--commands" in spec.services["backend"].command
+    assert "--commands" in spec.services["backend"].command and spec.chaos.toxiproxy
     prov = provisioner_for(spec.provisioning, lambda s: s)
     assert isinstance(prov, HonoRegistryProvisioner) and prov.password_hash == "sha-256"
 
