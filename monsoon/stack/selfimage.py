@@ -256,9 +256,13 @@ def ensure(c: cluster.Cluster | None = None, say: Callable[[str], None] = lambda
     images = c.bindir.parent / "images"
     images.mkdir(parents=True, exist_ok=True)
     tag, tar = build(images, say)
-    if not any(i.endswith(tag) for i in c.images()):
+    have = c.images()
+    if not any(i.endswith(tag) for i in have):
         c.import_archive(tar)
         say(f"monsoon image {tag} imported into the cluster")
+    old = [i for i in have if f"{IMAGE}:" in i and not i.endswith(tag)]
+    if old:   # the images of earlier checkouts: ~400 MB each in containerd's content store and snapshots
+        subprocess.run(c.ctr("images", "rm", *old), capture_output=True, timeout=60)
     return tag
 
 
