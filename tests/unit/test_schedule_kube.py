@@ -117,3 +117,27 @@ def test_the_images_tag_follows_its_files(tmp_path):
     time.sleep(0.01)
     b.write_text("22")
     assert selfimage.digest(files) != d1
+
+
+def test_the_cli_refuses_an_install_with_nowhere_for_the_history_and_an_uninstall_elsewhere(capsys):
+    from monsoon.cli import main
+    assert main(["schedule", "--target", "kubernetes", "--install", "--every", "1m", "--name", "kc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--runs-hostpath" in err and "--history-secret" in err
+    assert main(["schedule", "--uninstall", "--name", "kc"]) == 2
+    assert "--uninstall is for --target kubernetes" in capsys.readouterr().err
+    assert main(["schedule", "--target", "kubernetes", "--name", "kc"]) == 2
+    assert "give --every INTERVAL or --cron EXPR" in capsys.readouterr().err
+
+
+def test_the_cli_prints_the_account_role_binding_and_cronjob_as_one_yaml_stream(capsys):
+    import yaml
+    from monsoon.cli import main
+    assert main(["schedule", "--target", "kubernetes", "--every", "30m", "--name", "kc", "--image", "img:1",
+                 "--runs-hostpath", "/data/runs", "--", "-m", "chaos"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "CronJob"]
+    cj = docs[-1]
+    assert cj["spec"]["schedule"] == "*/30 * * * *"
+    assert cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["serviceAccountName"] == "monsoon-kc"
+    assert cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == ["-m", "chaos"]
