@@ -172,6 +172,9 @@ class HonoHttpFleet(HttpFleet):
 
     transport = "hono-http"
     TTD_S = 5               # hono-ttd of a command query: how long the adapter holds it for a command
+    # a query without a command holds its slot for the whole ttd: at 1 query/s per device 8 slots ran full
+    # (hono-cold-warm: a third of the messages left late)
+    DEFAULT_MAX_INFLIGHT = 16
 
     def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                  **fields: Any) -> None:
