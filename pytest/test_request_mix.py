@@ -4,7 +4,7 @@ platform's Kafka topic, in one open-model schedule, ramped on the reference plat
 registry until a step is not kept up; the result names the capacity (ops/s) and what stopped it (GC, latency,
 errors), with each operation's rate, p50/p99/p99.9 and errors.
 
-Run:  pytest -m sweep pytest/test_request_mix.py                         (quick profile: ~1.5 min)
+Run:  pytest -m sweep pytest/test_request_mix.py                         (quick profile: ~80 s)
       pytest -m sweep pytest/test_request_mix.py --monsoon-profile=full  (Ditto's 10-minute steps)
 
 Marked ``sweep`` like the size sweep: both ramp the platform past what it keeps up with to find a capacity, so
