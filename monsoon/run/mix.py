@@ -54,6 +54,11 @@ def plan_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, force:
         raise SpecError(exp.source, None, "load.mix.weights.modify",
                         f"modifications go into the stack's Kafka topic: stack {stack_spec.name} has no "
                         "observe.kafka.topic")
+    topic = stack_spec.observe.kafka.topic if stack_spec.observe.kafka else None
+    if mix.weights.get("modify") and topic and any(c in topic for c in "*?[^$"):
+        raise SpecError(exp.source, None, "load.mix.weights.modify",
+                        f"modifications go into one Kafka topic, shaped as the reference platform's queue carries "
+                        f"telemetry: stack {stack_spec.name}'s observe.kafka.topic is a pattern ({topic})")
     validate(stack_spec, exp, profile, force=force, registry=registry)
     return exp
 

@@ -143,6 +143,11 @@ def test_a_mix_is_planned_before_anything_starts():
                  "quick")
 
 
+def test_modify_needs_one_topic_not_thingsboards_pattern():
+    with pytest.raises(SpecError, match="is a pattern"):
+        plan_mix(load_stack("thingsboard-kafka"), load_experiment("mix-story"), "quick")
+
+
 def test_modify_needs_a_kafka_topic_and_the_client_says_so():
     with pytest.raises(ValueError, match="Kafka topic"):
         MixClient("http://127.0.0.1:1", "u", "p", [MixDevice("d")], shares={"modify": 1.0})
