@@ -155,6 +155,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
     ("kafka-k8s", "network-latency-chaos-mesh"), ("kafka-k8s", "burst-x10-load-job"),
     ("kafka-k8s", "pod-kill-litmus"), ("inmemory-k8s", "pod-failure-chaos-mesh"),
+    ("kafka-k8s", "container-kill-chaos-mesh"), ("inmemory-k8s", "memory-stress-chaos-mesh"),
 )
 
 LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
