@@ -8,7 +8,7 @@ from monsoon.spec.yamlio import SpecError
 
 SHIPPED = ["pod-kill", "process-pause", "network-latency", "dependency-down", "bandwidth", "mongo-slowdown",
            "infinispan-slowdown", "kafka-broker-restart", "memory-pressure", "cassandra-slowdown", "cassandra-down",
-           "pod-failure"]
+           "pod-failure", "container-kill"]
 
 LATENCY = """\
 name: pg-latency
