@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 MARKERS = {
     "burst": "burst: x3/x10 burst-flood scenario (monsoon); select with -m burst",
     "soak": "soak: long steady-load scenario with periodic faults (monsoon); select with -m soak",
-    "sweep": "sweep: size sweep, the platform's capacity per payload size beside its transport's (monsoon); "
-             "select with -m sweep",
+    "sweep": "sweep: capacity ramps, the size sweep (capacity per payload size beside the transport's) and the "
+             "request mix (reads, searches, writes, modifies) (monsoon); select with -m sweep",
     "chaos": "chaos: scenario that injects faults (monsoon); select with -m chaos",
     "docker": "docker: scenario on a container stack (provider: docker); select with -m docker",
     "kubernetes": "kubernetes: scenario on a stack in Kubernetes form (provider: kubernetes) in monsoon's cluster; "
