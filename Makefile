@@ -44,9 +44,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 kafka postgres debs platform toxiproxy ferretdb infinispan cassandra docker images: venv
 	@$(SETUP) $@
 
-# a single-node Kubernetes v1.33.13 + Chaos Mesh's controller, built from Go modules (monsoon cluster up|down)
+# a single-node Kubernetes v1.33.13 + Chaos Mesh's controller and chaos-daemon, built from Go modules (monsoon
+# cluster up|down); the daemon (cgo) takes ~13 s with a warm Go build cache, 3-7 min cold
 k8s:
 	@tools/build-k8s
+	@tools/build-chaos-daemon
 
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
