@@ -45,10 +45,9 @@ kafka postgres debs platform toxiproxy ferretdb infinispan cassandra docker imag
 	@$(SETUP) $@
 
 # a single-node Kubernetes v1.33.13 + Chaos Mesh's controller and chaos-daemon, built from Go modules (monsoon
-# cluster up|down); the daemon (cgo) takes ~13 s with a warm Go build cache, 3-7 min cold
+# cluster up|down); tools/build-k8s builds the daemon (cgo) last: ~13 s with a warm Go build cache, 3-7 min cold
 k8s:
 	@tools/build-k8s
-	@tools/build-chaos-daemon
 
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
