@@ -75,7 +75,7 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.")) == ["s.parquet"]   # no .tmp
         print(f"\n[stored read-back, COPY -> Parquet] {n:,} rows in {dt:.2f} s: {n / dt:,.0f} rows/s")
         # the storage collector on the same table: incremental while the load runs, exact from the drain
-        from monsoon.observe.collectors import SqlCountCollector
+        from monsoon.observe.collectors import ProbeFailed, SqlCountCollector
         inc = SqlCountCollector(dsn, "SELECT count(*) FROM m",
                                 "SELECT count(*), max(seq) FROM m WHERE seq > coalesce(%(since)s, -1)")
         inc.probe()
@@ -93,9 +93,9 @@ def test_the_loss_query_is_checked_on_a_real_postgres_before_any_load(tmp_path):
         assert got["counted"] == "estimate" and abs(got["stored"] - 200_100) < 2_000
         est.close()
         bad = SqlCountCollector(dsn, "SELECT count(*) FROM m", "SELECT count(*) FROM nope")
-        with pytest.raises(psycopg.Error, match='relation "nope" does not exist') as e:
+        with pytest.raises(ProbeFailed, match='relation "nope" does not exist') as e:
             bad.probe()
-        assert e.value.key == "storage.running_count_query"
+        assert e.value.key == "storage.running_count_query" and isinstance(e.value.cause, psycopg.Error)
         bad.close()
         for query, words in [("SELEC name FROM t", 'syntax error at or near "SELEC"'),
                              ("SELECT name AS device, n AS seq FROM nope", 'relation "nope" does not exist'),
