@@ -1,8 +1,9 @@
 """Chaos Mesh's chaos-daemon for real, on monsoon's cluster (the session's: started here unless it runs): a PodChaos
 container-kill of the Kafka platform's container under load (the same pod, a new container ID and a restart,
 nothing acked lost), a StressChaos memory hog in the in-memory platform's container until its memory limit
-OOM-kills it (no_oom names it), and `monsoon cluster down` stopping the daemon with the rest. The daemon is
-started by the first fault that needs it. Skips in one line without `make k8s` or `tools/build-chaos-daemon`."""
+OOM-kills it (no_oom names it). The daemon is started by the first fault that needs it; that `monsoon cluster
+down` stops it with the rest is test_kubernetes_story.py's last-but-one test (the session's cluster stays up here
+for the modules after this one). Skips in one line without `make k8s` or `tools/build-chaos-daemon`."""
 import json
 from pathlib import Path
 import time
@@ -128,18 +129,3 @@ def test_inmemory_platform_stressed_to_its_memory_limit_is_oomkilled_and_no_oom_
     assert any(e.get("reason") == "OOMKilled" and e["code"] == 137 for e in exits), exits
     assert run_namespaces("k8s-memory-stress", Kube()) == []
 
-
-def test_cluster_down_stops_chaos_daemon_and_leaves_nothing(kube_cluster):
-    """Last: `monsoon cluster down` (what the session's end and Ctrl-C of `monsoon cluster up` call) stops the
-    daemon with the cluster, its mount point goes, and the census finds nothing (later modules start it again)."""
-    cluster.ensure_chaos_daemon()
-    pid = cluster.daemon_pid("chaos-daemon")
-    assert pid is not None and any(f"({cluster._comm(pid)})" in ln for ln in cluster.census())
-    created = (cluster.state_dir() / "host-sys.created").exists()
-    t0 = time.monotonic()
-    done = cluster.down()
-    print(f"down: {time.monotonic() - t0:.1f} s: {done}")
-    assert "chaos-daemon" in done and not Path(f"/proc/{pid}").exists()
-    assert cluster.census() == [] and cluster.daemon_pid("chaos-daemon") is None
-    if created:
-        assert not Path(cluster.HOST_SYS).exists() and f"removed {cluster.HOST_SYS}" in done

@@ -276,9 +276,22 @@ def sysctls_now() -> dict:
 
 
 def test_down_leaves_nothing_behind(kube_cluster):
+    """`monsoon cluster down` (what the session's end and Ctrl-C of `monsoon cluster up` call) stops everything,
+    chaos-daemon included where it is built (started here if no fault did), and its /host-sys mount point goes."""
     c, before = kube_cluster, host_state()
+    daemon = None
+    if not cluster.chaos_daemon_missing():
+        cluster.ensure_chaos_daemon()
+        daemon = cluster.daemon_pid("chaos-daemon")
+        assert daemon is not None and any(f"({cluster._comm(daemon)})" in ln for ln in cluster.census())
+    host_sys_created = (cluster.state_dir() / "host-sys.created").exists()
     done = cluster.down()
     assert "kubelet" in done and "kube-apiserver" in done
+    if daemon is not None:
+        assert "chaos-daemon" in done and not Path(f"/proc/{daemon}").exists(), done
+        assert cluster.daemon_pid("chaos-daemon") is None
+    if host_sys_created:
+        assert not Path(cluster.HOST_SYS).exists() and f"removed {cluster.HOST_SYS}" in done, done
     assert cluster.census() == []
     assert not Path(cluster.netns_path()).exists()
     assert cluster._mounts_at_or_under(c.dir) == []
