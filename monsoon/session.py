@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, TextIO, TypeVar
 
 from monsoon.analysis import write_result, write_results
 from monsoon.checks.registry import CheckRegistry
@@ -27,6 +27,8 @@ from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.stack.ports import StackError
 from monsoon.stack.supervisor import Stack
+
+_Ramp = TypeVar("_Ramp", SweepResult, MixResult)   # what MonsoonSession._ramp returns
 
 
 def run_one(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, out_dir: Path, *, run_id: str,
@@ -122,23 +124,7 @@ class MonsoonSession:
                          registry=self.checks)   # fail before starting anything
         if skip_unavailable:
             self._preflight(stack_spec)
-        if self.dry_run:
-            out = self.run_dir / f"{stack_spec.name}--{exp.name}"
-            result = SweepResult(stack_spec.name, exp.name, self.profile, out,
-                                 dry_run=describe_sweep(stack_spec, exp, self.profile, self.run_id))
-            self.progress(result.dry_run or "")
-            return result
-        out = self._new_out(stack_spec, exp)
-        try:
-            rec = run_sweep(stack_spec, exp, out, run_id=self.run_id, profile=self.profile, progress=self.progress,
-                            stop=self.stop, registry=self.checks)
-            result = SweepResult.from_record(rec, out, self.profile)
-            self._add(result)
-            if rec.get("error") == "interrupted":   # torn down already: the session stops here
-                raise KeyboardInterrupt(f"monsoon: the size sweep {stack_spec.name}/{exp.name} was interrupted")
-            return result
-        finally:
-            self.write_report()
+        return self._ramp(stack_spec, exp, "size sweep", describe_sweep, run_sweep, SweepResult)
 
     def mix(self, stack: str, experiment: str) -> MixResult:
         """A request mix (``load.mix``, :mod:`monsoon.run.mix`) against a fresh stack: reads, searches, writes and
@@ -146,19 +132,25 @@ class MonsoonSession:
         checklist and report go under ``<run dir>/<stack>--<experiment>/``; its result joins the session's."""
         stack_spec = load_stack(stack)
         exp = plan_mix(stack_spec, load_experiment(experiment), self.profile, force=self.force, registry=self.checks)
+        return self._ramp(stack_spec, exp, "request mix", describe_mix, run_mix, MixResult)
+
+    def _ramp(self, stack_spec: StackSpec, exp: ExperimentSpec, what: str, describer: Callable[..., str],
+              runner: Callable[..., dict], result_cls: type[_Ramp]) -> _Ramp:
+        """The course a size sweep and a request mix share: a dry run describes it; otherwise it runs in its own
+        directory, its result joins the session's, and an interrupted ramp (torn down already) stops the session."""
         if self.dry_run:
-            result = MixResult(stack_spec.name, exp.name, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
-                               dry_run=describe_mix(stack_spec, exp, self.profile, self.run_id))
+            result = result_cls(stack_spec.name, exp.name, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+                                dry_run=describer(stack_spec, exp, self.profile, self.run_id))
             self.progress(result.dry_run or "")
             return result
         out = self._new_out(stack_spec, exp)
         try:
-            rec = run_mix(stack_spec, exp, out, run_id=self.run_id, profile=self.profile, progress=self.progress,
-                          stop=self.stop, registry=self.checks)
-            result = MixResult.from_record(rec, out, self.profile)
+            rec = runner(stack_spec, exp, out, run_id=self.run_id, profile=self.profile, progress=self.progress,
+                         stop=self.stop, registry=self.checks)
+            result = result_cls.from_record(rec, out, self.profile)
             self._add(result)
-            if rec.get("error") == "interrupted":
-                raise KeyboardInterrupt(f"monsoon: the request mix {stack_spec.name}/{exp.name} was interrupted")
+            if rec.get("error") == "interrupted":   # torn down already: the session stops here
+                raise KeyboardInterrupt(f"monsoon: the {what} {stack_spec.name}/{exp.name} was interrupted")
             return result
         finally:
             self.write_report()
