@@ -159,7 +159,21 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
         raise exp.fail(("restart",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
                        f"(it has: {', '.join(stack.services)})")
     faults = fit_faults(resolved.get(profile, []), stack)   # a fault the stack cannot take fails here
+    needs_toxiproxy(resolved.get(profile, []), stack)
     misfits = check_fits(exp, stack)   # a check that needs a signal the stack does not observe
     if misfits:
         raise misfits[0]
     return faults
+
+
+def needs_toxiproxy(resolved: list[ResolvedFault], stack: StackSpec) -> None:
+    """A Toxiproxy fault on a stack without ``chaos.toxiproxy`` (its proxies' API) is refused here, naming the
+    experiment's ``faults.N`` and the stack's file, not mid-run when the fault backends are built."""
+    if stack.chaos.toxiproxy:
+        return
+    for r in resolved:
+        if r.spec.backend == "toxiproxy" and r.where is not None:
+            file, line, key = r.where
+            raise SpecError(file, line, key, f"fault {r.spec.name!r} ({r.spec.kind}) goes through Toxiproxy, but "
+                            f"stack {stack.name!r} ({stack.source or 'its file'}) has no chaos.toxiproxy: use a stack "
+                            "that routes its hops through Toxiproxy and names its API there")

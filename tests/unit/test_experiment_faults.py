@@ -211,7 +211,7 @@ class NoStack:
 def test_chaos(monsoon, monkeypatch):
     monkeypatch.setattr(runner_module, "Stack", NoStack)
     monkeypatch.setattr(subprocess.Popen, "__init__", NoStack.__init__)
-    result = monsoon.run("kafka", {exp!r})
+    result = monsoon.run("kafka-registry", {exp!r})   # its hops go through Toxiproxy (chaos.toxiproxy)
     assert find_leftovers({run_id!r}) == []
     assert result.verdict == "skipped" and "DRY RUN" in result.dry_run
     result.assert_pass()
@@ -226,10 +226,10 @@ def test_plugin_dry_run_prints_the_plan_and_skips_without_starting_anything(pyte
     res = pytester.runpytest("--monsoon-dry-run", f"--monsoon-run-id={run_id}", f"--monsoon-runs-dir={runs}", "-rs")
     res.assert_outcomes(skipped=1)
     out = res.stdout.str()
-    assert "DRY RUN kafka / chaos-test (quick)" in out
+    assert "DRY RUN kafka-registry / chaos-test (quick)" in out
     assert "fault kill [pod-kill, process] on platform at 30-35s, 70-75s" in out
     assert "fault pg-latency [network-latency, toxiproxy] on platform->postgres at 20-50s" in out
-    assert "dry run of kafka/chaos-test: nothing was started" in out
+    assert "dry run of kafka-registry/chaos-test: nothing was started" in out
     assert find_leftovers(run_id) == []
     assert not runs.exists()          # no run directory, no timeline, no report
 
