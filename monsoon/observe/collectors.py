@@ -81,7 +81,42 @@ class ProcessCollector(Collector):
         return out
 
 
+class ServicesCollector(Collector):
+    """The RSS of every running service of a stack of local processes, each summed over its process group (a
+    service leads its own: a launcher's JVM, postgres's backends), from one pass over /proc every ``every``
+    samples: ``rss_mb`` and ``procs`` by service. ``observe.service`` alone gets the 1 Hz detail
+    (:class:`ProcessCollector`); this one answers "what does each component cost" at rest and under load."""
+
+    name = "services"
+
+    def __init__(self, pids: Callable[[], dict[str, int | None]], every: int = 5, proc: Path = Path("/proc")):
+        self.pids, self.every, self.proc = pids, max(1, int(every)), Path(proc)
+        self._tick = 0
+
+    def sample(self) -> dict[str, Any] | None:
+        tick, self._tick = self._tick, self._tick + 1
+        if tick % self.every:
+            return None
+        leaders = {pid: svc for svc, pid in self.pids().items() if pid is not None}
+        rss = dict.fromkeys(leaders.values(), 0)
+        procs = dict.fromkeys(leaders.values(), 0)
+        for d in self.proc.iterdir() if leaders else ():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()   # state ppid pgrp ... (the 22nd: rss in pages)
+                svc = leaders.get(int(fields[2]))
+                if svc is not None:
+                    rss[svc] += int(fields[21]) * _PAGE
+                    procs[svc] += 1
+            except (OSError, ValueError, IndexError):   # gone since the listing
+                continue
+        return {"rss_mb": {s: round(b / 1048576, 1) for s, b in rss.items()}, "procs": procs}
+
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -599,6 +634,8 @@ def collectors_for(stack) -> list[Collector]:
     obs = spec.observe
     if obs.service:
         out.append(ProcessCollector(lambda: stack.pid(obs.service)))
+    if not (spec.containers() or spec.pods() or obs.docker or obs.kubernetes):   # local processes: RSS each 5 s
+        out.append(ServicesCollector(lambda: {s: stack.pid(s) for s in spec.services}))
     for svc in spec.services:   # OOM-kill evidence for every service: a dependency the kernel kills is an OOM too
         out.append(CgroupOomCollector(svc, functools.partial(stack.pid, svc), run_id=stack.run_id))
     if obs.metrics_url and obs.metrics:
