@@ -126,12 +126,15 @@ class MonsoonSession:
             self._preflight(stack_spec)
         return self._ramp(stack_spec, exp, "size sweep", describe_sweep, run_sweep, SweepResult)
 
-    def mix(self, stack: str, experiment: str) -> MixResult:
+    def mix(self, stack: str, experiment: str, *, skip_unavailable: bool = False) -> MixResult:
         """A request mix (``load.mix``, :mod:`monsoon.run.mix`) against a fresh stack: reads, searches, writes and
         modifications ramped until a step is not kept up, the capacity and what stopped it. Its ``mix.json``,
-        checklist and report go under ``<run dir>/<stack>--<experiment>/``; its result joins the session's."""
+        checklist and report go under ``<run dir>/<stack>--<experiment>/``; its result joins the session's.
+        ``skip_unavailable``: as for :meth:`run`."""
         stack_spec = load_stack(stack)
         exp = plan_mix(stack_spec, load_experiment(experiment), self.profile, force=self.force, registry=self.checks)
+        if skip_unavailable:
+            self._preflight(stack_spec)
         return self._ramp(stack_spec, exp, "request mix", describe_mix, run_mix, MixResult)
 
     def _ramp(self, stack_spec: StackSpec, exp: ExperimentSpec, what: str, describer: Callable[..., str],

@@ -6,6 +6,12 @@ errors), with each operation's rate, p50/p99/p99.9 and errors.
 
 Run:  pytest -m sweep pytest/test_request_mix.py                         (quick profile: ~80 s)
       pytest -m sweep pytest/test_request_mix.py --monsoon-profile=full  (Ditto's 10-minute steps)
+      pytest -m sweep pytest/test_request_mix.py -k thingsboard          (the real ThingsBoard 4.2.1)
+
+On ThingsBoard (stack thingsboard-kafka, experiment mix-thingsboard) the reads are its latest telemetry and a
+time-series range, the searches its entity query (POST /api/entitiesQuery/find), and there is no modify: its
+queues carry its own protobuf messages. It needs TB's server jar (tools/build-thingsboard); without it, it
+skips in one line.
 
 Marked ``sweep`` like the size sweep: both ramp the platform past what it keeps up with to find a capacity, so
 a bare ``pytest`` leaves them out (like the soak). It fails when no step kept up, when nothing on the platform
@@ -19,3 +25,8 @@ import pytest
 @pytest.mark.sweep
 def test_request_mix_on_the_reference_platform(monsoon):
     monsoon.mix("kafka-registry", "mix").assert_pass()
+
+
+@pytest.mark.sweep
+def test_request_mix_on_thingsboard(monsoon):
+    monsoon.mix("thingsboard-kafka", "mix-thingsboard", skip_unavailable=True).assert_pass()

@@ -3,6 +3,10 @@
 
 Run:  pytest -m sweep                               (quick profile: a few minutes)
       pytest -m sweep --monsoon-profile=nightly     (longer steps)
+      pytest -m sweep pytest/test_size_sweep.py -k thingsboard   (the real ThingsBoard 4.2.1 with its Kafka queue)
+
+The ThingsBoard case needs TB's server jar (tools/build-thingsboard <a clone of its repository at v4.2.1>);
+without it, it skips in one line.
 
 A bare ``pytest`` leaves it out (like the soak). It fails with the table (per size: msg/s and MB/s, platform
 and Kafka alone, what stopped each ramp) when a size finds no capacity or the platform spends more than a
@@ -16,3 +20,8 @@ import pytest
 @pytest.mark.sweep
 def test_size_sweep_on_kafka(monsoon):
     monsoon.sweep("kafka", "size-sweep").assert_pass()
+
+
+@pytest.mark.sweep
+def test_size_sweep_on_thingsboard_kafka(monsoon):
+    monsoon.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True).assert_pass()

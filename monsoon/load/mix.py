@@ -1,10 +1,13 @@
 """A request mix's non-write operations (Eclipse Ditto's READ_THINGS, SEARCH_THINGS and MODIFY_THINGS), sent on
 an open-model schedule beside the fleet's device writes.
 
-* **read**: ``GET /api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=..`` (ThingsBoard's latest telemetry
-  of one device, by id: the platform's registry and its store);
-* **search**: ``GET /api/tenant/devices?textSearch=..&type=..`` (devices by a filter: a name substring that
-  matches about ten devices, and the device type);
+* the HTTP operations, each a request form (``load.mix.requests``, rendered by :func:`render_request`) sent with
+  the JWT of ``POST /api/auth/login``; by default
+  **read**: ``GET /api/plugins/telemetry/DEVICE/{id}/values/timeseries?keys=..`` (ThingsBoard's latest telemetry
+  of one device, by id: the platform's registry and its store) and
+  **search**: ``GET /api/tenant/devices?textSearch=..&type=..`` (devices by a filter: a name substring that
+  matches about ten devices, and the device type); an experiment adds others (a time-series range, ThingsBoard's
+  entity query ``POST /api/entitiesQuery/find``);
 * **modify**: a message into the platform's Kafka topic (``observe.kafka.topic``), shaped as the reference
   platform's queue carries telemetry (``{id, d, n, t, ts, p}``, keyed by the device id), so the platform
   applies it as it applies a device's write; its latency is the broker's acknowledgement.
@@ -32,8 +35,8 @@ import aiohttp
 from confluent_kafka import Producer
 from hdrh.histogram import HdrHistogram
 
-HTTP_OPS = ("read", "search")
-MIX_OPS = ("read", "search", "modify")
+from monsoon.spec.mix import DEFAULT_REQUESTS, NOT_HTTP, PLACEHOLDER_RE
+
 LATE_S = 0.1               # a request sent this much after its intended time is late
 TIMEOUT_S = 10.0           # an HTTP request not answered by then is an error
 
@@ -148,6 +151,41 @@ def per_second_counts(rate: float, shares: dict[str, float], carry: dict[str, fl
     return out
 
 
+#: The request forms of :data:`monsoon.spec.mix.DEFAULT_REQUESTS`, as plain data (what a MixClient is given).
+DEFAULT_FORMS: dict[str, dict[str, Any]] = {op: f.model_dump(exclude_none=True) for op, f in DEFAULT_REQUESTS.items()}
+
+
+def _fill(x: Any, values: dict[str, str]) -> Any:
+    if isinstance(x, str):
+        return PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), x)
+    if isinstance(x, dict):
+        return {k: _fill(v, values) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_fill(v, values) for v in x]
+    return x
+
+
+def render_request(form: dict[str, Any], dev: MixDevice, *, keys: str = "seq", now_ms: int = 0,
+                   range_s: float = 60.0) -> tuple[str, str, dict[str, str], Any]:
+    """``(method, path, params, body)`` of a request form for ``dev`` at ``now_ms``: its placeholders filled
+    (``{id}``, ``{name}``, ``{name_prefix}``: the name but its last character, ``{type}``, ``{keys}``,
+    ``{now_ms}``, ``{since_ms}``: ``range_s`` before now) (pure)."""
+    values = {"id": dev.id or "", "name": dev.name, "name_prefix": dev.name[:-1] if len(dev.name) > 1 else dev.name,
+              "type": dev.type, "keys": keys, "now_ms": str(now_ms), "since_ms": str(now_ms - int(range_s * 1000))}
+    return (form.get("method", "GET"), _fill(form["path"], values), _fill(dict(form.get("params") or {}), values),
+            _fill(form.get("body"), values))
+
+
+def check_answer(op: str, form: dict[str, Any], data: Any) -> None:
+    """RuntimeError when a 200 answer is not what ``form`` expects: a JSON object, whose ``expect`` key (when
+    the form names one) is non-empty (pure)."""
+    if not isinstance(data, dict):
+        raise RuntimeError(f"{op}: not a JSON object: {str(data)[:80]}")
+    key = form.get("expect")
+    if key and not data.get(key):
+        raise RuntimeError(f"{op}: nothing in {key!r} of the answer: {json.dumps(data)[:120]}")
+
+
 @dataclass(frozen=True)
 class MixCriteria:
     """When a step's mix operations did not keep up (beside the writes' own criteria and GC)."""
@@ -187,13 +225,20 @@ class MixClient:
     """Reads, searches and modifications on an open-model schedule (module docstring); one loop thread."""
 
     def __init__(self, base_url: str, username: str, password: str, devices: Iterable[MixDevice], *,
-                 shares: dict[str, float], keys: str = "seq", kafka_bootstrap: str | None = None,
+                 shares: dict[str, float], keys: str = "seq", forms: dict[str, dict[str, Any]] | None = None,
+                 range_s: float = 60.0, kafka_bootstrap: str | None = None,
                  kafka_topic: str | None = None, max_in_flight: int = 64, seed: int = 1):
         self.base_url = base_url.rstrip("/")
         self.username, self.password = username, password
         self.devices = list(devices)
-        self.shares = {op: s for op, s in shares.items() if op in MIX_OPS and s > 0}
-        self.keys = keys
+        self.forms = dict(forms if forms is not None else DEFAULT_FORMS)
+        if "read" not in self.forms:
+            raise ValueError("the warm-up reads every device with the request form 'read'")
+        unknown = [op for op, s in shares.items() if s > 0 and op not in NOT_HTTP and op not in self.forms]
+        if unknown:
+            raise ValueError(f"no request form for {', '.join(unknown)}")
+        self.shares = {op: s for op, s in shares.items() if op != "write" and s > 0}
+        self.keys, self.range_s = keys, range_s
         self.kafka_bootstrap, self.kafka_topic = kafka_bootstrap, kafka_topic
         if "modify" in self.shares and not (kafka_bootstrap and kafka_topic):
             raise ValueError("modify needs the stack's Kafka topic (observe.kafka)")
@@ -218,27 +263,25 @@ class MixClient:
                 raise RuntimeError(f"login at {self.base_url} answered {r.status}: {(await r.text())[:200]}")
             self._jwt = (await r.json())["token"]
 
-    async def _get(self, session: aiohttp.ClientSession, path: str, params: dict[str, str]) -> Any:
+    async def _get(self, session: aiohttp.ClientSession, path: str, params: dict[str, str], *,
+                   method: str = "GET", body: Any = None) -> Any:
         """The JSON of a 200 answer; raises RuntimeError naming the status otherwise."""
-        async with session.get(f"{self.base_url}{path}", params=params,
-                               headers={"X-Authorization": f"Bearer {self._jwt}"}) as r:
-            body = await r.read()
+        async with session.request(method, f"{self.base_url}{path}", params=params, json=body,
+                                   headers={"X-Authorization": f"Bearer {self._jwt}"}) as r:
+            data = await r.read()
             if r.status != 200:
-                raise RuntimeError(f"HTTP {r.status}: {body[:120].decode(errors='replace')}")
-            return json.loads(body) if body else None
+                raise RuntimeError(f"HTTP {r.status}: {data[:120].decode(errors='replace')}")
+            return json.loads(data) if data else None
+
+    async def _request(self, session: aiohttp.ClientSession, op: str, dev: MixDevice) -> None:
+        """One HTTP operation: its form rendered for ``dev``, sent, its answer checked."""
+        form = self.forms[op]
+        method, path, params, body = render_request(form, dev, keys=self.keys, now_ms=int(time.time() * 1000),
+                                                    range_s=self.range_s)
+        check_answer(op, form, await self._get(session, path, params, method=method, body=body))
 
     async def _read(self, session: aiohttp.ClientSession, dev: MixDevice) -> None:
-        data = await self._get(session, f"/api/plugins/telemetry/DEVICE/{dev.id}/values/timeseries",
-                               {"keys": self.keys})
-        if not isinstance(data, dict):
-            raise RuntimeError(f"read: not a JSON object: {str(data)[:80]}")
-
-    async def _search(self, session: aiohttp.ClientSession, dev: MixDevice) -> None:
-        text = dev.name[:-1] if len(dev.name) > 1 else dev.name    # ~10 devices share all but the last digit
-        data = await self._get(session, "/api/tenant/devices",
-                               {"pageSize": "10", "page": "0", "textSearch": text, "type": dev.type})
-        if not isinstance(data, dict) or not data.get("data"):
-            raise RuntimeError(f"search: nothing found for textSearch={text} type={dev.type}")
+        await self._request(session, "read", dev)
 
     async def _lookup(self, session: aiohttp.ClientSession, dev: MixDevice) -> MixDevice:
         data = await self._get(session, "/api/tenant/devices", {"deviceName": dev.name})
@@ -302,6 +345,11 @@ class MixClient:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run(list(rates))), name="monsoon-mix",
                                         daemon=True)
         self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the schedule has been sent and answered (or ``timeout``)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def stop(self, timeout: float = TIMEOUT_S + 5) -> None:
         """Stop scheduling; wait for what is in flight (up to ``timeout``)."""
@@ -372,7 +420,7 @@ class MixClient:
                     session: aiohttp.ClientSession) -> None:
         err = None
         try:
-            await (self._read(session, dev) if op == "read" else self._search(session, dev))
+            await self._request(session, op, dev)
         except Exception as e:
             err = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         finally:

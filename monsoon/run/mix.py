@@ -30,6 +30,7 @@ from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.spec.experiment import ExperimentSpec
+from monsoon.spec.mix import NOT_HTTP
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.provision import device_names
@@ -46,10 +47,12 @@ def plan_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, force:
     if exp.load.auto:
         raise SpecError(exp.source, None, "load.base_rate", "a request mix starts its ramp at a number of ops/s")
     prov = stack_spec.provisioning
-    if (mix.weights.get("read") or mix.weights.get("search")) and prov.kind != "thingsboard-rest":
+    http = [op for op, w in mix.weights.items() if w > 0 and op not in NOT_HTTP]
+    if http and prov.kind != "thingsboard-rest":
         raise SpecError(exp.source, None, "load.mix.weights",
-                        f"reads and searches go through ThingsBoard's REST API: stack {stack_spec.name} has "
-                        f"provisioning kind {prov.kind}")
+                        f"{', '.join(http)} log in and find the devices through a ThingsBoard-style REST API "
+                        f"(/api/auth/login, /api/tenant/devices): stack {stack_spec.name} has provisioning kind "
+                        f"{prov.kind}")
     if mix.weights.get("modify") and not (stack_spec.observe.kafka and stack_spec.observe.kafka.topic):
         raise SpecError(exp.source, None, "load.mix.weights.modify",
                         f"modifications go into the stack's Kafka topic: stack {stack_spec.name} has no "
@@ -58,7 +61,9 @@ def plan_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, force:
     if mix.weights.get("modify") and topic and any(c in topic for c in "*?[^$"):
         raise SpecError(exp.source, None, "load.mix.weights.modify",
                         f"modifications go into one Kafka topic, shaped as the reference platform's queue carries "
-                        f"telemetry: stack {stack_spec.name}'s observe.kafka.topic is a pattern ({topic})")
+                        f"telemetry: stack {stack_spec.name}'s observe.kafka.topic is a pattern ({topic}); a "
+                        "platform whose queues carry its own framing (ThingsBoard's protobuf) has no topic an "
+                        "outside producer can write to: leave modify out (weight 0)")
     validate(stack_spec, exp, profile, force=force, registry=registry)
     return exp
 
@@ -80,6 +85,8 @@ def describe_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, run_i
         f"{m['step_s']:g} s (+{m['settle_s']:g} s settle) up to {m['max_rate']:g} ops/s, after "
         f"{exp.durations(profile).warmup:g} s at the first step; stop at GC > {m['gc_fraction']}, errors > "
         f"{m['error_fraction']:g}, a latency knee or the writes' criteria",
+        "  requests: " + ("; ".join(f"{op} {f.get('method', 'GET')} {f['path']}" for op, f in m["requests"].items()
+                                    if mx.weights.get(op)) or "none (writes and modifications only)"),
         "  checks: " + ", ".join([f"{n} {p}" if p else n for n, p in mix_checks(exp, profile)]
                                  + [mix_report.CAPACITY_CHECK, mix_report.WARMUP_CHECK])])
 
@@ -162,7 +169,7 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
                 kafka = stack_spec.observe.kafka
                 devs = [MixDevice(n) for n, _ in device_names(exp.load.device_prefix, exp.load.devices)]
                 client = MixClient(stack.endpoint(prov.url or ""), prov.username or "", prov.password or "", devs,
-                                   shares=shares, keys=m["keys"],
+                                   shares=shares, keys=m["keys"], forms=m["requests"], range_s=float(m["range_s"]),
                                    kafka_bootstrap=stack.endpoint(kafka.bootstrap) if kafka else None,
                                    kafka_topic=kafka.topic if kafka else None, max_in_flight=int(m["max_in_flight"]))
                 ramp_mix = RampMix(client, shares["write"], MixCriteria(error_fraction=float(m["error_fraction"])))

@@ -2,13 +2,19 @@
 decision and the report (monsoon/load/mix.py, monsoon/spec/mix.py, monsoon/run/mix.py, monsoon/report/mix.py)."""
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
-from monsoon.load.mix import MixClient, MixCriteria, MixDevice, OpStats, judge_ops, per_second_counts, schedule_second
+from monsoon.load.mix import (DEFAULT_FORMS, MixClient, MixCriteria, MixDevice, OpStats, check_answer, judge_ops,
+                              per_second_counts, render_request, schedule_second)
 from monsoon.load.shapes import Stage, Stages
 from monsoon.report import mix as report
 from monsoon.run.calibrate import Step
-from monsoon.run.mix import RampMix, mix_decision, plan_mix
+from monsoon.report.result import StackUnavailable
+from monsoon.run.mix import RampMix, describe_mix, mix_decision, plan_mix
+from monsoon.session import MonsoonSession
 from monsoon.spec.experiment import load_experiment
 from monsoon.spec.mix import MixSpec
 from monsoon.spec.stack import load_stack
@@ -151,3 +157,128 @@ def test_modify_needs_one_topic_not_thingsboards_pattern():
 def test_modify_needs_a_kafka_topic_and_the_client_says_so():
     with pytest.raises(ValueError, match="Kafka topic"):
         MixClient("http://127.0.0.1:1", "u", "p", [MixDevice("d")], shares={"modify": 1.0})
+
+
+# --- request forms (load.mix.requests): the platform's own read and search, ThingsBoard's among them
+
+def test_request_forms_default_to_read_and_search_and_an_experiment_adds_its_own():
+    m = MixSpec(weights={"read": 1, "history": 1, "write": 1},
+                requests={"history": {"path": "/api/x/{id}", "params": {"startTs": "{since_ms}"}}})
+    assert set(m.forms()) == {"read", "search", "history"} and list(m.shares()) == ["read", "write", "history"]
+    assert m.resolved("quick")["requests"]["history"] == {"method": "GET", "path": "/api/x/{id}",
+                                                          "params": {"startTs": "{since_ms}"}}
+    with pytest.raises(ValueError, match="weights.history: no such operation .*add one under load.mix.requests"):
+        MixSpec(weights={"history": 1, "write": 1})
+    with pytest.raises(ValueError, match=r"unknown placeholder \{device\}"):
+        MixSpec(weights={"write": 1}, requests={"read": {"path": "/api/{device}"}})
+    with pytest.raises(ValueError, match="a body goes with method: POST"):
+        MixSpec(weights={"write": 1}, requests={"q": {"path": "/q", "body": {"a": 1}}})
+    with pytest.raises(ValueError, match="not write or modify"):
+        MixSpec(weights={"write": 1}, requests={"write": {"path": "/w"}})
+
+
+def test_a_form_is_rendered_for_a_device_and_its_answer_checked():
+    form = {"method": "POST", "path": "/api/entitiesQuery/find/{id}", "params": {"k": "{keys}", "from": "{since_ms}"},
+            "body": {"entityFilter": {"deviceTypes": ["{type}"], "deviceNameFilter": "{name_prefix}"},
+                     "pageLink": {"pageSize": 10}, "raw": "{unknown} {now_ms}"}, "expect": "data"}
+    method, path, params, body = render_request(form, MixDevice("monsoon-00017", "uuid-1", "default"),
+                                                keys="seq,t", now_ms=100_000, range_s=60)
+    assert (method, path, params) == ("POST", "/api/entitiesQuery/find/uuid-1", {"k": "seq,t", "from": "40000"})
+    assert body == {"entityFilter": {"deviceTypes": ["default"], "deviceNameFilter": "monsoon-0001"},
+                    "pageLink": {"pageSize": 10}, "raw": "{unknown} 100000"}
+    assert form["body"]["entityFilter"]["deviceTypes"] == ["{type}"]      # the form itself is untouched
+    check_answer("search", form, {"data": [{"entityId": {}}]})
+    with pytest.raises(RuntimeError, match="search: nothing in 'data'"):
+        check_answer("search", form, {"data": [], "totalElements": 0})
+    with pytest.raises(RuntimeError, match="read: not a JSON object"):
+        check_answer("read", {}, [1, 2])
+    check_answer("read", {}, {})                                         # no telemetry yet: still an answer
+
+
+def test_the_client_needs_a_form_for_every_http_operation_and_a_read_for_the_warm_up():
+    with pytest.raises(ValueError, match="no request form for history"):
+        MixClient("http://127.0.0.1:1", "u", "p", [MixDevice("d")], shares={"history": 1.0})
+    with pytest.raises(ValueError, match="warm-up reads every device"):
+        MixClient("http://127.0.0.1:1", "u", "p", [MixDevice("d")], shares={"q": 1.0},
+                  forms={"q": {"path": "/q"}})
+
+
+def test_thingsboards_mix_is_planned_without_modify_and_says_its_requests():
+    stack, exp = load_stack("thingsboard-kafka"), load_experiment("mix-thingsboard")
+    assert plan_mix(stack, exp, "quick") is exp
+    assert exp.load.mix is not None and "modify" not in exp.load.mix.weights
+    text = describe_mix(stack, exp, "quick", "r")
+    assert "search POST /api/entitiesQuery/find" in text and "history GET /api/plugins/telemetry" in text
+    with pytest.raises(SpecError, match="ThingsBoard's protobuf"):
+        plan_mix(stack, load_experiment("mix-story"), "quick")
+
+
+def test_a_mix_on_a_stack_whose_jar_is_missing_skips_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path / "cache"))
+    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=lambda m: None)
+    with pytest.raises(StackUnavailable, match="thingsboard-4.2.1-boot.jar") as e:
+        s.mix("thingsboard-kafka", "mix-thingsboard", skip_unavailable=True)
+    assert "\n" not in str(e.value) and not s.results
+
+
+def test_the_client_logs_in_and_sends_each_form_as_rendered(tmp_path):
+    """Against a small HTTP server on 127.0.0.1 shaped as ThingsBoard's REST API (login, device by name, the
+    forms): the warm-up finds and reads every device, then two seconds of the mix send the POST form with its
+    body filled and the JWT, and count a 500 as that operation's error."""
+    from aiohttp import web
+    seen: list[tuple[str, str, str, object]] = []
+
+    async def login(req):
+        return web.json_response({"token": "T"})
+
+    async def by_name(req):
+        return web.json_response({"id": {"id": "id-" + req.query["deviceName"]}, "type": "meter"})
+
+    async def read(req):
+        seen.append(("read", req.match_info["id"], req.headers.get("X-Authorization", ""), None))
+        return web.json_response({"seq": [{"ts": 1, "value": "1"}]})
+
+    async def query(req):
+        seen.append(("search", "", req.headers.get("X-Authorization", ""), await req.json()))
+        return web.json_response({"data": [{"x": 1}]})
+
+    async def broken(req):
+        return web.Response(status=500, text="boom")
+
+    app = web.Application()
+    app.add_routes([web.post("/api/auth/login", login), web.get("/api/tenant/devices", by_name),
+                    web.get("/api/plugins/telemetry/DEVICE/{id}/values/timeseries", read),
+                    web.post("/api/entitiesQuery/find", query), web.get("/api/broken", broken)])
+    runner = web.AppRunner(app)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    server = threading.Thread(target=loop.run_forever, daemon=True)
+    server.start()
+    try:
+        forms = {"read": DEFAULT_FORMS["read"],
+                 "search": {"method": "POST", "path": "/api/entitiesQuery/find", "expect": "data",
+                            "body": {"entityFilter": {"type": "deviceType", "deviceTypes": ["{type}"],
+                                                      "deviceNameFilter": "{name_prefix}"}}},
+                 "broken": {"path": "/api/broken"}}
+        c = MixClient(f"http://127.0.0.1:{port}", "u", "p", [MixDevice("dev-11"), MixDevice("dev-12")],
+                      shares={"read": 0.4, "search": 0.4, "broken": 0.2}, forms=forms)
+        w = c.warm_up()
+        assert (w["found"], w["read"]["ok"], w["read"]["errors"]) == (2, 2, 0)
+        c.start([10.0, 10.0])
+        c.join(30)
+        c.stop()
+        t = c.totals()
+        assert (t["read"]["ok"], t["search"]["ok"], t["broken"]["ok"]) == (8, 8, 0)
+        assert t["broken"]["errors"] == 4 and t["broken"]["first_error"].startswith("RuntimeError: HTTP 500: boom")
+        bodies = [b for op, _, _, b in seen if op == "search"]
+        assert bodies and all(b == {"entityFilter": {"type": "deviceType", "deviceTypes": ["meter"],
+                                                     "deviceNameFilter": "dev-1"}} for b in bodies)
+        assert {i for op, i, _, _ in seen if op == "read"} == {"id-dev-11", "id-dev-12"}
+        assert {a for _, _, a, _ in seen} == {"Bearer T"}
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        server.join(5)

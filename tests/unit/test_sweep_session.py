@@ -2,7 +2,7 @@
 import pytest
 
 from monsoon.load.sweep import TransportResult
-from monsoon.report.result import DryRunSkipped, RunFailed
+from monsoon.report.result import DryRunSkipped, RunFailed, StackUnavailable
 from monsoon.report.sweep import SweepResult
 from monsoon.session import MonsoonSession
 from monsoon.spec.yamlio import SpecError
@@ -54,3 +54,15 @@ def test_an_experiment_without_sizes_is_refused_before_anything_starts(tmp_path)
     with pytest.raises(SpecError, match="load.payload.sizes"):
         s.sweep("kafka", "burst-x3")
     assert not (tmp_path / "runs").exists()
+
+
+def test_thingsboards_sweep_is_planned_to_its_mqtt_limit_and_skips_without_its_jar(tmp_path, monkeypatch):
+    said: list[str] = []
+    s = MonsoonSession(runs_dir=tmp_path / "runs", dry_run=True, progress=said.append)
+    s.sweep("thingsboard-kafka", "size-sweep-thingsboard")
+    assert "sizes: 100 B, 1000 B, 10000 B, 60000 B" in said[0] and "Kafka produce+consume" in said[0]
+    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path / "cache"))
+    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=said.append)
+    with pytest.raises(StackUnavailable, match="thingsboard-4.2.1-boot.jar"):
+        s.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True)
+    assert not s.results
