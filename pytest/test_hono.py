@@ -6,6 +6,8 @@ Run:  pytest -m burst pytest/ -k hono      (x3 of QoS 1 telemetry over MQTT, qui
       pytest -m chaos pytest/ -k hono      (500 ms on the command router -> Infinispan hop under a
                                             telemetry + event + command mix over HTTP)
       pytest pytest/test_hono.py -k command_round_trips   (the same mix, no fault: each leg's baseline)
+      pytest -m burst pytest/ -k hono_burst_flood_x10    (x10 of QoS 1 telemetry over MQTT)
+      pytest -m chaos pytest/ -k hono_pod_kills          (SIGKILL of the command router, then of the HTTP adapter)
 
 Needs Hono's components, built once from a clone of its public repository at tag 2.6.0:
       tools/build-hono <a clone of github.com/eclipse-hono/hono at tag 2.6.0>
@@ -40,3 +42,16 @@ def test_hono_cold_against_warm(monsoon):
     # the same command load on a freshly started stack (cold Infinispan), then warmed: both phases' command
     # round trips and 503s side by side in the checklist
     monsoon.run("hono-kafka-toxiproxy", "hono-cold-warm", skip_unavailable=True).assert_pass()
+
+
+@pytest.mark.burst
+def test_hono_burst_flood_x10(monsoon):
+    # x10 (1,000 msg/s) of QoS 1 telemetry over MQTT on hono-kafka: the backend's lag drains, nothing acked lost
+    monsoon.run("hono-kafka", "hono-burst-x10", skip_unavailable=True).assert_pass()
+
+
+@pytest.mark.chaos
+def test_hono_pod_kills(monsoon):
+    # SIGKILL the command router, then the HTTP adapter, under the 6:2:2 mix on hono-kafka-toxiproxy: each kill's
+    # errors by code in the checklist (router-kill, adapter-kill stages), nothing acked lost, every leg clean again
+    monsoon.run("hono-kafka-toxiproxy", "hono-pod-kill", skip_unavailable=True).assert_pass()
