@@ -71,7 +71,7 @@ test: setup lint test-rust test-java
 
 # the native load core's own tests (cargo test: unit tests and its event loop against local sinks). Their debug
 # builds go to a target dir in the user's caches, not the checkout's, so that a fresh clone (CI) compiles only the
-# crate itself, not its dependencies again: ~28 s cold, a few seconds warm. CARGO_TEST_TARGET=DIR to change it.
+# crate itself, not its dependencies again: 24 s cold, 3 s from a second clone. CARGO_TEST_TARGET=DIR to change it.
 CARGO_TEST_TARGET ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monsoon/cargo-test
 test-rust:
 	@command -v cargo >/dev/null || { echo "monsoon: cargo not found: install Rust (https://rustup.rs) to test the native load core" >&2; exit 127; }
