@@ -214,8 +214,8 @@ def test_thingsboards_mix_is_planned_without_modify_and_says_its_requests():
 
 
 def test_a_mix_on_a_stack_whose_jar_is_missing_skips_in_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path / "cache"))
-    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=lambda m: None)
+    monkeypatch.setattr("monsoon.stack.supervisor.CACHE", tmp_path / "cache")   # no jar there
+    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=lambda m: None, dry_run=True)   # never starts a stack
     with pytest.raises(StackUnavailable, match="thingsboard-4.2.1-boot.jar") as e:
         s.mix("thingsboard-kafka", "mix-thingsboard", skip_unavailable=True)
     assert "\n" not in str(e.value) and not s.results

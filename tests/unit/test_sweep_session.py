@@ -61,8 +61,8 @@ def test_thingsboards_sweep_is_planned_to_its_mqtt_limit_and_skips_without_its_j
     s = MonsoonSession(runs_dir=tmp_path / "runs", dry_run=True, progress=said.append)
     s.sweep("thingsboard-kafka", "size-sweep-thingsboard")
     assert "sizes: 100 B, 1000 B, 10000 B, 60000 B" in said[0] and "Kafka produce+consume" in said[0]
-    monkeypatch.setenv("MONSOON_CACHE", str(tmp_path / "cache"))
-    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=said.append)
+    monkeypatch.setattr("monsoon.stack.supervisor.CACHE", tmp_path / "cache")   # no jar there
+    s = MonsoonSession(runs_dir=tmp_path / "runs", progress=said.append, dry_run=True)   # never starts a stack
     with pytest.raises(StackUnavailable, match="thingsboard-4.2.1-boot.jar"):
         s.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True)
     assert not s.results
