@@ -10,7 +10,7 @@ export MONSOON_CACHE := $(abspath $(CACHE))
 SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: test-rust test-java lint help setup prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
 .DEFAULT_GOAL := help
 
 help:
@@ -60,6 +60,19 @@ $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/
 
 setup: venv
 	@$(SETUP) kafka debs platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s
+	@$(MAKE) -s dtls
+
+# CoAP over DTLS (Hono's CoAP devices, transport hono-coap): DTLSSocket has no wheel, so it is built once from its
+# source package (autoconf, automake; ~45 s) into the wheelhouse and installed from there. Best effort: a machine
+# that cannot build it still sets up, and the DTLS story skips, saying how to get it.
+WHEELHOUSE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/monsoon/wheelhouse
+DTLS_PIN := DTLSSocket==0.2.3
+dtls: venv
+	@$(PY) -c 'import DTLSSocket' 2>/dev/null || { mkdir -p "$(WHEELHOUSE)" && \
+	  { $(VENV)/bin/pip install -q --no-index --find-links "$(WHEELHOUSE)" '$(DTLS_PIN)' 2>/dev/null || \
+	    { $(VENV)/bin/pip wheel -q --no-deps -w "$(WHEELHOUSE)" '$(DTLS_PIN)' && \
+	      $(VENV)/bin/pip install -q --no-index --find-links "$(WHEELHOUSE)" '$(DTLS_PIN)'; }; } || \
+	  echo "monsoon: DTLSSocket did not build (it needs autoconf and automake: apt-get install -y autoconf automake); CoAP over DTLS will skip"; }
 
 # only what the demo uses: Kafka, PostgreSQL, the reference platform (the python load engine, no faults)
 demo: venv

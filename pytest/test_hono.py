@@ -6,6 +6,7 @@ Run:  pytest -m burst pytest/ -k hono      (x3 of QoS 1 telemetry over MQTT, qui
       pytest -m chaos pytest/ -k hono      (500 ms on the command router -> Infinispan hop under a
                                             telemetry + event + command mix over HTTP)
       pytest pytest/test_hono.py -k command_round_trips   (the same mix, no fault: each leg's baseline)
+      pytest pytest/test_hono.py -k coap_command         (the mix over CoAP with DTLS/PSK, Hono's own load test)
       pytest -m burst pytest/ -k hono_burst_flood_x10    (x10 of QoS 1 telemetry over MQTT)
       pytest -m chaos pytest/ -k hono_pod_kills          (SIGKILL of the command router, then of the HTTP adapter)
 
@@ -17,6 +18,8 @@ Expected: the x3 flood is held as the backend's consumer lag, drained, and nothi
 telemetry topic (Hono acks a QoS 1 PUBLISH only after Kafka took it).
 """
 import pytest
+
+from monsoon.load.coap import dtls_missing
 
 
 @pytest.mark.burst
@@ -55,3 +58,13 @@ def test_hono_pod_kills(monsoon):
     # SIGKILL the command router, then the HTTP adapter, under the 6:2:2 mix on hono-kafka-toxiproxy: each kill's
     # errors by code in the checklist (router-kill, adapter-kill stages), nothing acked lost, every leg clean again
     monsoon.run("hono-kafka-toxiproxy", "hono-pod-kill", skip_unavailable=True).assert_pass()
+
+
+def test_hono_coap_command_round_trips(monsoon):
+    # Hono's own CoAP load test: devices over DTLS with a PSK (the registry's psk credentials) send confirmable
+    # telemetry, events and command queries on hono-kafka-toxiproxy, no fault; each leg's p50/p99/p99.9 and errors
+    # by CoAP code (coap 5.03) in legs.json and the checklist. Without DTLSSocket: a skip saying how to get it.
+    missing = dtls_missing()
+    if missing:
+        pytest.skip(missing)
+    monsoon.run("hono-kafka-toxiproxy", "hono-coap-commands", skip_unavailable=True).assert_pass()

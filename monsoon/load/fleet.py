@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from monsoon.load.base import Fleet, FleetOptions
-from monsoon.load.coap import CoapFleet
+from monsoon.load.coap import CoapFleet, HonoCoapFleet
 from monsoon.load.hono import HonoHttpFleet
 from monsoon.load.http import HttpFleet
 from monsoon.load.kube_job import KubeJobFleet
@@ -17,14 +17,15 @@ from monsoon.stack.provision import Device
 
 __all__ = ["TRANSPORTS", "Fleet", "FleetOptions", "build_fleet"]
 
-TRANSPORTS = ("mqtt", "http", "coap", "hono-http")
+TRANSPORTS = ("mqtt", "http", "coap", "hono-http", "hono-coap")
 
 
 def build_fleet(transport: str, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                 /, *, engine: str = "python", **fields: Any) -> Fleet:
     """The fleet for a stack's ``devices.transport``, of ``options`` (or the :class:`FleetOptions` ``fields``):
     ``mqtt`` (``topic``, ``qos``), ``http`` or ``coap`` (both ignore ``topic`` and ``qos``: a request is always
-    answered), ``hono-http`` (Hono's HTTP adapter: telemetry, events and command round trips by ``legs``). MQTT
+    answered), ``hono-http`` (Hono's HTTP adapter: telemetry, events and command round trips by ``legs``),
+    ``hono-coap`` (the same over Hono's CoAP adapter, DTLS with PSK). MQTT
     has three engines: ``python`` (:class:`~monsoon.load.mqtt.MqttFleet`), ``native``
     (:class:`~monsoon.load.native.NativeFleet`, ``workers`` processes) and ``kubernetes``
     (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed Job in monsoon's cluster)."""
@@ -48,5 +49,7 @@ def build_fleet(transport: str, devices: list[Device], host: str, port: int, opt
         return CoapFleet(devices, host, port, options)
     if transport == "hono-http":
         return HonoHttpFleet(devices, host, port, options)
+    if transport == "hono-coap":
+        return HonoCoapFleet(devices, host, port, options)
     raise ValueError(f"unknown device transport {transport!r} (use one of: {', '.join(TRANSPORTS)})")
 

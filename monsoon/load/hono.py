@@ -1,4 +1,5 @@
-"""Eclipse Hono's device side of the command flow, over its HTTP adapter: :class:`HonoHttpFleet`.
+"""Eclipse Hono's device side of the command flow, over its HTTP adapter: :class:`HonoHttpFleet`; what Hono's
+transports share (the kinds, the legs, their files and outcomes): :class:`HonoLegs` (CoAP: monsoon.load.coap).
 
 Each scheduled message is one of three kinds, picked per device by the weights ``FleetOptions.legs`` (default
 telemetry 6 : event 2 : command 2), deterministically (a smooth weighted round robin over the device's
@@ -32,7 +33,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from monsoon.load.aio import RequestTotals, _Dev
+from monsoon.load.aio import AsyncFleet, RequestTotals, _Dev
 from monsoon.load.base import FleetOptions
 from monsoon.load.http import HttpFleet
 from monsoon.load.stats import SecondStats
@@ -41,7 +42,8 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.hdrlog import HIST_MAX_US, IntervalLogWriter, new_histogram
 
 
-__all__ = ["DEFAULT_LEGS", "KINDS", "LEGS", "HonoHttpFleet", "HonoTotals", "LegRecorder", "leg_cycle"]
+__all__ = ["DEFAULT_LEGS", "KINDS", "LEGS", "NO_COMMAND", "HonoHttpFleet", "HonoLegs", "HonoTotals", "LegRecorder",
+           "leg_cycle"]
 
 KINDS = ("telemetry", "event", "command")                                  # what a message is
 LEGS = ("telemetry", "event", "command_request", "command_response")       # what is measured
@@ -167,14 +169,13 @@ class HonoTotals(RequestTotals):
     legs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-class HonoHttpFleet(HttpFleet):
-    """Devices on Hono's HTTP adapter sending telemetry, events and command queries (see the module)."""
+class HonoLegs(AsyncFleet):
+    """What Hono's device transports share (HTTP here, CoAP in :mod:`monsoon.load.coap`): each message's kind from
+    ``legs`` (:func:`leg_cycle`), the legs' :class:`LegRecorder` and files, and the outcome of one leg's request.
+    A subclass puts it before its transport's fleet (``class HonoHttpFleet(HonoLegs, HttpFleet)``) and implements
+    ``_deliver`` with :data:`_KIND`'s kind."""
 
-    transport = "hono-http"
     TTD_S = 5               # hono-ttd of a command query: how long the adapter holds it for a command
-    # a query without a command holds its slot for the whole ttd: at 1 query/s per device 8 slots ran full
-    # (hono-cold-warm: a third of the messages left late)
-    DEFAULT_MAX_INFLIGHT = 16
 
     def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                  **fields: Any) -> None:
@@ -184,6 +185,49 @@ class HonoHttpFleet(HttpFleet):
         self.leg_timeout_s = self.request_timeout_s
         # the whole message (a query held up to the ttd, then the response) within one outer timeout
         self.request_timeout_s = 2 * self.leg_timeout_s + self.TTD_S
+
+    def _launch(self, dev: _Dev, seq: int, intended: float, ts: int, payload: bytes) -> None:
+        # the message's kind, for _deliver (a task runs in a copy of the context it was created in)
+        _KIND.set(self.cycle[(seq + dev.idx) % len(self.cycle)])
+        super()._launch(dev, seq, intended, ts, payload)
+
+    def _outcome(self, leg: str, t0: float, code: str, success: bool, command: bool = False) -> None:
+        """One leg's answer into its leg: ``success`` (a 2xx / 2.xx ``code``) is ok, except a command query
+        answered without a command (:data:`NO_COMMAND`); anything else counts under ``code``."""
+        if success and (command or leg != "command_request"):
+            self.recorder.ok(leg, self._clock() - t0)
+        else:
+            self.recorder.error(leg, NO_COMMAND if success else code)
+
+    # ---------------------------------------------------------------- the legs' files
+    def _open_hlog(self, start_wall_s: float) -> None:
+        super()._open_hlog(start_wall_s)
+        self.recorder.open(self.acked_path.parent, start_wall_s)
+
+    def _flush_acked(self) -> None:
+        super()._flush_acked()
+        self.recorder.second()     # once per load second (the ticker's flush; the last flush adds an empty one)
+
+    def _run(self, stop: Any, on_second: Callable[[SecondStats], None] | None) -> HonoTotals:
+        try:
+            totals = super()._run(stop, on_second)
+        finally:
+            self.recorder.write()
+        self.extra["legs"] = legs = self.recorder.summary()
+        return HonoTotals(**vars(totals), legs=legs)
+
+
+class HonoHttpFleet(HonoLegs, HttpFleet):
+    """Devices on Hono's HTTP adapter sending telemetry, events and command queries (see the module)."""
+
+    transport = "hono-http"
+    # a query without a command holds its slot for the whole ttd: at 1 query/s per device 8 slots ran full
+    # (hono-cold-warm: a third of the messages left late)
+    DEFAULT_MAX_INFLIGHT = 16
+
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
         self._auth: list[str] = []
         self._urls: dict[str, URL] = {}
 
@@ -193,11 +237,6 @@ class HonoHttpFleet(HttpFleet):
         self._urls = {"telemetry": base / "telemetry", "event": base / "event"}
         self._auth = ["Basic " + base64.b64encode(f"{d.device.token}:{d.device.password or ''}".encode()).decode()
                       for d in self._devs]
-
-    def _launch(self, dev: _Dev, seq: int, intended: float, ts: int, payload: bytes) -> None:
-        # the message's kind, for _deliver (a task runs in a copy of the context it was created in)
-        _KIND.set(self.cycle[(seq + dev.idx) % len(self.cycle)])
-        super()._launch(dev, seq, intended, ts, payload)
 
     async def _post(self, leg: str, url: URL | str, headers: dict[str, str], payload: bytes,
                     timeout: float) -> tuple[int | str, Any]:
@@ -216,12 +255,7 @@ class HonoHttpFleet(HttpFleet):
             cause = f"connection {type(e).__name__}"
             self.recorder.error(leg, cause)
             return cause, None
-        if 200 <= status < 300 and not (leg == "command_request" and status == 202):
-            self.recorder.ok(leg, self._clock() - t0)
-        elif leg == "command_request" and status == 202:
-            self.recorder.error(leg, NO_COMMAND)
-        else:
-            self.recorder.error(leg, f"http {status}")
+        self._outcome(leg, t0, f"http {status}", 200 <= status < 300, command=status == 200)
         return status, rh
 
     async def _deliver(self, dev: _Dev, payload: bytes) -> str | None:
@@ -249,20 +283,3 @@ class HonoHttpFleet(HttpFleet):
         if isinstance(status, str):
             return status
         return None if 200 <= status < 300 else f"http {status}"
-
-    # ---------------------------------------------------------------- the legs' files
-    def _open_hlog(self, start_wall_s: float) -> None:
-        super()._open_hlog(start_wall_s)
-        self.recorder.open(self.acked_path.parent, start_wall_s)
-
-    def _flush_acked(self) -> None:
-        super()._flush_acked()
-        self.recorder.second()     # once per load second (the ticker's flush; the last flush adds an empty one)
-
-    def _run(self, stop: Any, on_second: Callable[[SecondStats], None] | None) -> HonoTotals:
-        try:
-            totals = super()._run(stop, on_second)
-        finally:
-            self.recorder.write()
-        self.extra["legs"] = legs = self.recorder.summary()
-        return HonoTotals(**vars(totals), legs=legs)

@@ -68,7 +68,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
         tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
                base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, restart=exp.restart, shape=exp.load.shape.kind,
                multiplier=exp.load.shape.multiplier, devices=exp.load.devices, qos=exp.load.qos,
-               transport=stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
+               transport=exp.load.transport or stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
                durations=durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
                checks=[{"name": n, "params": p} for n, p in checks],
@@ -87,7 +87,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 load.start(stack, device_prefix=exp.load.device_prefix, devices=exp.load.devices, shape=shape,
                            qos=exp.load.qos, out_dir=out_dir, payload=build_payload(exp.load.payload),
                            engine=exp.load.engine, workers=exp.load.workers,
-                           legs=None if exp.load.legs is None else {str(k): w for k, w in exp.load.legs.items()})
+                           legs=None if exp.load.legs is None else {str(k): w for k, w in exp.load.legs.items()},
+                           transport=exp.load.transport)
                 result.platform = load.facts or None
                 if any(n == "no_ingest_stall" for n, _ in checks):
                     load.watch_stalls(stack, out_dir)

@@ -87,7 +87,7 @@ class LoadHarness:
 
     def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
               payload: Payload | None = None, engine: str = "python", workers: int = 1,
-              legs: dict[str, float] | None = None) -> "LoadHarness":
+              legs: dict[str, float] | None = None, transport: str | None = None) -> "LoadHarness":
         tl, dev = self.tl, stack.spec.devices
         self.collectors = collectors = collectors_for(stack)
         # every declared endpoint answers before anything is sent; the platform's facts are read with them
@@ -102,8 +102,9 @@ class LoadHarness:
         options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_DATA, topic=dev.topic, qos=qos,
                                latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers,
                                legs=legs)
-        host, port = stack.endpoint(dev.host), int(stack.endpoint(dev.port))
-        self._fleet = fleet = build_fleet(dev.transport, devs, host, port, options, engine=engine)
+        transport, port_t = dev.port_of(transport)    # the stack's devices.transport, or load.transport
+        host, port = stack.endpoint(dev.host), int(stack.endpoint(port_t))
+        self._fleet = fleet = build_fleet(transport, devs, host, port, options, engine=engine)
         fleet.connect()
         tl.add("op", op="connected", devices=len(devs))
         self.sampler = Sampler(tl, collectors).start()

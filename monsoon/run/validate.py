@@ -158,6 +158,9 @@ def validate(stack: StackSpec | None, exp: ExperimentSpec, profile: str | None =
     if unknown:
         raise exp.fail(("restart",), f"no service {', '.join(unknown)} in stack {stack.name!r} "
                        f"(it has: {', '.join(stack.services)})")
+    if exp.load.transport is not None and exp.load.transport not in stack.devices.offers():
+        raise exp.fail(("load", "transport"), f"stack {stack.name!r} offers no {exp.load.transport} devices (it has: "
+                       f"{', '.join(stack.devices.offers())}; others go under its devices.endpoints)")
     faults = fit_faults(resolved.get(profile, []), stack)   # a fault the stack cannot take fails here
     needs_toxiproxy(resolved.get(profile, []), stack)
     misfits = check_fits(exp, stack)   # a check that needs a signal the stack does not observe

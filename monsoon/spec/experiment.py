@@ -16,7 +16,7 @@ from monsoon import settings
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadProfile, PayloadSpec
 from monsoon.spec.shape import BURST_WINDOW_KINDS, Durations, ShapeSpec
-from monsoon.spec.stack import StackSpec
+from monsoon.spec.stack import StackSpec, Transport
 from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.mix import MixSpec
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
@@ -57,8 +57,10 @@ class LoadSpec(_Frozen):
     workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
     kubernetes: KubeLoadSpec | None = Field(None, description="run the load as a Kubernetes Indexed Job in monsoon's "
                                             "cluster: {shards: N} pods, each monsoon-loadgen --shard i/N")
+    transport: Transport | None = Field(None, description="the devices' transport, one the stack offers (its "
+                                        "devices.transport, the default, or one of devices.endpoints), e.g. hono-coap")
     legs: dict[Literal["telemetry", "event", "command"], Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = \
-        Field(None, description="transport hono-http only: weights of the message kinds (Hono's command flow), "
+        Field(None, description="transports hono-http and hono-coap only: weights of the message kinds (Hono's command flow), "
               "e.g. {telemetry: 6, event: 2, command: 2} (the default)")
     sweep: SweepSpec | None = Field(None, description="a size sweep's ramp (with payload.sizes; monsoon sweep): "
                                     "{factor, step_s, settle_s, max_rate, transport_s, gc_fraction}")

@@ -159,16 +159,36 @@ class ServiceSpec(_Frozen):
         return out
 
 
+Transport = Literal["mqtt", "http", "coap", "hono-http", "hono-coap"]
+
+
 class DevicesSpec(_Frozen):
     """Where devices connect. ``transport``: ``mqtt`` (``topic``), ``http`` (ThingsBoard's
     ``POST /api/v1/{token}/telemetry``), ``coap`` (the same path over CoAP) or ``hono-http`` (Eclipse Hono's
-    HTTP adapter: telemetry, events and command round trips, monsoon.load.hono); ``port`` is that
-    transport's port. ``protocol`` is the older name of ``transport``."""
-    transport: Literal["mqtt", "http", "coap", "hono-http"] = Field("mqtt", description="how the devices talk to the stack")
+    HTTP adapter: telemetry, events and command round trips, monsoon.load.hono) or ``hono-coap`` (the same over
+    Hono's CoAP adapter, DTLS with PSK, monsoon.load.coap); ``port`` is that transport's port. ``endpoints``: other
+    transports the stack's devices can use, by their port; an experiment picks one with ``load.transport``.
+    ``protocol`` is the older name of ``transport``."""
+    transport: Transport = Field("mqtt", description="how the devices talk to the stack")
     protocol: Literal["mqtt", "http", "coap"] | None = Field(None, description="the older name of transport")
     host: str = Field("127.0.0.1", description="the host devices connect to")
     port: str = Field(description="that transport's port, e.g. {port:mqtt} or 1883")
     topic: str = Field("v1/devices/me/telemetry", description="mqtt only: the topic devices publish to")
+    endpoints: dict[Transport, str] = Field({}, description="other transports the devices can use and their ports, "
+                                            "e.g. {hono-coap: '{port:coaps}'}: an experiment's load.transport picks one")
+
+    def offers(self) -> tuple[str, ...]:
+        """The transports the devices can use: ``transport`` first, then ``endpoints``."""
+        return (self.transport, *(t for t in self.endpoints if t != self.transport))
+
+    def port_of(self, transport: str | None) -> tuple[str, str]:
+        """(transport, port) for ``transport`` (None: the default ``transport``); KeyError if not offered."""
+        if transport is None or transport == self.transport:
+            return self.transport, self.port
+        for t, port in self.endpoints.items():
+            if t == transport:
+                return t, port
+        raise KeyError(transport)
 
     @field_validator("port", mode="before", json_schema_input_type=str | int)
     @classmethod

@@ -5,7 +5,7 @@ MQTT credentials.
 * :class:`NoProvisioner` is for a plain broker: nothing to create, the token
   is the device name.
 * :class:`HonoRegistryProvisioner` talks to Eclipse Hono's Device Registry
-  Management API: a tenant, its devices and their hashed-password credentials.
+  Management API: a tenant, its devices and their hashed-password and PSK credentials.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from requests.adapters import HTTPAdapter
 
 
 __all__ = ["HonoRegistryProvisioner", "NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names",
-           "provisioner_for"]
+           "provisioner_for", "psk_credential"]
 
 DEVICE_TYPE = "monsoon"
 #: the device profile monsoon's devices use, created once before them (``POST /api/deviceProfile``): real
@@ -293,11 +293,18 @@ def password_secret(password: str, hash_function: str = "bcrypt", salt: bytes | 
             "salt": base64.b64encode(salt).decode()}
 
 
+def psk_credential(auth_id: str, key: str) -> dict[str, Any]:
+    """A Hono ``psk`` credential: CoAP devices authenticate in the DTLS handshake with identity
+    ``<auth-id>@<tenant>`` and this pre-shared key (the registry holds it Base64-encoded: ``key``)."""
+    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.b64encode(key.encode()).decode()}]}
+
+
 class HonoRegistryProvisioner:
     """Eclipse Hono's Device Registry Management API (``/v1/tenants``, ``/v1/devices``, ``/v1/credentials``):
     ``ensure_devices`` creates the tenant (once) and each device with a ``hashed-password`` credential whose
-    auth-id is the device name and whose password is its token (the registry hashes it: ``pwd-plain``);
-    devices then log in as ``<name>@<tenant>``. Idempotent (409 on create = already there; the credentials are
+    auth-id is the device name and whose password is its token (the registry hashes it: ``pwd-plain``), and a
+    ``psk`` credential of the same auth-id whose key is that token (CoAP over DTLS); devices then log in as
+    ``<name>@<tenant>``. Idempotent (409 on create = already there; the credentials are
     set again). ``delete_devices`` deletes the devices, then the tenant. The JDBC registry takes a few hundred
     calls a second here; ``workers`` parallel calls."""
 
@@ -332,7 +339,8 @@ class HonoRegistryProvisioner:
         t, d = quote(self.tenant, safe=""), quote(name, safe="")
         self._call("POST", f"/v1/devices/{t}/{d}", (201, 409), json={"enabled": True})
         self._call("PUT", f"/v1/credentials/{t}/{d}", (204,),
-                   json=[{"type": "hashed-password", "auth-id": name, "secrets": [password_secret(token, self.password_hash)]}])
+                   json=[{"type": "hashed-password", "auth-id": name, "secrets": [password_secret(token, self.password_hash)]},
+                         psk_credential(name, token)])
         return Device(name, f"{name}@{self.tenant}", token)
 
     def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:

@@ -4,6 +4,8 @@ in-process HTTP server speaking the part of Hono's Device Registry Management AP
 argument errors, and that every Hono component the stack runs is one tools/build-hono caches."""
 from __future__ import annotations
 
+import base64
+
 import json
 import re
 import subprocess
@@ -163,7 +165,10 @@ def test_hono_provisioner_creates_tenant_devices_and_credentials_then_deletes_th
     assert devs[0].token == "h-00000@t1" and devs[0].password == wanted[0][1]
     assert registry.tenants == {"t1"} and len(registry.devices) == 5
     cred = registry.devices[("t1", "h-00003")]
-    assert cred == [{"type": "hashed-password", "auth-id": "h-00003", "secrets": [{"pwd-plain": wanted[3][1]}]}]
+    # the password for MQTT and HTTP, and the same secret as the CoAP devices' pre-shared key (Base64)
+    psk = base64.b64encode(wanted[3][1].encode()).decode()
+    assert cred == [{"type": "hashed-password", "auth-id": "h-00003", "secrets": [{"pwd-plain": wanted[3][1]}]},
+                    {"type": "psk", "auth-id": "h-00003", "secrets": [{"key": psk}]}]
     assert prov.ensure_devices(wanted) == devs       # idempotent: 409s are fine
     prov.delete_devices([n for n, _ in wanted] + ["never-made"])
     assert registry.devices == {} and registry.tenants == set()

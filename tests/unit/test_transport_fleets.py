@@ -124,7 +124,7 @@ def test_build_fleet_picks_the_transport(tmp_path) -> None:
     assert isinstance(build_fleet("coap", devs, "127.0.0.1", 5683, **common), CoapFleet)
     with pytest.raises(ValueError, match="unknown device transport 'amqp'.*mqtt, http, coap"):
         build_fleet("amqp", devs, "127.0.0.1", 1, **common)
-    assert TRANSPORTS == ("mqtt", "http", "coap", "hono-http")
+    assert TRANSPORTS == ("mqtt", "http", "coap", "hono-http", "hono-coap")
 
 
 def test_telemetry_path_is_thingsboards_and_escapes_the_token() -> None:
@@ -166,7 +166,7 @@ def test_an_unknown_transport_names_file_line_and_key(tmp_path) -> None:
         load_stack(p)
     e = ei.value
     assert (e.path, e.line, e.key) == (str(p), 6, "devices.transport")
-    assert "'mqtt', 'http', 'coap' or 'hono-http'" in str(e)
+    assert "'mqtt', 'http', 'coap', 'hono-http' or 'hono-coap'" in str(e)
 
 
 @pytest.mark.parametrize("name,transport,port", [("inmemory-http", "http", "{port:http}"),
