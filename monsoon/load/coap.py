@@ -16,7 +16,7 @@ from monsoon.load.base import FleetOptions
 from monsoon.load.hono import _KIND, HonoLegs
 from monsoon.load.http import telemetry_path
 from monsoon.load.stats import FleetConnectError
-from monsoon.stack.provision import Device
+from monsoon.stack.provision import Device, psk_key
 
 
 __all__ = ["DTLS_HINT", "CoapFleet", "HonoCoapFleet", "command_response_path", "dtls_missing"]
@@ -116,7 +116,7 @@ class CoapFleet(AsyncFleet):
 
 class HonoCoapFleet(HonoLegs, CoapFleet):
     """Devices on Hono's CoAP adapter, as in Hono's own CoAP load test: DTLS with a pre-shared key (identity
-    ``<auth-id>@<tenant>`` = ``Device.token``, key = ``Device.password``, the registry's ``psk`` credential),
+    ``<auth-id>@<tenant>`` = ``Device.token``, key = ``psk_key(Device.password)``, the registry's ``psk`` credential),
     through aiocoap's tinydtls transport; every request confirmable (QoS 1: the adapter answers 2.04 only after
     Kafka took it).
 
@@ -139,7 +139,7 @@ class HonoCoapFleet(HonoLegs, CoapFleet):
         ctx = await super()._context(dev)
         d = dev.device
         ctx.client_credentials.load_from_dict({self.uri_base + "/*": {"dtls": {
-            "psk": (d.password or "").encode(), "client-identity": d.token.encode()}}})
+            "psk": psk_key(d.password or ""), "client-identity": d.token.encode()}}})
         return ctx
 
     def _targets(self) -> None:

@@ -27,7 +27,7 @@ from requests.adapters import HTTPAdapter
 
 
 __all__ = ["HonoRegistryProvisioner", "NoProvisioner", "ProvisionError", "TbRestProvisioner", "device_names",
-           "provisioner_for", "psk_credential"]
+           "provisioner_for", "psk_credential", "psk_key"]
 
 DEVICE_TYPE = "monsoon"
 #: the device profile monsoon's devices use, created once before them (``POST /api/deviceProfile``): real
@@ -293,17 +293,24 @@ def password_secret(password: str, hash_function: str = "bcrypt", salt: bytes | 
             "salt": base64.b64encode(salt).decode()}
 
 
-def psk_credential(auth_id: str, key: str) -> dict[str, Any]:
+def psk_key(secret: str) -> bytes:
+    """A device's pre-shared key for CoAP over DTLS: 16 bytes derived from its ``secret`` (SHA-256, cut): tinydtls
+    (aiocoap's DTLS) takes keys of at most 16 bytes and answers a longer one with an internal-error alert."""
+    return hashlib.sha256(secret.encode()).digest()[:16]
+
+
+def psk_credential(auth_id: str, secret: str) -> dict[str, Any]:
     """A Hono ``psk`` credential: CoAP devices authenticate in the DTLS handshake with identity
-    ``<auth-id>@<tenant>`` and this pre-shared key (the registry holds it Base64-encoded: ``key``)."""
-    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.b64encode(key.encode()).decode()}]}
+    ``<auth-id>@<tenant>`` and the key :func:`psk_key` derives from ``secret`` (the registry holds it Base64: ``key``)."""
+    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.b64encode(psk_key(secret)).decode()}]}
 
 
 class HonoRegistryProvisioner:
     """Eclipse Hono's Device Registry Management API (``/v1/tenants``, ``/v1/devices``, ``/v1/credentials``):
     ``ensure_devices`` creates the tenant (once) and each device with a ``hashed-password`` credential whose
     auth-id is the device name and whose password is its token (the registry hashes it: ``pwd-plain``), and a
-    ``psk`` credential of the same auth-id whose key is that token (CoAP over DTLS); devices then log in as
+    ``psk`` credential of the same auth-id whose key derives from that token (:func:`psk_key`, CoAP over DTLS);
+    devices then log in as
     ``<name>@<tenant>``. Idempotent (409 on create = already there; the credentials are
     set again). ``delete_devices`` deletes the devices, then the tenant. The JDBC registry takes a few hundred
     calls a second here; ``workers`` parallel calls."""

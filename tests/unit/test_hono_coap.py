@@ -25,7 +25,7 @@ from monsoon.spec.experiment import load_experiment
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.run.validate import validate
-from monsoon.stack.provision import Device
+from monsoon.stack.provision import Device, psk_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,6 +136,12 @@ def test_the_coap_fleet_measures_every_leg_and_counts_errors_by_coap_code(tmp_pa
     assert cr["p50_ms"] is not None and cr["p50_ms"] <= cr["p999_ms"] <= cr["max_ms"]
     assert json.loads((tmp_path / LEGS_FILE).read_text())["legs"]["event"]["summary"]["errors"] == {
         "coap 5.03": fake.seen["event"]}
+
+
+def test_a_psk_is_16_bytes_derived_from_the_devices_secret() -> None:
+    # tinydtls answers a key longer than 16 bytes with a fatal internal-error alert (seen against Hono's adapter)
+    k = psk_key("86d8714d00fb8c8df8ab")
+    assert len(k) == 16 and k == psk_key("86d8714d00fb8c8df8ab") and k != psk_key("86d8714d00fb8c8df8ac")
 
 
 def test_a_device_answers_a_command_at_its_location_path_only_when_it_expects_an_answer() -> None:
