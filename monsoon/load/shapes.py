@@ -484,7 +484,19 @@ def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = 
     return PythonShape(spec.python_function(), spec.label, total,
                           tuple(p for p in windows if p.end > p.start), ctx)
 
+_PEAKS: dict[tuple[str, float, str, str], float] = {}
+
+
 def check_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> float:
     """Build the shape for a profile and sample its rate over the whole load: raises ValueError
-    (a negative rate names the shape and t). Returns the peak rate."""
-    return check_rates(build_shape(spec, base_rate, d, profile))
+    (a negative rate names the shape and t). Returns the peak rate.
+
+    A built-in shape's peak is a function of its spec, rate and durations alone: it is computed once per process
+    (``monsoon validate`` checks each experiment's shapes for every profile and again in every pair it is in:
+    sampling the full profiles was 2/3 of its time). A user's Python shape is sampled every time."""
+    if spec.kind == "python":
+        return check_rates(build_shape(spec, base_rate, d, profile))
+    key = (spec.model_dump_json(), float(base_rate), d.model_dump_json(), profile)
+    if key not in _PEAKS:
+        _PEAKS[key] = check_rates(build_shape(spec, base_rate, d, profile))
+    return _PEAKS[key]
