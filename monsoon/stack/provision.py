@@ -301,8 +301,9 @@ def psk_key(secret: str) -> bytes:
 
 def psk_credential(auth_id: str, secret: str) -> dict[str, Any]:
     """A Hono ``psk`` credential: CoAP devices authenticate in the DTLS handshake with identity
-    ``<auth-id>@<tenant>`` and the key :func:`psk_key` derives from ``secret`` (the registry holds it Base64: ``key``)."""
-    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.b64encode(psk_key(secret)).decode()}]}
+    ``<auth-id>@<tenant>`` and the key :func:`psk_key` derives from ``secret`` (the registry holds it Base64url: ``key``)."""
+    # Base64url: the registry reads binary JSON fields as Vert.x does (a standard "+" or "/" is a 400)
+    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.urlsafe_b64encode(psk_key(secret)).decode()}]}
 
 
 class HonoRegistryProvisioner:

@@ -166,7 +166,7 @@ def test_hono_provisioner_creates_tenant_devices_and_credentials_then_deletes_th
     assert registry.tenants == {"t1"} and len(registry.devices) == 5
     cred = registry.devices[("t1", "h-00003")]
     # the password for MQTT and HTTP, and the same secret as the CoAP devices' pre-shared key (Base64)
-    psk = base64.b64encode(psk_key(wanted[3][1])).decode()
+    psk = base64.urlsafe_b64encode(psk_key(wanted[3][1])).decode()
     assert cred == [{"type": "hashed-password", "auth-id": "h-00003", "secrets": [{"pwd-plain": wanted[3][1]}]},
                     {"type": "psk", "auth-id": "h-00003", "secrets": [{"key": psk}]}]
     assert prov.ensure_devices(wanted) == devs       # idempotent: 409s are fine

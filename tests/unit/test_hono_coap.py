@@ -5,6 +5,7 @@ one of a stack's device endpoints."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 from collections import Counter
@@ -25,7 +26,7 @@ from monsoon.spec.experiment import load_experiment
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError
 from monsoon.run.validate import validate
-from monsoon.stack.provision import Device, psk_key
+from monsoon.stack.provision import Device, psk_credential, psk_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,6 +143,10 @@ def test_a_psk_is_16_bytes_derived_from_the_devices_secret() -> None:
     # tinydtls answers a key longer than 16 bytes with a fatal internal-error alert (seen against Hono's adapter)
     k = psk_key("86d8714d00fb8c8df8ab")
     assert len(k) == 16 and k == psk_key("86d8714d00fb8c8df8ab") and k != psk_key("86d8714d00fb8c8df8ac")
+    # the registry reads the key as Vert.x reads binary JSON: Base64url (a standard "+" or "/" got a 400)
+    keys = [psk_credential("d", f"secret-{i}")["secrets"][0]["key"] for i in range(200)]
+    assert not any(set(key) & set("+/") for key in keys)
+    assert base64.urlsafe_b64decode(keys[7]) == psk_key("secret-7")
 
 
 def test_a_device_answers_a_command_at_its_location_path_only_when_it_expects_an_answer() -> None:
