@@ -126,7 +126,8 @@ class HonoCoapFleet(HonoLegs, CoapFleet):
       answers ``POST /command_response/<req-id>?hono-cmd-status=200``.
 
     Errors count by CoAP code (``coap 5.03``), ``timeout`` or ``connection <error>``. ``max_inflight`` defaults
-    to 4: a command query can hold its exchange up to the ttd; beyond NSTART = 1, aiocoap queues a device's
+    to 4 (measured on the real adapter: 16 made every leg's p50 ~4.5 s, the requests queueing inside aiocoap);
+    a command query can hold its exchange up to the ttd; beyond NSTART = 1, aiocoap queues a device's
     confirmable requests until the adapter's ACK (piggybacked, or empty after its 500 ms ``timeoutToAck``), and
     that wait is in the leg's round trip."""
 
