@@ -61,6 +61,21 @@ def test_late_messages_beyond_the_limit_make_the_load_invalid(tmp_path):
     assert load_valid(run(tmp_path / "b", secs), max_late_pct=15).verdict == "pass"
 
 
+def test_during_judges_one_phase_and_keeps_the_whole_loads_lateness_as_a_figure(tmp_path):
+    secs = on_time()
+    for s in range(3):
+        secs[s] = (100, 100)       # a cold start: the warm-up's first 3 s all late, 300 of 5,000 = 6 % overall
+    assert load_valid(run(tmp_path, secs)).verdict == "unknown"
+    v = load_valid(run(tmp_path / "b", secs), during="burst")
+    assert v.verdict == "pass", v.message
+    assert v.figures["late_pct"] == 0 and v.figures["late_pct_all"] == 6.0
+    assert "in the burst phase (6% late over the whole load)" in v.message
+    w = load_valid(run(tmp_path / "c", secs), during="warmup")
+    assert w.verdict == "unknown" and "30% of messages left late (limit 5%) in the warmup phase" in w.message
+    x = load_valid(run(tmp_path / "d", secs), during="steady")
+    assert x.verdict == "unknown" and "no phase 'steady'" in x.message
+
+
 def test_dropped_messages_make_the_load_invalid(tmp_path):
     v = load_valid(run(tmp_path, on_time(), dropped=100))
     assert v.verdict == "unknown" and "never sent" in v.message
