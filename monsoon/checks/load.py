@@ -126,7 +126,7 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
             note = (f"; WARNING: {used}, more than {warn_generator_pct:g}% of the machine: a platform on the same "
                     f"machine had that much less CPU")
     return Verdict(name, PASS, figures,
-                   f"generator kept its schedule"
+                   "generator kept its schedule"
                    + (f" in {judged} ({figures['late_pct_all']:g}% late over the whole load)"
                       if during != "all" else "")
                    + f": {figures['late_pct']:g}% late, worst phase pacing error "
