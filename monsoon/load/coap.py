@@ -45,6 +45,7 @@ class CoapFleet(AsyncFleet):
     CONTENT_FORMAT_JSON = 50
     SCHEME = "coap"
     CLIENT_TRANSPORTS = ["udp6"]
+    PROBE_EVERY_DEVICE = False      # True: every device's context answers the probe (its DTLS handshake first)
 
     def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                  **fields: Any) -> None:
@@ -75,7 +76,7 @@ class CoapFleet(AsyncFleet):
         self._ctxs = list(await asyncio.gather(*(self._context(d) for d in self._devs)))
         self._post, self._tuning = POST, (Reliable if self.confirmable else Unreliable)
         self._targets()
-        await self._probe(self._ctxs[:1])
+        await self._probe(self._ctxs if self.PROBE_EVERY_DEVICE else self._ctxs[:1])
 
     async def _probe(self, ctxs: list[Any]) -> None:
         """The endpoint answers each of ``ctxs`` something (any code): a GET of /.well-known/core (over DTLS,
@@ -135,6 +136,7 @@ class HonoCoapFleet(HonoLegs, CoapFleet):
     DEFAULT_MAX_INFLIGHT = 4
     SCHEME = "coaps"
     CLIENT_TRANSPORTS = ["tinydtls"]
+    PROBE_EVERY_DEVICE = True       # every device's DTLS handshake before the load, as MQTT devices connect first
 
     async def _context(self, dev: _Dev) -> Any:
         ctx = await super()._context(dev)
@@ -148,12 +150,10 @@ class HonoCoapFleet(HonoLegs, CoapFleet):
             d.target = ctx
 
     async def _open(self) -> None:
-        missing = dtls_missing() if self.SCHEME == "coaps" else None
+        missing = dtls_missing() if "tinydtls" in self.CLIENT_TRANSPORTS else None   # a plain coap:// twin needs none
         if missing:
             raise FleetConnectError(missing)
-        self._ctxs = list(await asyncio.gather(*(self._context(d) for d in self._devs)))
-        self._targets()
-        await self._probe(self._ctxs)      # every device's DTLS handshake, as MQTT devices connect first
+        await super()._open()
 
     async def _leg(self, dev: _Dev, leg: str, path: str, payload: bytes, timeout: float,
                    query: str = "") -> tuple[str | None, Any]:
