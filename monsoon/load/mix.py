@@ -64,6 +64,7 @@ class OpSecond:
     ok: int = 0
     errors: int = 0
     refused: int = 0       # not sent: max_in_flight outstanding (counted in errors too)
+    timeouts: int = 0      # not answered within TIMEOUT_S (counted in errors too)
     late: int = 0
     hist: HdrHistogram = field(default_factory=_hist)
 
@@ -85,7 +86,7 @@ class OpStats:
             s = self.seconds[sec] = OpSecond()
         return s
 
-    def answered(self, sec: int, latency_s: float, error: str | None) -> None:
+    def answered(self, sec: int, latency_s: float, error: str | None, *, timeout: bool = False) -> None:
         s = self.at(sec)
         if error is None:
             s.ok += 1
@@ -93,10 +94,12 @@ class OpStats:
             s.hist.record_value(us)
             self.total.record_value(us)
         else:
-            self.error(sec, error)
+            self.error(sec, error, timeout=timeout)
 
-    def error(self, sec: int, error: str) -> None:
+    def error(self, sec: int, error: str, *, timeout: bool = False) -> None:
         self.at(sec).errors += 1
+        if timeout:
+            self.at(sec).timeouts += 1
         self.first_error = self.first_error or error
         kind = error.split(":")[0][:60]
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
@@ -104,7 +107,8 @@ class OpStats:
     def window(self, a: int, b: int) -> dict[str, Any]:
         """Counts, rates and percentiles over seconds ``[a, b)``."""
         h = _hist()
-        out: dict[str, Any] = {"scheduled": 0, "sent": 0, "ok": 0, "errors": 0, "refused": 0, "late": 0}
+        out: dict[str, Any] = {"scheduled": 0, "sent": 0, "ok": 0, "errors": 0, "refused": 0, "timeouts": 0,
+                               "late": 0}
         for s in range(a, b):
             x = self.seconds.get(s)
             if x is None:
@@ -195,30 +199,42 @@ class MixCriteria:
     latency_floor_ms: float = 250.0  # ... and above this
 
 
-def judge_ops(window: dict[str, dict], baseline: dict[str, dict] | None,
-              crit: MixCriteria = MixCriteria()) -> tuple[str | None, str]:
-    """``(criterion, reason)`` for the first operation of a step's ``window`` (op -> :meth:`OpStats.window`)
-    that did not keep up: ``generator`` (late sends), ``errors`` (more than ``error_fraction`` failed or were
-    refused) or ``latency-knee`` (p99 past ``latency_k`` x the ``baseline`` step's and the floor);
-    ``(None, "")`` when every one kept up (pure)."""
+def ops_failures(window: dict[str, dict], baseline: dict[str, dict] | None,
+                 crit: MixCriteria = MixCriteria()) -> list[tuple[str, str]]:
+    """``[(criterion, reason)]``: every criterion a step's ``window`` (op -> :meth:`OpStats.window`) failed,
+    one entry each, in this order: ``generator`` (late sends), ``errors`` (more than ``error_fraction`` failed,
+    timed out or were refused), ``latency-knee`` (p99 past ``latency_k`` x the ``baseline`` step's and the
+    floor); each reason names every operation that failed it. ``[]`` when every one kept up (pure)."""
+    late, errors, slow = [], [], []
     for op, w in window.items():
         n = w.get("scheduled", 0)
         if n and w.get("late", 0) / n > crit.late_fraction:
-            return "generator", f"{op}: {w['late']:,} of {n:,} sends late: the mix client cannot keep its schedule"
-    for op, w in window.items():
-        n = w.get("scheduled", 0)
+            late.append(f"{op}: {w['late']:,} of {n:,} sends late")
         if n and w.get("errors", 0) / n > crit.error_fraction:
-            refused = w.get("refused", 0)
-            return "errors", (f"{op}: {w['errors']:,} of {n:,} failed ({w['errors'] / n:.0%}"
-                              + (f", {refused:,} refused: too many in-flight requests" if refused else "")
-                              + f"; > {crit.error_fraction:.0%})")
-    for op, w in window.items():
+            kinds = [f"{w[k]:,} {what}" for k, what in (("timeouts", f"timed out ({TIMEOUT_S:g} s)"),
+                                                         ("refused", "refused: too many in-flight requests"))
+                     if w.get(k)]
+            errors.append(f"{op}: {w['errors']:,} of {n:,} failed ({w['errors'] / n:.0%}"
+                          + "".join(f", {k}" for k in kinds) + ")")
         base = (baseline or {}).get(op, {}).get("p99_ms")
         p99 = w.get("p99_ms")
         if p99 is not None and base and p99 > crit.latency_k * base and p99 > crit.latency_floor_ms:
-            return "latency-knee", (f"{op}: p99 {p99:,.0f} ms > {crit.latency_k:g} x the first step's "
-                                    f"{base:,.0f} ms (and > {crit.latency_floor_ms:g} ms)")
-    return None, ""
+            slow.append(f"{op}: p99 {p99:,.0f} ms > {crit.latency_k:g} x the first step's {base:,.0f} ms")
+    out = []
+    if late:
+        out.append(("generator", "; ".join(late) + ": the mix client cannot keep its schedule"))
+    if errors:
+        out.append(("errors", "; ".join(errors) + f" (> {crit.error_fraction:.0%})"))
+    if slow:
+        out.append(("latency-knee", "; ".join(slow) + f" (and > {crit.latency_floor_ms:g} ms)"))
+    return out
+
+
+def judge_ops(window: dict[str, dict], baseline: dict[str, dict] | None,
+              crit: MixCriteria = MixCriteria()) -> tuple[str | None, str]:
+    """The first of :func:`ops_failures` (``(None, "")`` when every operation kept up) (pure)."""
+    fails = ops_failures(window, baseline, crit)
+    return fails[0] if fails else (None, "")
 
 
 class MixClient:
@@ -418,15 +434,16 @@ class MixClient:
 
     async def _http(self, op: str, st: OpStats, dev: MixDevice, intended: float,
                     session: aiohttp.ClientSession) -> None:
-        err = None
+        err, timed_out = None, False
         try:
             await self._request(session, op, dev)
         except Exception as e:
             err = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            timed_out = isinstance(e, asyncio.TimeoutError)   # aiohttp's timeouts are TimeoutErrors too
         finally:
             st.in_flight -= 1
         now = time.monotonic()
-        st.answered(self.second(now), now - intended, err)
+        st.answered(self.second(now), now - intended, err, timeout=timed_out)
 
     def _modify(self, st: OpStats, dev: MixDevice, intended: float) -> None:
         now_ms = int(time.time() * 1000)

@@ -1,7 +1,8 @@
 """Calibration: ramp the load on a stack until it stops keeping up, and record its capacity.
 
 ``monsoon calibrate STACK`` sends a geometric ladder of constant-rate steps, judges each measured window
-(:func:`judge_step`, pure: the first of :data:`CRITERIA` that fails names why) and stops at the first step the
+(:func:`judge_step`, pure: the first of :data:`CRITERIA` that fails names the step, its reason names every
+failed one) and stops at the first step the
 stack did not keep up with, so it is never pushed long above its capacity. Capacity = the highest step kept up
 with (:func:`decide`). The record goes to ``<runs>/calibration/<stack>.json``, the run to
 ``<runs>/<run-id>/calibrate-<stack>/``. ``base_rate: auto`` (:func:`resolve_auto`, called through
@@ -76,6 +77,7 @@ class Step:
     criterion: str | None = None
     reason: str = ""
     mix: dict | None = None            # a request mix's step: {ops_target, ops: {op: window figures}}
+    criteria: list[str] = field(default_factory=list)   # every criterion the step failed (criterion: the first)
 
     @property
     def send_rate(self) -> float:
@@ -100,36 +102,56 @@ class Step:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def judge_step(step: Step, baseline_p99_ms: float | None, crit: Criteria = Criteria()) -> tuple[str | None, str]:
-    """``(criterion, reason)`` of a step the stack did not keep up with, ``(None, "")`` if it did."""
+def step_failures(step: Step, baseline_p99_ms: float | None,
+                  crit: Criteria = Criteria()) -> list[tuple[str, str]]:
+    """``[(criterion, reason)]``: every criterion of :data:`CRITERIA` the step failed, in that order; ``[]``
+    if it kept up. A step that was not measured fails ``generator`` alone (nothing else can be judged)."""
     tol = crit.tolerance
+    out: list[tuple[str, str]] = []
     if step.exits:
-        return "stack-died", f"the service under test exited {step.exits} time(s) during the step"
+        out.append(("stack-died", f"the service under test exited {step.exits} time(s) during the step"))
     if step.seconds <= 0:
-        return "generator", "the step was not measured (no load seconds)"
+        return out + [("generator", "the step was not measured (no load seconds)")]
     if step.send_rate < (1 - tol) * step.target:
-        return "generator", (f"the fleet sent {step.send_rate:,.0f}/s of the {step.target:,.0f}/s target "
-                             f"(sent {step.sent:,} of {step.scheduled:,} scheduled)")
-    if step.scheduled and step.late / step.scheduled > crit.late_fraction:
-        return "generator", (f"{step.late:,} of {step.scheduled:,} sends were late "
-                             f"(> {crit.late_fraction:.0%}): the fleet cannot keep its schedule")
+        out.append(("generator", f"the fleet sent {step.send_rate:,.0f}/s of the {step.target:,.0f}/s target "
+                                 f"(sent {step.sent:,} of {step.scheduled:,} scheduled)"))
+    elif step.scheduled and step.late / step.scheduled > crit.late_fraction:
+        out.append(("generator", f"{step.late:,} of {step.scheduled:,} sends were late "
+                                 f"(> {crit.late_fraction:.0%}): the fleet cannot keep its schedule"))
     ref = step.send_rate
     if step.ack_rate < (1 - tol) * ref:
-        return "acked-rate", f"acked {step.ack_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
+        out.append(("acked-rate", f"acked {step.ack_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"))
     if step.stored_rate is not None and step.stored_rate < (1 - tol) * ref:
-        return "stored-rate", f"stored {step.stored_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"
+        out.append(("stored-rate", f"stored {step.stored_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"))
     if (step.backlog_slope is not None and step.backlog_slope > max(crit.slope_fraction * step.target, crit.slope_min)
             and (step.backlog_end is None or step.backlog_end > crit.backlog_floor_s * step.target)):
-        return "backlog-growth", (f"backlog grew {step.backlog_slope:,.0f} msg/s during the step "
-                                  f"(to {step.backlog_end or 0:,.0f})")
+        out.append(("backlog-growth", f"backlog grew {step.backlog_slope:,.0f} msg/s during the step "
+                                      f"(to {step.backlog_end or 0:,.0f})"))
     if (step.p99_ms is not None and baseline_p99_ms is not None and step.p99_ms > crit.latency_k * baseline_p99_ms
             and step.p99_ms > crit.latency_floor_ms):
-        return "latency-knee", (f"p99 {step.p99_ms:,.0f} ms > {crit.latency_k:g} x the first step's "
-                                f"{baseline_p99_ms:,.0f} ms (and > {crit.latency_floor_ms:g} ms)")
+        out.append(("latency-knee", f"p99 {step.p99_ms:,.0f} ms > {crit.latency_k:g} x the first step's "
+                                    f"{baseline_p99_ms:,.0f} ms (and > {crit.latency_floor_ms:g} ms)"))
     if crit.gc_fraction is not None and step.gc_fraction is not None and step.gc_fraction > crit.gc_fraction:
-        return "gc", (f"saturated by GC: {step.gc_fraction:.0%} of the window in GC "
-                      f"(> {crit.gc_fraction:.0%})")
-    return None, ""
+        out.append(("gc", f"saturated by GC: {step.gc_fraction:.0%} of the window in GC "
+                          f"(> {crit.gc_fraction:.0%})"))
+    return out
+
+
+def judge_step(step: Step, baseline_p99_ms: float | None, crit: Criteria = Criteria()) -> tuple[str | None, str]:
+    """``(criterion, reason)`` of a step the stack did not keep up with, ``(None, "")`` if it did: the first
+    of :func:`step_failures`, its reason naming the others too (:func:`verdict`)."""
+    criterion, reason, _ = verdict(step_failures(step, baseline_p99_ms, crit))
+    return criterion, reason
+
+
+def verdict(failures: list[tuple[str, str]]) -> tuple[str | None, str, list[str]]:
+    """``(criterion, reason, criteria)`` of a step's failures: the first criterion names the step; the reason
+    is the first's, then each further one as ``criterion: reason``, so no failure hides behind another (pure)."""
+    if not failures:
+        return None, "", []
+    names = list(dict.fromkeys(c for c, _ in failures))
+    reason = "; ".join(r if k == 0 else f"{c}: {r}" for k, (c, r) in enumerate(failures))
+    return failures[0][0], reason, names
 
 
 @dataclass
@@ -157,7 +179,7 @@ def decide(steps: list[Step], crit: Criteria = Criteria(), *, finished: bool = T
     baseline = steps[0].p99_ms if steps else None
     best: float | None = None
     for s in steps:
-        criterion, reason = judge_step(s, baseline, crit)
+        criterion, reason, s.criteria = verdict(step_failures(s, baseline, crit))
         s.ok, s.criterion, s.reason = criterion is None, criterion, reason
         if criterion is not None:
             gen = criterion == "generator"
@@ -363,7 +385,8 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
 
     ``mix`` (a request mix, :mod:`monsoon.run.mix`): the ladder is in ops/s of the whole mix; the fleet sends
     ``mix.write_share`` of each step as device writes, ``mix.start(rates)`` the rest beside it, and a step that
-    kept up for its writes is also judged by ``mix.judge(i, a, b)`` over its window's seconds."""
+    is also judged by ``mix.failures(window, first_window)`` over its window's seconds, every failed criterion
+    of both named in the step's reason."""
     halt = threading.Event()             # ours: set at the first failing step
     rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
     step_s, settle, warm = int(params.step_seconds), int(params.settle_seconds), int(params.warmup_seconds)
@@ -393,11 +416,11 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
                               tl.series(*backlog_key, ta, tb),
                               exits=sum(1 for x in exits if t0 + warm + i * step_s <= x <= tb),
                               gc=tl.series("metrics", "gc_seconds", ta - 1.0, tb))
-            crit, reason = judge_step(st, mine[0].p99_ms if mine else st.p99_ms, params.criteria)
-            if mix is not None:
+            fails = step_failures(st, mine[0].p99_ms if mine else st.p99_ms, params.criteria)
+            if mix is not None:   # the operations are judged too, whatever the writes did: no failure hidden
                 st.mix = mix.window(rates[i], a, b)
-                if crit is None:
-                    crit, reason = mix.judge(st.mix, mine[0].mix if mine else None)
+                fails += mix.failures(st.mix, mine[0].mix if mine else None)
+            crit, reason, st.criteria = verdict(fails)
             st.ok, st.criterion, st.reason = crit is None, crit, reason
             steps.append(st)
             mine.append(st)

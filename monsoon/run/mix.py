@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from monsoon.checks.registry import BUILT_IN, CheckRegistry
-from monsoon.load.mix import MixClient, MixCriteria, MixDevice, judge_ops
+from monsoon.load.mix import MixClient, MixCriteria, MixDevice, judge_ops, ops_failures
 from monsoon.observe.progress import Progress
 from monsoon.report import mix as mix_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, ramp
@@ -111,6 +111,10 @@ class RampMix:
     def judge(self, step_mix: dict, first: dict | None) -> tuple[str | None, str]:
         return judge_ops(step_mix["ops"], (first or step_mix)["ops"], self.crit)
 
+    def failures(self, step_mix: dict, first: dict | None) -> list[tuple[str, str]]:
+        """Every criterion the step's operations failed (:func:`ops_failures`), judged against the first step."""
+        return ops_failures(step_mix["ops"], (first or step_mix)["ops"], self.crit)
+
 
 def mix_decision(steps: list[Step], finished: bool) -> dict:
     """Capacity (ops/s) = the highest step kept up before the first that was not; what stopped it."""
@@ -120,7 +124,8 @@ def mix_decision(steps: list[Step], finished: bool) -> dict:
         if not s.ok:
             gen = s.criterion == "generator"
             cap = f"capacity {'>= ' if gen else ''}{best:,.0f} ops/s" if best is not None else "no step kept up"
-            return {"capacity_ops_s": best, "criterion": s.criterion, "generator_bound": gen,
+            return {"capacity_ops_s": best, "criterion": s.criterion, "criteria": s.criteria or [s.criterion],
+                    "generator_bound": gen,
                     "reason": f"at {target:,.0f} ops/s: {s.reason}",
                     "result": f"{cap} (stopped by {s.criterion}: at {target:,.0f} ops/s: {s.reason})"}
         best = target

@@ -312,3 +312,15 @@ def test_a_failed_calibration_makes_the_run_unknown_not_a_crash(tmp_path, monkey
     assert res.verdict == "unknown" and "could not calibrate inmemory: no step kept up" in res.error
     assert json.loads((out / "result.json").read_text())["verdict"] == "unknown"
     assert not (tmp_path / "cal" / "inmemory.json").exists()
+
+
+def test_a_step_names_every_criterion_it_failed():
+    st = Step(0, 100.0, 10.0, scheduled=1000, sent=1000, acked=700, stored_rate=50.0, p99_ms=2000.0, gc_fraction=0.5)
+    crit, reason = judge_step(st, 100.0, Criteria(gc_fraction=0.25))
+    assert crit == "acked-rate"
+    assert reason == ("acked 70/s < 90% of sent 100/s; stored-rate: stored 50/s < 90% of sent 100/s; "
+                      "latency-knee: p99 2,000 ms > 5 x the first step's 100 ms (and > 250 ms); "
+                      "gc: saturated by GC: 50% of the window in GC (> 25%)")
+    d = decide([st], Criteria(gc_fraction=0.25))   # its own p99 is the baseline: no knee
+    assert d.criterion == "acked-rate" and st.criteria == ["acked-rate", "stored-rate", "gc"]
+    assert Step.from_dict(st.to_dict()).criteria == st.criteria

@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from monsoon.load.mix import (DEFAULT_FORMS, MixClient, MixCriteria, MixDevice, OpStats, check_answer, judge_ops,
-                              per_second_counts, render_request, schedule_second)
+                              ops_failures, per_second_counts, render_request, schedule_second)
 from monsoon.load.shapes import Stage, Stages
 from monsoon.report import mix as report
-from monsoon.run.calibrate import Step
+from monsoon.run.calibrate import Criteria, Step, step_failures, verdict
 from monsoon.report.result import StackUnavailable
 from monsoon.run.mix import RampMix, describe_mix, mix_decision, plan_mix
 from monsoon.session import MonsoonSession
@@ -282,3 +282,31 @@ def test_the_client_logs_in_and_sends_each_form_as_rendered(tmp_path):
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         server.join(5)
+
+
+def test_every_failed_criterion_of_a_mix_step_is_named_not_only_the_first():
+    """ThingsBoard's first mix run: the writes' stored-rate hid the reads' timeouts; both must be named."""
+    base = {"read": win(), "history": win(), "search": win()}
+    ops = {"read": win(errors=60, refused=20) | {"timeouts": 40}, "history": win(errors=30) | {"timeouts": 30},
+           "search": win(p99=6500)}
+    fails = ops_failures(ops, base)
+    assert [c for c, _ in fails] == ["errors", "latency-knee"]
+    errors = fails[0][1]
+    assert "read: 60 of 100 failed (60%, 40 timed out (10 s), 20 refused" in errors and "history: 30 of 100" in errors
+    assert fails[1][1].startswith("search: p99 6,500 ms")
+    writes = Step(3, 16.0, 6.0, scheduled=96, sent=96, acked=96, stored_rate=13.0, gc_fraction=0.4)
+    crit, reason, names = verdict(step_failures(writes, None, Criteria(gc_fraction=0.25)) + fails)
+    assert crit == "stored-rate" and names == ["stored-rate", "gc", "errors", "latency-knee"]
+    assert reason.startswith("stored 13/s < 90% of sent 16/s; gc: saturated by GC: 40%")
+    assert "; errors: read: 60 of 100" in reason and "; latency-knee: search: p99" in reason
+    assert verdict([]) == (None, "", [])
+    assert ops_failures(base, base) == []
+
+
+def test_timeouts_are_counted_apart_in_a_window():
+    st = OpStats("read")
+    st.answered(0, 10.0, "TimeoutError", timeout=True)
+    st.answered(0, 0.5, "HTTP 500: x")
+    st.error(1, "refused: too many in-flight requests")
+    w = st.window(0, 2)
+    assert (w["errors"], w["timeouts"]) == (3, 1)
