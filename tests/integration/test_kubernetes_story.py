@@ -1,9 +1,9 @@
 """The stories on pods, short: monsoon's cluster (started here unless it runs, stopped after if it was), the
-Kafka stack as pods with Chaos Mesh's PodChaos pod-kill of the platform under load, the in-memory stack's
-platform pod failed by a PodChaos pod-failure (its container swapped for the pause image, then back), the same
-platform pod OOMKilled by its memory limit under x10 (its load the pods of an Indexed Job), interrupts during a
-PodChaos (one whose finalizer nobody clears), and last the cluster's down. Skips in one line when `make k8s` has
-not been run."""
+in-memory stack's platform pod failed by a PodChaos pod-failure (its container swapped for the pause image, then
+back), the same platform pod OOMKilled by its memory limit under x10 (its load the pods of an Indexed Job),
+interrupts during a PodChaos (one whose finalizer nobody clears), and last the cluster's down. Skips in one line
+when `make k8s` has not been run. The Kafka stack's PodChaos pod-kill runs in test_kubernetes_daemon.py, in one
+run with the chaos-daemon's container-kill (one stack start for both kills)."""
 import json
 import os
 from pathlib import Path
@@ -22,23 +22,6 @@ from monsoon.timeline.store import read_events
 from tests.integration.helpers import sigint_default, wait_for
 
 pytestmark = pytest.mark.kubernetes    # the session keeps the cluster up through a run of modules marked so
-
-POD_KILL = """
-name: k8s-pod-kill-short
-load: {devices: 20, qos: 1, base_rate: 300, shape: {kind: steady}}
-profiles:
-  quick: {warmup: 20, recovery: 40, drain_timeout: 90}
-faults:
-  - profile: pod-kill
-    name: platform-pod-kill-chaos-mesh
-    backend: chaos-mesh
-    target: {namespace: monsoon-kafka-k8s, labelSelector: {monsoon.io/service: platform}}
-    schedule: {at: 15, duration: 5}
-checks:
-  - no_oom
-  - no_acked_loss
-  - lag_recovers_within: {seconds: 60}
-"""
 
 POD_FAILURE = """
 name: k8s-pod-failure
@@ -104,28 +87,6 @@ def run(tmp_path, stack, text, run_id):
     result = session.run(stack, str(exp))
     print(f"story {stack}/{run_id}: {time.monotonic() - t0:.1f} s")
     return result, read_events(result.dir / "timeline.jsonl")
-
-
-def test_kafka_pods_survive_a_chaos_mesh_pod_kill_landed_by_a_new_uid(kube_cluster, tmp_path):
-    result, events = run(tmp_path, "kafka-k8s", POD_KILL, "k8s-pod-kill")
-    result.assert_pass()
-    faults = [e for e in events if e["type"] == "fault"]
-    inject = next(e for e in faults if e["phase"] == "inject")
-    ev = inject["evidence"]
-    assert inject["landed"] is True and ev["method"] == "api+pod-uid", ev
-    assert ev["killed_uids"] and ev["new_uids"] and set(ev["new_uids"]).isdisjoint(ev["uids_before"]), ev
-    heal = next(e for e in faults if e["phase"] == "heal")
-    assert heal["landed"] is True and heal["evidence"]["present"] is False, heal
-    # the supervisor saw the pod go and its replacement come, as it sees a process die and restart
-    svc = [e for e in events if e["type"] == "service" and e.get("service") == "platform"]
-    starts = [e for e in svc if e["event"] == "start"]
-    assert len(starts) == 2 and starts[0]["uid"] != starts[1]["uid"], starts
-    assert any(e["event"] == "exit" and e.get("reason") == "pod deleted" for e in svc), svc
-    assert any(e["event"] == "restart" for e in svc), svc
-    # no_unexpected_exit: the pod's death is the fault's, by its service label
-    assert result.check("no_unexpected_exit").verdict == "pass", result.failure_message()
-    assert (result.dir / "logs" / "platform.log").stat().st_size > 0
-    assert run_namespaces("k8s-pod-kill", Kube()) == []       # the run's namespace is gone with the stack
 
 
 def test_inmemory_pod_failed_by_chaos_mesh_runs_the_pause_image_then_its_own_again(kube_cluster, tmp_path):
