@@ -22,15 +22,15 @@ from monsoon.timeline.store import Timeline
 
 def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None = None) -> list[Device]:
     """The stack's devices, created through its provisioning (ThingsBoard's REST API, Hono's registry) or named
-    as they are."""
+    as they are. A provisioner that deletes after the run (Hono's registry) is put on ``created`` before its first
+    call, with every name asked for: a failure part-way still deletes what was made (absent names are fine)."""
     prov = stack.spec.provisioning
     wanted = device_names(device_prefix, n)
     client = provisioner_for(prov, stack.endpoint)
+    if created is not None and getattr(client, "delete_after_run", False):
+        created.append((client, [name for name, _ in wanted]))
     client.login()
-    devs = client.ensure_devices(wanted)
-    if created is not None and getattr(client, "delete_after_run", False):   # Hono's registry: deleted in close()
-        created.append((client, [d.name for d in devs]))
-    return devs
+    return client.ensure_devices(wanted)
 
 
 def _report_plan(plan, label: str, progress: Progress) -> None:
@@ -97,7 +97,7 @@ class LoadHarness:
         if self.facts:
             tl.add("platform", **self.facts)
         t = time.monotonic()
-        devs = provision(stack, device_prefix, devices, created=self.created)
+        devs = self.provision(stack, device_prefix, devices)
         tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
         options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_DATA, topic=dev.topic, qos=qos,
                                latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers,
@@ -113,6 +113,13 @@ class LoadHarness:
         for ph in shape.phases():
             tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
         return self
+
+    def provision(self, stack: Stack, device_prefix: str, n: int) -> list[Device]:
+        """The run's devices (:func:`provision`). Whatever fails from here on (provisioning itself, the connect,
+        the load, the drain), what provisioning created is deleted before the stack stops its services, while
+        the registry still answers."""
+        stack.before_stop(self.deprovision)
+        return provision(stack, device_prefix, n, created=self.created)
 
     @property
     def fleet(self) -> Fleet:
@@ -150,7 +157,8 @@ class LoadHarness:
 
     def deprovision(self) -> None:
         """Delete what provisioning created where the provisioner asks for it (Hono's registry), once: the run
-        calls it after the drain's read-back, while the platform still runs; ``close()`` on the other paths."""
+        calls it after the drain's read-back, while the platform still runs; the stack's stop on every other path
+        (``Stack.before_stop``, registered by :meth:`provision`), before its services stop; ``close()`` last."""
         for client, names in self.created:
             try:
                 client.delete_devices(names)

@@ -160,6 +160,7 @@ class Stack:
         self._kube: "kpods.Kube | None" = None      # provider: kubernetes: the cluster's API
         self._mirror: Any = None                     # the cluster's port mirror (host 127.0.0.1:P -> node 127.0.0.1:P)
         self._namespace: str | None = None           # the namespace this stack created (stop deletes only that)
+        self._before_stop: list[Callable[[], None]] = []   # before_stop(): run once while the services still run
 
     # --- templates
     def render(self, value: str, service_dir: Path | None = None) -> str:
@@ -562,8 +563,20 @@ class Stack:
         stopping, e.g. exit 3 of an OutOfMemoryError, is recorded like any other)."""
         self._stop_one(self.services[name])
 
+    def before_stop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once when the stack stops, before any service does, whatever ended the stack's ``with``
+        block (e.g. deleting what a run provisioned in the platform's registry, which must still answer)."""
+        self._before_stop.append(fn)
+
     def stop(self) -> None:
-        """Stop every service, newest first: SIGTERM to its group, then SIGKILL after stop_timeout."""
+        """Stop every service, newest first: SIGTERM to its group, then SIGKILL after stop_timeout. The
+        ``before_stop`` callbacks run first (an error in one is an event, never stops the stop)."""
+        while self._before_stop:
+            fn = self._before_stop.pop()
+            try:
+                fn()
+            except Exception as e:
+                self.on_event("op", op="before-stop", ok=False, error=f"{type(e).__name__}: {e}")
         with self._lock:
             self._stopping.set()
         for name in reversed(list(self.services)):

@@ -226,3 +226,64 @@ def test_a_run_deletes_what_the_registry_created_once_and_says_when_it_could_not
     assert ops[0] == {"op": "deprovisioned", "devices": 2}
     assert ops[1]["op"] == "deprovisioned" and ops[1]["ok"] is False and "ConnectionError" in ops[1]["error"]
     assert len(ops) == 2
+
+
+# A registry that is one of the stack's services (as Hono's is): it dies with the stack, so a deletion that comes
+# after the stack's stop fails as on the real Hono. It answers the management API's calls and writes the devices
+# it holds to a file after each one; a credentials PUT for the device named in argv[3] gets a 400.
+_REGISTRY_SERVICE = """\
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+state, devices, bad = sys.argv[2], set(), sys.argv[3]
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def _done(self, code):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        open(state, "w").write(json.dumps(sorted(devices)))
+        self.send_response(code); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_POST(self):
+        p = self.path.strip("/").split("/")
+        if p[1] == "devices": devices.add(p[3])
+        self._done(201)
+    def do_PUT(self):
+        self._done(400 if self.path.endswith("/" + bad) else 204)
+    def do_DELETE(self):
+        p = self.path.strip("/").split("/")
+        if p[1] == "devices": devices.discard(p[3])
+        self._done(204)
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("bad", [
+    "none",         # every device made, then the fleet's connect fails
+    "d-00002",      # a 400 part-way through provisioning: what was made before it
+], ids=["connect-fails", "provisioning-fails"])
+def test_what_provisioning_made_is_deleted_before_the_stack_stops_whatever_failed(tmp_path, bad):
+    import sys
+    from monsoon.run.harness import LoadHarness
+    from monsoon.stack.supervisor import Stack
+    (tmp_path / "reg.py").write_text(_REGISTRY_SERVICE)
+    state = tmp_path / "devices.json"
+    p = tmp_path / "s.yaml"
+    p.write_text(f"""\
+name: s
+services:
+  registry:
+    command: ["{sys.executable}", "{tmp_path / 'reg.py'}", "{{port:reg}}", "{state}", "{bad}"]
+    ready: {{tcp: "127.0.0.1:{{port:reg}}", timeout: 20}}
+devices: {{port: "1"}}
+provisioning: {{kind: hono-registry, url: "http://127.0.0.1:{{port:reg}}", tenant: t}}
+storage: {{dsn: "postgresql://x", loss_query: "select 1"}}
+""")
+    tl = _Tl()
+    h = LoadHarness(tl)
+    with pytest.raises((RuntimeError, ProvisionError)):
+        with Stack(load_stack(p), tmp_path / "run", run_id="deprov", on_event=tl.add) as stack:
+            h.provision(stack, "d", 5)                 # as LoadHarness.start does
+            raise RuntimeError("connect failed")       # the fleet's connect (not reached when provisioning fails)
+    h.close()                                          # the run's finally: nothing left to delete, nothing twice
+    assert json.loads(state.read_text()) == []         # every device made was deleted
+    kinds = [(f.get("op"), f.get("event")) for _, f in tl.events if f.get("op") or f.get("event") in ("stop",)]
+    assert kinds.index(("deprovisioned", None)) < kinds.index((None, "stop"))   # while the registry still ran
+    assert [f for _, f in tl.events if f.get("op") == "deprovisioned"] == [{"op": "deprovisioned", "devices": 5}]
