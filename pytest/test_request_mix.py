@@ -29,4 +29,13 @@ def test_request_mix_on_the_reference_platform(monsoon):
 
 @pytest.mark.sweep
 def test_request_mix_on_thingsboard(monsoon):
-    monsoon.mix("thingsboard-kafka", "mix-thingsboard", skip_unavailable=True).assert_pass()
+    """TB's saturation here is not Ditto's: at 80 ops/s its REST reads went from p50 60 ms to 1.8 s and were
+    refused past 64 in flight while GC stayed at 1 % (measured), so the ramp names latency and errors, not GC.
+    What is asserted beside the capacity: the failing step still has a GC figure (the actuator on its own port
+    answers while the REST API is saturated; on the API's port it answered 14 scrapes in 280 s) and the step's
+    verdict names every criterion it failed."""
+    result = monsoon.mix("thingsboard-kafka", "mix-thingsboard", skip_unavailable=True)
+    result.assert_pass()
+    last = result.record["steps"][-1]
+    assert last["gc_fraction"] is not None, f"no GC figure at the failing step: {result.failure_message()}"
+    assert last["criteria"] and last["criterion"] == last["criteria"][0], result.failure_message()

@@ -24,4 +24,10 @@ def test_size_sweep_on_kafka(monsoon):
 
 @pytest.mark.sweep
 def test_size_sweep_on_thingsboard_kafka(monsoon):
-    monsoon.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True).assert_pass()
+    """Of Spring XD's findings, ThingsBoard here shows one: MB/s rises with the size (0.03 MB/s at 100 B to
+    5.8 MB/s at 60 KB, measured). Its msg/s does not fall with the size (250, 96, >= 144, 96: TB's own per-message
+    cost and ~1.1 idle cores of its Kafka consumers' polling dominate up to 10 KB), and it moves 0.1-3 % of what
+    its Kafka alone moves, not "a few per cent less": those two are printed in the table, not asserted."""
+    result = monsoon.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True)
+    result.assert_pass()
+    assert result.trends["mb_s"] == "rises", result.failure_message()
