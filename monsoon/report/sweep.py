@@ -206,7 +206,9 @@ CAPACITY_CHECK = "sweep_capacity"
 
 def capacity_verdict(record: dict) -> Verdict:
     """Every size found a sustained capacity (``sweep_capacity``): fail naming the sizes where no step kept
-    up; its figures are each size's msg/s and MB/s, the platform's and its transport's (``msg_s[100B]``...)."""
+    up, and say where a capacity is only a lower bound (``lower_bounds``: the ladder's top or the generator
+    came first); its figures are each size's msg/s and MB/s, the platform's and its transport's
+    (``msg_s[100B]``...)."""
     rs = rows(record)
     figures: dict[str, float] = {}
     for r in rs:
@@ -219,6 +221,10 @@ def capacity_verdict(record: dict) -> Verdict:
            f"{t['transport_mb_s']})"
     if not rs:
         return Verdict(CAPACITY_CHECK, "unknown", figures, "no size was swept")
+    bounded = [f"{_size(r['size'])} ({r['criterion']})" for r in rs if r["msg_s"] and r["bound"]]
+    if bounded:      # the ladder's top or the generator came first: the platform may sustain more there
+        figures["lower_bounds"] = len(bounded)
+        said += f"; only a lower bound at {', '.join(bounded)}"
     if missing:
         return Verdict(CAPACITY_CHECK, "fail", figures, f"no step kept up at {', '.join(missing)}; {said}")
     return Verdict(CAPACITY_CHECK, "pass", figures, f"a capacity at each of {len(rs)} sizes; {said}")

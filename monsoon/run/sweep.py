@@ -6,9 +6,13 @@ broker), so the report shows msg/s and MB/s per size and the platform's overhead
 
 One stack is started for the whole sweep (the JVM warmed once: ``profiles.<p>.warmup`` seconds at the first
 step of the smallest size, not judged).  The smallest size ramps from ``load.base_rate``; each larger size
-starts at the higher of half the MB/s the previous size sustained and 1/20 of its msg/s and goes up to 1.5 x
-the previous size's msg/s, so the ladder spans where its capacity can be without dozens of steps
-(:func:`ladder_for`); a capacity below that start shows as "no step kept up" at that size.  Between sizes the
+starts at the higher of half the MB/s the previous size sustained and 1/20 of its msg/s (:func:`ladder_for`),
+so the ladder reaches its capacity without dozens of steps, and goes on up to ``max_rate``, stopping at its
+first step not kept up; a capacity below that start shows as "no step kept up" at that size. Steps are judged
+on throughput (the calibration's criteria and GC) without the latency knee unless ``load.sweep.latency_k``
+is set: a larger size's ladder starts near idle, so its first step's p99 (the knee's baseline) would make
+an ordinary loaded p99 look like a knee (ThingsBoard at 1 KB: 384 ms against 42 ms at 12 msg/s, where it
+had kept up at 250 msg/s of 100 B with 336 ms).  Between sizes the
 stack's backlog drains (up to ``DRAIN_S``) and then the transport alone is measured at that size.
 
 Everything lands in one run directory: the timeline (every ramp's load seconds, samples and steps), one
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import socket
 import sys
@@ -49,17 +54,17 @@ GC_CHECK = ("gc_time_below", {"fraction": 0.1, "over": "kept-up"})   # the steps
 
 
 def ladder_for(size: int, prev: dict | None, base_rate: float, max_rate: float) -> tuple[float, float]:
-    """``(start, top)`` msg/s of ``size``'s ladder: the smallest size from ``base_rate`` to ``max_rate``; a
-    larger one from the higher of half the previous size's sustained MB/s and 1/20 of its msg/s (a per-message
-    cost that barely changes with size keeps msg/s near the previous size's: a ladder from the MB/s alone
-    would climb a dozen steps to it) up to 1.5 x its msg/s (capped by ``max_rate``)."""
+    """``(start, top)`` msg/s of ``size``'s ladder: the smallest size from ``base_rate``, a larger one from the
+    higher of half the previous size's sustained MB/s and 1/20 of its msg/s (a per-message cost that barely
+    changes with size keeps msg/s near the previous size's: a ladder from the MB/s alone would climb a dozen
+    steps to it); every ladder up to ``max_rate`` (its ramp stops at the first step not kept up, so a top
+    below that would only turn a capacity it could have found into a lower bound)."""
     if prev is None or not prev.get("capacity_msg_s"):
         start = base_rate if prev is None else max(MIN_RATE, base_rate * (prev["size"] if prev else size) / size)
         return float(round(min(start, max_rate))), float(max_rate)
     cap, psize = float(prev["capacity_msg_s"]), int(prev["size"])
     start = max(MIN_RATE, round(0.5 * cap * psize / size), round(cap / 20))
-    top = min(max_rate, max(round(1.5 * cap), start * 2))
-    return float(start), float(top)
+    return float(min(start, max_rate)), float(max_rate)
 
 
 def _drain(bootstrap: str | None, group: str | None, topic: str | None, rate: float, stop: threading.Event,
@@ -121,7 +126,10 @@ def describe_sweep(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, run
              f"  sizes: {', '.join(f'{n} B' for n in sizes)}; {exp.load.devices} devices, qos {exp.load.qos}",
              f"  warm-up {exp.durations(profile).warmup:g} s at the first step of {sizes[0]} B (not judged)",
              f"  ramp per size: x{sw['factor']:g} per step of {sw['step_s']:g} s (+{sw['settle_s']:g} s settle), "
-             f"stop at GC > {sw['gc_fraction']:g} of wall time or the calibration's criteria; "
+             f"stop at the calibration's throughput criteria"
+             + (f", GC > {sw['gc_fraction']:g} of wall time" if sw["gc_fraction"] is not None else "")
+             + (f", p99 > {sw['latency_k']:g} x the size's first step's" if sw["latency_k"] else
+                " (no latency knee)") + "; "
              f"{sizes[0]} B from {start:g} to {top:g} msg/s, each larger size from the capacity before it",
              "  transport alone: " + (f"Kafka produce+consume through {kafka.bootstrap} for {sw['transport_s']:g} s "
                                       "per size" if kafka and float(sw["transport_s"]) > 0 else "not measured"),
@@ -165,7 +173,8 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
                                     step_seconds=float(sw["step_s"]), settle_seconds=float(sw["settle_s"]),
                                     warmup_seconds=float(warm if k == 0 else 0), devices=exp.load.devices,
                                     qos=exp.load.qos, device_prefix=exp.load.device_prefix,
-                                    criteria=Criteria(gc_fraction=sw["gc_fraction"]))
+                                    criteria=Criteria(gc_fraction=sw["gc_fraction"],
+                                                      latency_k=sw["latency_k"] or math.inf))
                     sdir = out_dir / f"size-{size}"
                     sdir.mkdir(exist_ok=True)
                     tl.add("op", op="sweep-size", size=size, start_rate=start, max_rate=top)

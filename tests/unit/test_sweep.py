@@ -32,7 +32,8 @@ def test_the_smallest_size_ramps_from_base_rate_and_a_larger_one_from_the_previo
     prev = {"size": 100, "capacity_msg_s": 4000.0}
     start, top = ladder_for(10000, prev, 500, 8000)
     assert start == 200.0                     # 1/20 of 4,000 msg/s (half of 0.4 MB/s at 10 KB would be 20)
-    assert top == 6000.0                      # 1.5 x the previous msg/s
+    assert top == 8000.0                      # up to max_rate: the ramp stops at its first step not kept up
+    assert ladder_for(10000, {"size": 100, "capacity_msg_s": 400000.0}, 500, 8000) == (8000.0, 8000.0)
     assert ladder_for(1000, {"size": 100, "capacity_msg_s": 2000.0}, 500, 8000)[0] == 100.0   # half the MB/s
     assert ladder_for(1000, {"size": 100, "capacity_msg_s": 50.0}, 500, 8000)[0] == MIN_RATE
 

@@ -66,3 +66,22 @@ def test_thingsboards_sweep_is_planned_to_its_mqtt_limit_and_skips_without_its_j
     with pytest.raises(StackUnavailable, match="thingsboard-4.2.1-boot.jar"):
         s.sweep("thingsboard-kafka", "size-sweep-thingsboard", skip_unavailable=True)
     assert not s.results
+
+
+def test_a_capacity_that_is_only_a_lower_bound_is_said(tmp_path):
+    rec = _record([4000.0, 500.0])
+    rec["sizes"][1].update(lower_bound=True, criterion="max-rate")
+    r = SweepResult.from_record(rec, tmp_path, "quick")
+    cap = r.check("sweep_capacity")
+    assert cap.verdict == "pass" and cap.figures["lower_bounds"] == 1, cap
+    assert "only a lower bound at 10 KB (max-rate)" in cap.message, cap.message
+
+
+def test_a_sweep_judges_throughput_without_the_latency_knee_unless_asked():
+    from monsoon.spec.experiment import load_experiment
+    from monsoon.run.calibrate import Criteria, Step, step_failures
+    sw = load_experiment("size-sweep-story").load.sweep.resolved("quick")
+    assert sw["latency_k"] is None
+    loaded = Step(index=1, target=192, seconds=4, scheduled=768, sent=768, acked=768, p99_ms=384.0)
+    assert step_failures(loaded, 42.0, Criteria(latency_k=float("inf"))) == []     # ThingsBoard at 1 KB, measured
+    assert [c for c, _ in step_failures(loaded, 42.0, Criteria())] == ["latency-knee"]
