@@ -151,7 +151,7 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("hono-kafka", "hono-burst-x3"), ("hono-kafka-toxiproxy", "hono-commands"),
     ("hono-kafka-toxiproxy", "hono-infinispan-slowdown"), ("hono-kafka-toxiproxy", "hono-cold-warm"),
     ("hono-kafka", "hono-burst-x10"), ("hono-kafka-toxiproxy", "hono-pod-kill"),
-    ("hono-kafka-toxiproxy", "hono-coap-commands"),
+    ("hono-kafka-toxiproxy", "hono-coap-commands"), ("hono-kafka-toxiproxy", "hono-coap-infinispan-slowdown"),
     ("kafka-cassandra", "burst-x10"), ("cassandra-ack", "pod-kill"), ("kafka-cassandra", "cassandra-slowdown"),
     ("kafka-cassandra", "cassandra-down"), ("cassandra-ack", "cassandra-node-kill"),
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
