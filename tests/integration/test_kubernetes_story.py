@@ -7,6 +7,7 @@ run with the chaos-daemon's container-kill (one stack start for both kills)."""
 import json
 import os
 from pathlib import Path
+import re
 import signal
 import subprocess
 import sys
@@ -124,10 +125,18 @@ def test_inmemory_pod_failed_by_chaos_mesh_runs_the_pause_image_then_its_own_aga
           f"received {after[0].get('received')}; no_acked_loss "
           f"{loss.verdict}: {f.get('acked_lost')} of {f.get('acked')} acked lost; {result.failure_message()}")
     assert after[0]["received"] < before[-1]["received"], (before[-1], after[0])   # a new JVM: its counters anew
-    # what died with the heap: the messages the platform had acked and not yet stored (measured here: 28 of 9,166,
-    # exactly its acked - stored of the last sample before the failure), at most one more second of the load
+    # what died with the heap: at most what the platform had acked and not yet stored (acked - stored of the last
+    # sample before the failure) and one more second of the load. kubelet stops the old container with SIGTERM,
+    # and the platform's shutdown lets its consumers finish their batches: the queue is then lost or stored,
+    # a race (28 of 9,166 lost in one run; 0 of 9,854 in a CI run where the shutdown stored all 28). What it
+    # dropped it says in its log ("stopping with N acked message(s) still in the in-memory queue"): at least
+    # those are counted lost, and the verdict fails exactly when something acked is missing.
     held = before[-1]["acked"] - before[-1]["stored"]
-    assert loss.verdict == "fail" and 0 < f["acked_lost"] <= held + 300, (held, result.failure_message())
+    log = (result.dir / "logs" / "platform.log").read_text(errors="replace")
+    said = sum(int(n) for n in re.findall(r"stopping with (\d+) acked message", log))
+    lost = f["acked_lost"]
+    assert said <= lost <= held + 300, (said, held, result.failure_message())
+    assert (loss.verdict == "fail") == (lost > 0), result.failure_message()
     assert run_namespaces("k8s-pod-failure", Kube()) == []
 
 
