@@ -97,9 +97,9 @@ class OpStats:
             self.error(sec, error, timeout=timeout)
 
     def error(self, sec: int, error: str, *, timeout: bool = False) -> None:
-        self.at(sec).errors += 1
-        if timeout:
-            self.at(sec).timeouts += 1
+        s = self.at(sec)
+        s.errors += 1
+        s.timeouts += timeout
         self.first_error = self.first_error or error
         kind = error.split(":")[0][:60]
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1

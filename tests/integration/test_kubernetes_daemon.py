@@ -7,13 +7,12 @@ with the rest is test_kubernetes_story.py's last-but-one test (the session's clu
 after this one). Skips in one line without `make k8s` or `tools/build-chaos-daemon`."""
 import json
 from pathlib import Path
-import time
 
 import pytest
 
 from monsoon.stack import cluster
 from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_session, run_namespaces
-from monsoon.timeline.store import read_events
+from tests.integration.helpers import run_story
 
 pytestmark = pytest.mark.kubernetes    # the session keeps the cluster up through a run of modules marked so
 
@@ -65,17 +64,6 @@ def kube_cluster(request):
         pytest.skip(str(e))
 
 
-def run(tmp_path, stack, text, run_id):
-    from monsoon.session import MonsoonSession
-    exp = tmp_path / f"{run_id}.yaml"
-    exp.write_text(text)
-    session = MonsoonSession(runs_dir=tmp_path / "runs", run_id=run_id, progress=print)
-    t0 = time.monotonic()
-    result = session.run(stack, str(exp))
-    print(f"story {stack}/{run_id}: {time.monotonic() - t0:.1f} s")
-    return result, read_events(result.dir / "timeline.jsonl")
-
-
 def rss_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process, in MiB."""
     st = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in ln)
@@ -86,7 +74,7 @@ def rss_mb(pid: int) -> tuple[float, float]:
 def test_kafka_platform_container_killed_in_its_pod_then_the_pod_killed_loses_nothing(kube_cluster, tmp_path):
     """Two kills of the Kafka platform in one run (one stack start for both): the chaos-daemon's container-kill
     (the same pod, a new container) and then the controller's pod-kill (a new pod, by its new UID)."""
-    result, events = run(tmp_path, "kafka-k8s", KILLS, "k8s-kills")
+    result, events = run_story(tmp_path, "kafka-k8s", KILLS, "k8s-kills")
     pid = cluster.daemon_pid("chaos-daemon")
     assert pid is not None, "the container-kill should have started chaos-daemon"
     print(f"chaos-daemon pid {pid}: RSS, peak RSS (MiB) {rss_mb(pid)}")
@@ -135,7 +123,7 @@ def test_inmemory_platform_stressed_to_its_memory_limit_is_oomkilled_and_no_oom_
         line = kernel_refusal(f)
         assert line and "refused before the load" in line, line
         pytest.skip(f"this kernel refuses StressChaos memory: {line}")
-    result, events = run(tmp_path, "inmemory-k8s", MEMORY_STRESS, "k8s-memory-stress")
+    result, events = run_story(tmp_path, "inmemory-k8s", MEMORY_STRESS, "k8s-memory-stress")
     pid = cluster.daemon_pid("chaos-daemon")
     assert pid is not None
     print(f"chaos-daemon pid {pid}: RSS, peak RSS (MiB) {rss_mb(pid)}")

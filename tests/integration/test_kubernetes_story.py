@@ -20,7 +20,7 @@ from monsoon.paths import REPO
 from monsoon.stack import cluster
 from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_session, run_namespaces
 from monsoon.timeline.store import read_events
-from tests.integration.helpers import sigint_default, wait_for
+from tests.integration.helpers import run_story, sigint_default, wait_for
 
 pytestmark = pytest.mark.kubernetes    # the session keeps the cluster up through a run of modules marked so
 
@@ -79,22 +79,11 @@ def kube_cluster(request):
         pytest.skip(str(e))
 
 
-def run(tmp_path, stack, text, run_id):
-    from monsoon.session import MonsoonSession
-    exp = tmp_path / f"{run_id}.yaml"
-    exp.write_text(text)
-    session = MonsoonSession(runs_dir=tmp_path / "runs", run_id=run_id, progress=print)
-    t0 = time.monotonic()
-    result = session.run(stack, str(exp))
-    print(f"story {stack}/{run_id}: {time.monotonic() - t0:.1f} s")
-    return result, read_events(result.dir / "timeline.jsonl")
-
-
 def test_inmemory_pod_failed_by_chaos_mesh_runs_the_pause_image_then_its_own_again(kube_cluster, tmp_path):
     """PodChaos pod-failure of the in-memory platform's pod: the controller swaps its container's image for the
     pause image, kubelet stops the platform (SIGTERM) and the pod stays, not Ready, until the heal puts the image
     back; the same pod (same UID) then starts a new JVM. What the platform held in its heap is measured."""
-    result, events = run(tmp_path, "inmemory-k8s", POD_FAILURE, "k8s-pod-failure")
+    result, events = run_story(tmp_path, "inmemory-k8s", POD_FAILURE, "k8s-pod-failure")
     faults = [e for e in events if e["type"] == "fault"]
     inject = next(e for e in faults if e["phase"] == "inject")
     ev = inject["evidence"]
@@ -144,7 +133,7 @@ def test_inmemory_x10_on_pods_is_oomkilled_and_kubelet_restarts_it(kube_cluster,
     """The x10 flood on pods, its load on pods too: load.kubernetes: {shards: 2} runs monsoon-loadgen as the two
     pods of an Indexed Job (its own image, the node's network); each pod writes its shard's acks into the run
     directory, and the accounting is exact: every ack a shard counted is in the acked dataset the loss is judged on."""
-    result, events = run(tmp_path, "inmemory-k8s", X10, "k8s-x10")
+    result, events = run_story(tmp_path, "inmemory-k8s", X10, "k8s-x10")
     oom, loss = result.check("no_oom"), result.check("no_acked_loss")
     assert oom.verdict == "fail" and oom.figures.get("k8s_oom_killed", 0) >= 1, result.failure_message()
     exits = [e for e in events if e.get("event") == "exit" and e.get("service") == "platform"]
