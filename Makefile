@@ -10,7 +10,7 @@ export MONSOON_CACHE := $(abspath $(CACHE))
 SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap
+.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap story-budgets
 .DEFAULT_GOAL := help
 
 help:
@@ -19,6 +19,7 @@ help:
 	@echo "make test-unit  only the fast unit tests (test-rust: the load core's cargo tests; test-java: the platform's JUnit tests)"
 	@echo "make lint       ruff, mypy and the import contracts (layers, no cycles)"
 	@echo "make defects    run the seeded-defect experiments and 3 clean controls; print the catch matrix (~30-40 min)"
+	@echo "make story-budgets  the demo's story with the services under CPU quotas of 0.5, 1 and 2 cores and beside a busy neighbour (BUDGETS_ARGS=--budgets 0.5,neighbour)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
 	@echo "make setup      install everything the above need (venv, then monsoon setup: Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, the load engine, Docker and its images, Kubernetes)"
@@ -111,6 +112,11 @@ test-unit: venv
 DEFECTS_ARGS ?=
 defects: setup
 	@$(PY) -m monsoon.selftest.defects $(DEFECTS_ARGS)
+
+# BUDGETS_ARGS: e.g. --budgets 0.5,neighbour  --only-check (see python -m monsoon.selftest.budgets --help)
+BUDGETS_ARGS ?=
+story-budgets: setup
+	@$(PY) -m monsoon.selftest.budgets $(BUDGETS_ARGS)
 
 # BENCH_ARGS: e.g. --quick (see python -m monsoon.selftest.bench --help)
 BENCH_ARGS ?=

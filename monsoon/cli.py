@@ -96,12 +96,17 @@ def demo(extra: list[str]) -> int:
            "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra]
     print("monsoon demo:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=REPO)
-    summary_path = REPO / "runs" / run_id / SUMMARY_FILE
+    run_dir = settings.runs_dir() / run_id
+    summary_path = run_dir / SUMMARY_FILE
     if not summary_path.exists():
         print(f"monsoon demo: pytest exited {rc} and wrote no {summary_path}", file=sys.stderr)
         return rc or 1
-    problems = story_problems(json.loads(summary_path.read_text()))
+    summary = json.loads(summary_path.read_text())
+    problems = story_problems(summary)
     print()
+    for r in summary["results"]:   # the load, relative to what each stack took on this machine
+        print(f"monsoon demo: {r['stack']} / {r['experiment']}: "
+              f"{(r.get('base_rate') or {}).get('x1', 'x1 not recorded')}")
     if problems:
         print("monsoon demo: the reference story was NOT reproduced:")
         for p in problems:
@@ -110,7 +115,7 @@ def demo(extra: list[str]) -> int:
     print("monsoon demo: reference story reproduced — in-memory queue dies of OOM at x10 and loses acked "
           "messages; Kafka queue absorbs x10 as lag, drains it and loses nothing (x3 on both: pytest -m burst).")
     print(f"monsoon demo: (pytest exits 1 because in-memory x10 fails its checks, as it should.) "
-          f"Run directory: runs/{run_id}")
+          f"Run directory: {run_dir}")
     return 0
 
 
@@ -372,7 +377,7 @@ def add_calibrate_arguments(p) -> None:
                    help="the stack's per-profile settings to start it with, e.g. its heap (default quick)")
     p.add_argument("--runs-dir", type=Path, default=None, help="default: $MONSOON_RUNS_DIR or <repo>/runs")
     p.add_argument("--run-id", default=None, help="default: a timestamped id")
-    p.add_argument("--no-save", action="store_true", help=f"do not write <runs>/{calibrate.CALIBRATION_DIR}/<stack>.json")
+    p.add_argument("--no-save", action="store_true", help="do not write the calibration to the user's cache (~/.cache/monsoon/calibration/<stack>.json, $MONSOON_CALIBRATION_DIR)")
 
 
 def calibrate_cli(args) -> int:
@@ -394,7 +399,7 @@ def calibrate_cli(args) -> int:
     runs = settings.runs_dir(args.runs_dir)
     run_id = args.run_id or new_run_id()
     out = runs / run_id / f"calibrate-{stack_spec.name}"
-    save = None if args.no_save else calibrate.calibration_file(calibrate.calibration_dir(runs), stack_spec.name)
+    save = None if args.no_save else calibrate.calibration_file(calibrate.calibration_dir(), stack_spec.name)
     stop = threading.Event()
     rec = calibrate.calibrate(stack_spec, out, run_id=run_id, profile=args.profile, params=params,
                     progress=lambda s: print(s, flush=True), stop=stop, save_to=save)
@@ -808,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--step-seconds) and stops at the first step the stack does not keep up with (stored or "
                          "acked rate below the sent rate, queue/lag growing, p99 latency knee) or the fleet cannot "
                          "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
-                         "runs/calibration/<stack>.json, which base_rate: auto reads.")
+                         "~/.cache/monsoon/calibration/<stack>.json (the user's cache), which base_rate: auto reads.")
     add_calibrate_arguments(cal)
     sw = sub.add_parser("sweep", help="a size sweep: the platform's capacity per payload size beside its transport's",
                         description="Starts STACK once and, for each of the experiment's load.payload.sizes, ramps "

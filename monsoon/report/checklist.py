@@ -164,6 +164,10 @@ def checklist(summary_: dict) -> str:
             figs = ", ".join(f"{k}={_fmt(c['figures'][k])}" for k in keys if k in c["figures"])
             lines.append(f"| {r['stack']} | {r['experiment']} | {c['name']} | {ICON.get(c['verdict'], c['verdict'])}"
                          f"{part} | {figs} |")
+    loads = [(r, (r.get("base_rate") or {}).get("x1")) for r in results]
+    if any(x for _, x in loads):   # the load is relative to what the stack can take: say how x1 was chosen
+        lines += ["", "## Load (x1, relative to the capacity measured on this machine)", ""]
+        lines += [f"- {r['stack']} / {r['experiment']}: {x}" for r, x in loads if x]
     said = {r["stack"]: platform_line(r.get("platform")) for r in results if r.get("platform")}
     if said:   # a verdict is about the platform that ran: its own word on what it is
         lines += ["", "## Platforms under test (as they said when they ran)", ""]

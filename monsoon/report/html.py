@@ -639,6 +639,8 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
                 if k in meta]
         h.append(f'<p class="meta">{_e(d.name)}/{TIMELINE_FILE}' + (f' — {_e(", ".join(bits))}' if bits else "")
                  + (' — <b>not yet checked</b>' if r is None else "") + '</p>')
+        if r and (r.get("base_rate") or {}).get("x1"):
+            h.append(f'<p class="meta x1">{_e(r["base_rate"]["x1"])}</p>')
         if r and r.get("platform"):
             h.append(f'<p class="meta platform" data-platform="{_e(json.dumps(r["platform"]))}">platform, as it said '
                      f'when it ran: {_e(platform_line(r["platform"]))}</p>')

@@ -4,14 +4,16 @@
 (:func:`judge_step`, pure: the first of :data:`CRITERIA` that fails names the step, its reason names every
 failed one) and stops at the first step the
 stack did not keep up with, so it is never pushed long above its capacity. Capacity = the highest step kept up
-with (:func:`decide`). The record goes to ``<runs>/calibration/<stack>.json``, the run to
+with (:func:`decide`). The record goes to ``~/.cache/monsoon/calibration/<stack>.json`` (:func:`calibration_dir`), the run to
 ``<runs>/<run-id>/calibrate-<stack>/``. ``base_rate: auto`` (:func:`resolve_auto`, called through
 :func:`monsoon.run.plan.settle_x1`) is ``base_fraction`` x that capacity. Each criterion: docs/load.md, "How a calibration step is judged".
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -254,13 +256,27 @@ def measure_step(index: int, target: float, seconds: list[dict], stored: list[tu
 
 # ---------------------------------------------------------- calibration files
 
-def calibration_dir(runs_dir: Path | str | None = None) -> Path:
-    """``$MONSOON_CALIBRATION_DIR``, else ``<runs_dir>/calibration`` (runs_dir: ``$MONSOON_RUNS_DIR`` or <repo>/runs)."""
+def calibration_dir() -> Path:
+    """``$MONSOON_CALIBRATION_DIR``, else the user's cache: ``$XDG_CACHE_HOME/monsoon/calibration`` (default
+    ``~/.cache/monsoon/calibration``). A calibration belongs to the machine, not to a checkout or a run: a fresh
+    clone on the same host reuses it while its key (:func:`usable`) still holds."""
     if settings.env(DIR_ENV):
         return Path(settings.env(DIR_ENV))
-    if runs_dir is None:
-        runs_dir = settings.runs_dir()
-    return Path(runs_dir) / CALIBRATION_DIR
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "monsoon" / CALIBRATION_DIR
+
+
+def stack_sha256(stack_spec) -> str | None:
+    """sha256 of the stack's file (part of a calibration's key: an edited stack is measured again)."""
+    src = getattr(stack_spec, "source", "")
+    if not src or not Path(src).is_file():
+        return None
+    return hashlib.sha256(Path(src).read_bytes()).hexdigest()
+
+
+def service_cpus() -> str | None:
+    """The CPU budget the stack's services run under (``$MONSOON_SERVICE_CPUS``), part of a calibration's key."""
+    return settings.env("MONSOON_SERVICE_CPUS") or None
 
 
 def calibration_file(cal_dir: Path, stack: str) -> Path:
@@ -278,10 +294,12 @@ def max_age_s() -> float:
 
 
 def usable(cal: dict | None, *, host: str, max_age: float, now: float, profile: str | None = None,
-           jars: dict[str, str] | None = None) -> tuple[bool, str]:
+           jars: dict[str, str] | None = None, stack_file: str | None = None,
+           cpus: str | None = None) -> tuple[bool, str]:
     """Whether a saved calibration may stand for this machine now, and why not: same host, recent, and (when
-    given) the same profile (the stack's per-profile settings, e.g. its heap, set its capacity) and the same
-    jars (a rebuilt platform may be faster or slower)."""
+    given) the same profile (the stack's per-profile settings, e.g. its heap, set its capacity), the same
+    jars (a rebuilt platform may be faster or slower), the same stack file (sha256) and the same CPU budget
+    of the services (``$MONSOON_SERVICE_CPUS``). A changed key measures again."""
     if not cal:
         return False, "not yet calibrated"
     if cal.get("capacity_msg_s") is None:
@@ -298,6 +316,11 @@ def usable(cal: dict | None, *, host: str, max_age: float, now: float, profile: 
         changed = sorted(n for n in set(saved) | set(jars) if saved.get(n) != jars.get(n))
         if changed:
             return False, f"{', '.join(changed)} changed since the calibration (sha256)"
+    if stack_file and cal.get("stack_sha256") not in (None, stack_file):
+        return False, "the stack file changed since the calibration (sha256)"
+    if cal.get("service_cpus") != cpus:
+        return False, (f"calibrated with the services' CPU budget {cal.get('service_cpus') or 'none'}, this run has "
+                       f"{cpus or 'none'} ($MONSOON_SERVICE_CPUS)")
     return True, ""
 
 
@@ -508,7 +531,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
         "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
         "created": round(started, 3), "seconds": round(time.time() - started, 1),
         "jar_sha256": jar_sha256(stack_spec), "run_id": run_id, "run_dir": str(out_dir),
-        "stack_source": stack_spec.source,
+        "stack_source": stack_spec.source, "stack_sha256": stack_sha256(stack_spec), "service_cpus": service_cpus(),
     }
     if error:
         record["error"] = error
@@ -538,7 +561,7 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
     ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
-                     jars=jar_sha256(stack_spec))
+                     jars=jar_sha256(stack_spec), stack_file=stack_sha256(stack_spec), cpus=service_cpus())
     source = "calibration-file"
     if not ok:
         progress(f"[{stack_spec.name}] base_rate: auto: {path}: {why}; calibrating {stack_spec.name} first "
@@ -553,9 +576,10 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     cap = float(cal["capacity_msg_s"])
     out = {"base_rate": round(fraction * cap, 3), "capacity_msg_s": cap, "fraction": fraction, "source": source,
            "calibration_file": str(path), "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"),
-           "criterion": cal.get("criterion")}
-    progress(f"[{stack_spec.name}] base_rate: auto = {fraction:g} x capacity {cap:,.0f} msg/s = "
-             f"{out['base_rate']:,.0f} msg/s ({source}: {path}, {cal.get('date')})")
+           "criterion": cal.get("criterion"), "factor": (cal.get("params") or {}).get("factor", Params.factor),
+           "how": "calibration ramp", "generator_bound": cal.get("generator_bound")}
+    out["x1"] = x1_line(out)
+    progress(f"[{stack_spec.name}] {out['x1']} ({source}: {path})")
     if cal.get("lower_bound"):
         progress(f"[{stack_spec.name}] WARNING: the calibrated capacity is only a lower bound "
                  f"({cal.get('result')}): the stack kept up with everything this machine's generator sent, so "
@@ -571,13 +595,53 @@ def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str)
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
     ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
-                   jars=jar_sha256(stack_spec))
+                   jars=jar_sha256(stack_spec), stack_file=stack_sha256(stack_spec), cpus=service_cpus())
     if not ok:
         return None
     cap = float(cal["capacity_msg_s"])
-    return {"base_rate": float(base_rate), "capacity_msg_s": cap, "fraction": round(float(base_rate) / cap, 4),
-            "source": "calibration-file, fixed base_rate", "calibration_file": str(path),
-            "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"), "criterion": cal.get("criterion")}
+    out = {"base_rate": float(base_rate), "capacity_msg_s": cap, "fraction": round(float(base_rate) / cap, 4),
+           "source": "calibration-file, fixed base_rate", "calibration_file": str(path),
+           "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"), "criterion": cal.get("criterion"),
+           "fixed": True}
+    out["x1"] = x1_line(out)
+    return out
+
+
+def x1_line(info: dict | None, base_rate: float | None = None) -> str:
+    """How x1 was chosen, in one line for the progress line, the checklist and the report: ``x1 = 580 msg/s =
+    20 % of 2,900 msg/s measured at 2026-11-29 23:41 UTC``; a fixed rate says so (with the saved capacity, when
+    there is one); a burst sized to fill the stack's memory says how."""
+    if not info or info.get("base_rate") is None:
+        return f"x1 = {base_rate:,.0f} msg/s (a fixed rate; the stack's capacity was not measured)" \
+            if base_rate is not None else "x1 = ? (not settled)"
+    when = str(info.get("calibrated_at") or "?").replace("T", " ").replace("+00:00", " UTC")
+    frac = float(info.get("fraction") or 0)
+    line = (f"x1 = {float(info['base_rate']):,.0f} msg/s = {frac:.0%} of {float(info['capacity_msg_s']):,.0f} msg/s "
+            f"measured at {when}")
+    if info.get("fixed"):
+        line = f"x1 = {float(info['base_rate']):,.0f} msg/s (fixed rate) = {frac:.0%} of the " \
+               f"{float(info['capacity_msg_s']):,.0f} msg/s measured at {when}"
+    if info.get("lower_bound"):
+        line += " (a lower bound: the stack kept up with all the generator sent)"
+    if info.get("burst_s") is not None:
+        line += (f"; burst {info['burst_s']:g} s, to pass {info['fills_at']:,} queued messages (what fills the "
+                 f"heap) {info['fill']:g}x at >= {info['growth_msg_s']:,.0f} msg/s of growth")
+    return line
+
+
+def fill_burst(burst_s: float, *, fill: float, fills_at: int, multiplier: float, fraction: float,
+               capacity: float, factor: float) -> tuple[float, float]:
+    """``(burst seconds, the least backlog growth in msg/s)``: the burst lasts at least ``burst_s``, and long
+    enough that the backlog passes ``fills_at`` ``fill`` times over. The stack stores less than ``factor`` x
+    ``capacity`` (the calibration's first step not kept up), so the backlog grows by at least
+    ``(multiplier x fraction - factor) x capacity`` msg/s. ValueError when that is not positive: such a burst
+    cannot be sure to fill anything."""
+    growth = (multiplier * fraction - factor) * capacity
+    if growth <= 0:
+        raise ValueError(f"fill: x{multiplier:g} of x1 = {fraction:g} x capacity is {multiplier * fraction:g} x "
+                         f"capacity, not above the {factor:g} x capacity the stack may still store: the backlog "
+                         "need not grow; raise base_fraction or the multiplier, or drop fill")
+    return max(float(burst_s), float(math.ceil(fill * fills_at / growth))), growth
 
 
 def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: str, progress: Progress,
@@ -585,12 +649,11 @@ def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: 
                        cal_dir: Path | None = None) -> tuple[Any, dict]:
     """The runner's side of ``base_rate: auto``: ``(exp with a numeric base_rate, how it was resolved)``.
 
-    The calibration file is ``cal_dir`` (default: ``$MONSOON_CALIBRATION_DIR`` or ``<runs>/calibration``,
-    with ``<runs>`` = ``out_dir``'s grandparent, as in ``runs/<run-id>/<stack>--<experiment>``); a
+    The calibration file is in ``cal_dir`` (default :func:`calibration_dir`: the user's cache); a
     calibration run goes to ``<run dir>/calibrate-<stack>/``.  A dry run starts nothing: the rate is
     the saved calibration's when there is one, else a placeholder, and ``describe`` says which."""
     out_dir = Path(out_dir)
-    cal_dir = Path(cal_dir) if cal_dir is not None else calibration_dir(out_dir.parent.parent)
+    cal_dir = Path(cal_dir) if cal_dir is not None else calibration_dir()
     f = exp.load.fraction
     if dry_run:
         cal = read_calibration(calibration_file(cal_dir, stack_spec.name))

@@ -24,6 +24,7 @@ from monsoon.observe.progress import LoadProgress, Progress, progress_fields
 from monsoon.observe.storage import storage_services, stored_source
 from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import ExperimentResult, RunInterrupted
+from monsoon.run.calibrate import x1_line
 from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict
 from monsoon.run.plan import RunPlan
@@ -94,7 +95,8 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                     load.watch_stalls(stack, out_dir)
                 fleet, sampler = load.fleet, load.sampler
                 where["stage"] = "load"
-                progress(f"[{label}] load: {exp.load.devices} devices, x1={exp.load.base_rate:g} msg/s, "
+                progress(f"[{label}] load: {exp.load.devices} devices, "
+                         f"{x1_line(plan.base_rate, float(exp.load.base_rate))}; "
                          + ", ".join(f"{p.name} {p.end - p.start:g}s" for p in shape.phases()))
                 phases = shape.phases()
                 view = LoadProgress(label, progress, live=live, every=progress_every)

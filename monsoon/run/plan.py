@@ -16,7 +16,7 @@ from typing import Any
 from monsoon.checks.registry import BUILT_IN, CheckRegistry
 from monsoon.load.shapes import LoadShape, build_shape, check_shape
 from monsoon.observe.progress import Progress
-from monsoon.run.calibrate import calibration_dir, resolve_experiment, saved_capacity
+from monsoon.run.calibrate import calibration_dir, fill_burst, resolve_experiment, saved_capacity, x1_line
 from monsoon.run.validate import validate
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
@@ -86,9 +86,9 @@ def settle_x1(plan: RunPlan, out_dir: Path, *, run_id: str, progress: Progress =
               cal_dir: Path | None = None) -> RunPlan:
     """The plan with x1 settled. ``base_rate: auto``: x1 = the fraction of the calibrated capacity, calibrating
     first when there is no usable calibration (:class:`CalibrationFailed` when it cannot; a python shape is sampled again
-    with the real x1: SpecError). A fixed x1 carries its stack's saved capacity when there is a usable
-    calibration (not in a dry run). ``cal_dir`` default: ``<runs>/calibration`` with ``<runs>`` =
-    ``out_dir``'s grandparent."""
+    with the real x1: SpecError), and a burst with ``fill`` is sized to the stack's memory (:func:`size_fill`).
+    A fixed x1 carries its stack's saved capacity when there is a usable calibration (not in a dry run).
+    ``cal_dir`` default: :func:`monsoon.run.calibrate.calibration_dir` (the user's cache)."""
     exp, stack, profile = plan.exp, plan.stack, plan.profile
     out_dir = Path(out_dir)
     if exp.load.auto:
@@ -103,10 +103,32 @@ def settle_x1(plan: RunPlan, out_dir: Path, *, run_id: str, progress: Progress =
             except ValueError as e:
                 raise SpecError(exp.source, None, "load.shape",
                                 f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
+        if not dry_run:
+            exp, info = size_fill(exp, stack, profile, info)
         return replace(plan, exp=exp, base_rate=info)
     if dry_run:
         return plan
     info = saved_capacity(stack, float(exp.load.base_rate), profile=profile,
-                          cal_dir=Path(cal_dir) if cal_dir is not None else calibration_dir(out_dir.parent.parent))
+                          cal_dir=Path(cal_dir) if cal_dir is not None else calibration_dir())
     return replace(plan, base_rate=info)
+
+
+def size_fill(exp: ExperimentSpec, stack: StackSpec, profile: str, info: dict) -> tuple[ExperimentSpec, dict]:
+    """A burst with ``fill`` (its profile) on a stack that states ``observe.fills_at``: the burst lengthened so
+    that its backlog passes what fills the stack's memory ``fill`` times over at the calibrated x1
+    (:func:`monsoon.run.calibrate.fill_burst`); how, in ``info``. Anything else: unchanged."""
+    d = exp.durations(profile)
+    fills_at = stack.observe.fills_at_for(profile)
+    if d.fill is None or fills_at is None or exp.load.shape.kind != "burst":
+        return exp, info
+    try:
+        burst_s, growth = fill_burst(d.burst, fill=d.fill, fills_at=fills_at,
+                                     multiplier=float(exp.load.shape.multiplier or 1), fraction=float(info["fraction"]),
+                                     capacity=float(info["capacity_msg_s"]), factor=float(info.get("factor") or 1.25))
+    except ValueError as e:
+        raise exp.fail(("profiles", profile, "fill"), str(e)) from None
+    info = {**info, "burst_s": burst_s, "fills_at": fills_at, "fill": d.fill, "growth_msg_s": round(growth, 1)}
+    info["x1"] = x1_line(info)
+    profiles = {**exp.profiles, profile: d.model_copy(update={"burst": burst_s})}   # type: ignore[dict-item]
+    return exp.model_copy(update={"profiles": profiles}), info
 

@@ -260,6 +260,10 @@ class Durations(_Frozen):
     recovery: float = Field(0, ge=0, description="seconds of the recovery window")
     drain_timeout: float = Field(120, gt=0, description="after the load, seconds to wait for the stack to drain "
                                  "its backlog")
+    fill: float | None = Field(None, gt=0, allow_inf_nan=False,
+                               description="burst shapes under base_rate: auto: the burst lasts long enough that "
+                               "its backlog passes what fills the stack's memory (observe.fills_at) this many times "
+                               "over at the calibrated x1, burst being the shortest it lasts (docs/load.md)")
 
     @property
     def total(self) -> float:

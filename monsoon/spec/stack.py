@@ -351,6 +351,10 @@ class ObserveSpec(_Frozen):
                                                "no_oom reads (when a cluster is configured)")
     docker: tuple[str, ...] = Field((), description="containers whose State.OOMKilled and RestartCount no_oom "
                                     "reads (docker inspect)")
+    fills_at: int | dict[Profile, int] | None = Field(
+        None, description="the queue depth (messages) at which the service under test's memory is full, per "
+        "profile when its heap or memory limit differs, e.g. {quick: 45000, full: 700000}: measured, the depth at "
+        "its OutOfMemoryError or OOM kill. A burst experiment with fill sizes its burst from it (docs/load.md)")
     facts: dict[str, FactSpec] = Field({}, description="name: {url, json}: facts read from the running platform "
                                        "before the load (its version, queue type, time-series database); in the "
                                        "report's header, summary.json and the checklist. One that does not answer "
@@ -366,6 +370,12 @@ class ObserveSpec(_Frozen):
             except ValueError as e:
                 raise _invalid(f"metrics.{sig}: {e}") from None
         return self
+
+    def fills_at_for(self, profile: str) -> int | None:
+        """:attr:`fills_at` for ``profile`` (None: not stated for it)."""
+        if isinstance(self.fills_at, dict):
+            return self.fills_at.get(profile, self.fills_at.get("default"))  # type: ignore[call-overload]
+        return self.fills_at
 
     def signals(self) -> dict[str, str]:
         """The timeline signals this observation gives the checks, each with the setting it comes from."""

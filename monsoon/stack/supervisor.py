@@ -35,6 +35,7 @@ from monsoon.stack.ports import StackError, allocate_ports
 from monsoon.stack.ready import START_HEADER, _ready_once, this_start
 from monsoon.stack.reaper import OWNER_ENV
 from monsoon.stack import containers as ctr
+from monsoon.stack import cpubudget
 from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
 
@@ -194,6 +195,7 @@ class Stack:
                     problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
         problems += self._preflight_containers()
         problems += self._preflight_pods()
+        problems += cpubudget.problems()     # MONSOON_SERVICE_CPUS: its cgroup made (once) before anything starts
         if problems:
             raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
 
@@ -380,7 +382,7 @@ class Stack:
                 try:
                     svc.proc = subprocess.Popen(svc.command, env=svc.env, cwd=svc.dir, stdout=log,
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                start_new_session=True)
+                                                start_new_session=True, preexec_fn=cpubudget.service_preexec())
                 except FileNotFoundError:
                     raise StackError(f"service {svc.name!r}: command not found: {svc.command[0]}") from None
                 except PermissionError:

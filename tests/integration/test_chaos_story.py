@@ -48,6 +48,13 @@ def test_chaos_scenarios_report_faults_loss_and_throughput(tmp_path):
     print(json.dumps({f"{s}/{e}": v for (s, e), v in fig.items()}, indent=1))
 
     assert set(by) == {("inmemory", "pod-kill"), ("kafka-registry", "soak")}, out[-3000:]
+    # every expected verdict: the in-memory pod kill fails by its counted loss (the scenario asserts that loss,
+    # so its case passes), the soak passes, and so pytest exits 0 with both cases passed
+    assert by[("inmemory", "pod-kill")]["verdict"] == "fail", by[("inmemory", "pod-kill")]
+    assert verdict[("inmemory", "pod-kill")]["no_acked_loss"] == "fail"
+    assert by[("kafka-registry", "soak")]["verdict"] == "pass", [
+        (c["name"], c["verdict"], c.get("message")) for c in by[("kafka-registry", "soak")]["checks"]]
+    assert proc.returncode == 0 and "2 passed" in out, out[-3000:]
     for key, f in fig.items():
         fl = f["faults_landed"]
         assert verdict[key]["faults_landed"] == "pass", (key, by[key])

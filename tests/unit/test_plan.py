@@ -105,11 +105,15 @@ def test_settling_x1_gives_a_new_plan_and_leaves_the_old_one(tmp_path):
 
 
 def test_a_fixed_x1_carries_the_saved_capacity_and_a_failed_calibration_says_why(tmp_path, monkeypatch):
-    plan = plan_run(load_stack("inmemory"), load_experiment("burst-x3"), "quick")
+    p = tmp_path / "fixed.yaml"
+    p.write_text("name: fixed\nload:\n  devices: 1\n  base_rate: 400\n  shape: {kind: burst, multiplier: 3}\n"
+                 "profiles: {quick: {warmup: 5, burst: 5}}\nchecks: [no_oom]\n")
+    plan = plan_run(load_stack("inmemory"), load_checked(p), "quick")
     assert settle_x1(plan, tmp_path / "o", run_id="r", cal_dir=tmp_path / "cal").base_rate is None   # none saved
     _calibration(tmp_path / "cal", 2000.0)
     info = settle_x1(plan, tmp_path / "o", run_id="r", cal_dir=tmp_path / "cal").base_rate
     assert info["capacity_msg_s"] == 2000.0 and info["fraction"] == 0.2
+    assert info["x1"].startswith("x1 = 400 msg/s (fixed rate) = 20% of the 2,000 msg/s measured at 2026-01-01")
     assert settle_x1(plan, tmp_path / "o", run_id="r", dry_run=True, cal_dir=tmp_path / "cal") is plan
 
     def cannot(*a, **kw):
@@ -120,3 +124,52 @@ def test_a_fixed_x1_carries_the_saved_capacity_and_a_failed_calibration_says_why
     with pytest.raises(CalibrationFailed) as ei:
         settle_x1(auto, tmp_path / "o", run_id="r", cal_dir=tmp_path / "cal")
     assert isinstance(ei.value.cause, RuntimeError) and "could not calibrate" in str(ei.value)
+
+
+def test_a_burst_with_fill_lasts_until_its_backlog_passes_the_heap_twice_at_the_calibrated_x1(tmp_path):
+    """burst-x10 (fill: 2) on the in-memory stack (observe.fills_at): the slower the machine, the longer the
+    burst; a fast one keeps the profile's burst as the shortest; Kafka (no fills_at) keeps it as is."""
+    exp = load_experiment("burst-x10")
+    d = exp.durations("quick")
+    fills = load_stack("inmemory").observe.fills_at_for("quick")
+    assert d.fill == 2 and fills and load_stack("kafka").observe.fills_at_for("quick") is None
+    bursts = {}
+    for cap in (400.0, 2900.0, 20000.0):
+        _calibration(tmp_path / "cal", cap)
+        plan = settle_x1(plan_run(load_stack("inmemory"), exp, "quick"), tmp_path / "o", run_id="r",
+                         cal_dir=tmp_path / "cal")
+        info, burst = plan.base_rate, plan.durations.burst
+        growth = (10 * 0.25 - 1.25) * cap            # what the stack surely does not absorb
+        assert info["growth_msg_s"] == pytest.approx(growth) and info["burst_s"] == burst
+        assert growth * burst >= 2 * fills and burst >= d.burst                    # twice the heap, at least
+        assert burst == d.burst or growth * (burst - 1) < 2 * fills               # and no longer than that
+        assert plan.shape().rate_at(d.warmup + 1) == pytest.approx(10 * 0.25 * cap)
+        assert f"burst {burst:g} s, to pass {fills:,} queued messages" in info["x1"]
+        bursts[cap] = burst
+    assert bursts[400.0] > bursts[2900.0] >= bursts[20000.0] == d.burst
+    kafka = settle_x1(plan_run(load_stack("kafka"), exp, "quick"), tmp_path / "o", run_id="r",
+                      cal_dir=tmp_path / "cal")
+    assert kafka.durations.burst == d.burst and "burst_s" not in kafka.base_rate
+
+
+def test_fill_refuses_a_burst_that_need_not_grow_a_backlog():
+    from monsoon.run.calibrate import fill_burst
+    with pytest.raises(ValueError, match="need not grow"):
+        fill_burst(30, fill=2, fills_at=1000, multiplier=3, fraction=0.25, capacity=1000, factor=1.25)
+    assert fill_burst(30, fill=2, fills_at=90_000, multiplier=10, fraction=0.25, capacity=1000,
+                      factor=1.25) == (144.0, 1250.0)
+
+
+def test_a_calibration_is_keyed_by_host_stack_file_jars_profile_and_cpu_budget():
+    from monsoon.run.calibrate import usable
+    now = time.time()
+    cal = {"capacity_msg_s": 1000, "host": "h", "created": now, "profile": "quick", "jar_sha256": {"a.jar": "1"},
+           "stack_sha256": "s1", "service_cpus": None}
+    base = dict(host="h", max_age=86400, now=now, profile="quick", jars={"a.jar": "1"}, stack_file="s1")
+    assert usable(cal, **base) == (True, "")
+    assert "host" in usable(cal, **{**base, "host": "g"})[1]
+    assert "stack file changed" in usable(cal, **{**base, "stack_file": "s2"})[1]
+    assert "a.jar changed" in usable(cal, **{**base, "jars": {"a.jar": "2"}})[1]
+    assert "profile" in usable(cal, **{**base, "profile": "full"})[1]
+    assert "CPU budget" in usable(cal, **base, cpus="0.5")[1]
+    assert "days ago" in usable(cal, **{**base, "now": now + 8 * 86400})[1]
