@@ -33,6 +33,23 @@ def test_a_clean_run_and_a_busy_overload_pass(tmp_path):
     assert v.verdict == "pass" and v.figures["stalls"] == 0, v
 
 
+def test_stalls_inside_a_fault_window_count_only_when_the_fault_just_sets_the_scene(tmp_path):
+    """Defect g's experiment slows Cassandra itself: its stalls are inside the fault windows, judged with
+    in_faults (a starved pool stalls where a healthy one rides the blip out)."""
+    run = _run(tmp_path, seconds=60, stall_every=20, stall_len=4)      # stalls at 8-11, 28-31, 48-51
+    with Timeline(tmp_path / TIMELINE_FILE, clock=lambda: 0.0) as tl:   # appended: three windows around them
+        tl.add("fault-plan", t=0.0)
+        for i, a in enumerate((7.0, 27.0, 47.0)):
+            tl.add("fault", t=a, name="cassandra-blips", kind="cassandra-slowdown", target="platform->cassandra",
+                   window=i, phase="inject", effective=a, landed=True)
+            tl.add("fault", t=a + 6, name="cassandra-blips", kind="cassandra-slowdown",
+                   target="platform->cassandra", window=i, phase="heal", effective=a + 6, landed=True)
+    run = RunData(tmp_path)
+    assert no_ingest_stall(run).figures["stalls"] == 0                  # the fault explains them
+    v = no_ingest_stall(run, in_faults=True)
+    assert v.verdict == "fail" and v.figures["stalls"] == 3 and v.figures["period_s"] == 20, v
+
+
 def test_without_cpu_samples_the_check_cannot_tell(tmp_path):
     assert no_ingest_stall(_run(tmp_path, stall_every=5, cpu=False)).verdict == "unknown"
 
