@@ -124,7 +124,7 @@ def _candidates() -> list[tuple[str, str, str, object, bool]]:
                                                               "target: platform->postgres\ntarget: platform->kafka\n"), False),
         # bytes that are not UTF-8
         ("not UTF-8", S, "latin1", lambda t: t.encode().replace(b"unbounded in-memory", b"unbounded\xe9 in-memory"), False),
-        ("not UTF-8", E, "stray-ff", lambda t: t.encode().replace(b"x1 base rate", b"x1 \xff\xfe base rate"), False),
+        ("not UTF-8", E, "stray-ff", lambda t: t.encode().replace(b"the measured capacity", b"the \xff\xfe measured capacity"), False),
         ("not UTF-8", F, "cp1252-quote", lambda t: t.encode().replace(b"200 ms", b"\x93200 ms\x94"), False),
         # queries that are not SQL: only a live stack can tell
         ("not SQL", S, "loss-query-prose", lambda t: _replace_block(t, "loss_query", "'all the stored messages, please'"), True),

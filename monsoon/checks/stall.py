@@ -4,8 +4,8 @@ A pure function of the timeline: the fleet's per-second ``load`` events (``acked
 the ``process`` collector's 1 Hz ``cpu_pct`` of the service under test. A second is *stalled* when the load asks for
 messages (``target_rate > 0``) and either fewer than ``min_rate_fraction`` of the target were acked or the p99 ack
 latency exceeds ``max_latency_ms`` — while the service's CPU is below ``idle_cpu_pct`` (a service that is busy is
-overloaded, not stalled). Seconds inside fault windows are not judged (the fault explains them; ``in_faults``
-judges them too), nor the first
+overloaded, not stalled). Seconds inside fault windows are not judged (the fault explains them; ``in_faults:
+judge`` judges them too), nor the first
 ``settle_s`` seconds of load. Consecutive stalled seconds make one stall; stalls shorter than ``min_stall_s`` are
 ignored. Figures: how many, how long, how often (median start-to-start period). More than ``max_stalls`` fails.
 
@@ -66,8 +66,8 @@ IDLE_WAITERS = ("io.netty.", "org.apache.kafka.", "com.datastax.oss.driver.shade
 
 def no_ingest_stall(run: RunData, min_rate_fraction: float = 0.5, max_latency_ms: float = 2000,
                     idle_cpu_pct: float = 30, min_stall_s: float = 1, max_stalls: float = 1,
-                    settle_s: float = 5, in_faults: Literal[False, True] = False) -> Verdict:
-    """See the module docstring. ``in_faults``: judge the seconds inside fault windows too, for an experiment
+                    settle_s: float = 5, in_faults: Literal["skip", "judge"] = "skip") -> Verdict:
+    """See the module docstring. ``in_faults: judge``: judge the seconds inside fault windows too, for an experiment
     whose fault only sets the scene (a slow dependency that a healthy service rides out and a starved one stalls
     on), not the cause the check would otherwise let explain them."""
     name = "no_ingest_stall"
@@ -85,7 +85,7 @@ def no_ingest_stall(run: RunData, min_rate_fraction: float = 0.5, max_latency_ms
     judged = 0
     for e in loads:
         t = e["t"]
-        if t < t0 + settle_s or (not in_faults and any(w.start - 1 <= t and (w.end is None or t <= w.end + 2)
+        if t < t0 + settle_s or (in_faults != "judge" and any(w.start - 1 <= t and (w.end is None or t <= w.end + 2)
                                                          for w in wins)):
             continue
         c = _nearest(cpu, t)

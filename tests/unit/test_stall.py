@@ -46,7 +46,7 @@ def test_stalls_inside_a_fault_window_count_only_when_the_fault_just_sets_the_sc
                    target="platform->cassandra", window=i, phase="heal", effective=a + 6, landed=True)
     run = RunData(tmp_path)
     assert no_ingest_stall(run).figures["stalls"] == 0                  # the fault explains them
-    v = no_ingest_stall(run, in_faults=True)
+    v = no_ingest_stall(run, in_faults="judge")
     assert v.verdict == "fail" and v.figures["stalls"] == 3 and v.figures["period_s"] == 20, v
 
 
