@@ -75,6 +75,7 @@ class Step:
     p99_ms: float | None = None        # median of the window's per-second p99 ack latencies
     exits: int = 0                     # exits / restarts of the service under test in the step
     gc_fraction: float | None = None   # the window's GC time / wall time (None: no gc_seconds samples)
+    gen_cpu_s: float | None = None     # the load generator's own CPU seconds over the window (None: not reported)
     ok: bool | None = None             # filled by judge / decide
     criterion: str | None = None
     reason: str = ""
@@ -93,7 +94,8 @@ class Step:
         d = asdict(self)
         d["send_rate"] = round(self.send_rate, 1)
         d["ack_rate"] = round(self.ack_rate, 1)
-        for k in ("stored_rate", "backlog_slope", "backlog_end", "p99_ms", "target", "seconds", "gc_fraction"):
+        for k in ("stored_rate", "backlog_slope", "backlog_end", "p99_ms", "target", "seconds", "gc_fraction",
+                  "gen_cpu_s"):
             if isinstance(d[k], float):
                 d[k] = round(d[k], 2)
         return d
@@ -244,6 +246,8 @@ def measure_step(index: int, target: float, seconds: list[dict], stored: list[tu
         st.acked += int(s.get("acked", 0))
         st.failed += int(s.get("failed", 0))
         st.late += int(s.get("late", 0))
+    cpus = [float(s["gen_cpu_s"]) for s in seconds if s.get("gen_cpu_s") is not None]
+    st.gen_cpu_s = round(sum(cpus), 4) if cpus else None
     p99s = [s["p99_ms"] for s in seconds if s.get("p99_ms") is not None]
     st.p99_ms = float(statistics.median(p99s)) if p99s else None
     st.stored_rate = slope(stored)
@@ -579,6 +583,7 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
            "criterion": cal.get("criterion"), "factor": (cal.get("params") or {}).get("factor", Params.factor),
            "how": "calibration ramp", "generator_bound": cal.get("generator_bound")}
     out["x1"] = x1_line(out)
+    out["generator_us_per_msg"] = generator_cost(cal)
     progress(f"[{stack_spec.name}] {out['x1']} ({source}: {path})")
     if cal.get("lower_bound"):
         progress(f"[{stack_spec.name}] WARNING: the calibrated capacity is only a lower bound "
@@ -605,6 +610,30 @@ def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str)
            "fixed": True}
     out["x1"] = x1_line(out)
     return out
+
+
+def generator_cost(cal: dict) -> float | None:
+    """The load generator's CPU microseconds per sent message at the calibration's fastest step kept up with
+    (None: not reported): what pacing a faster rate will cost this machine's generator."""
+    kept = [s for s in cal.get("steps") or () if s.get("ok") and s.get("gen_cpu_s") and s.get("sent")]
+    if not kept:
+        return None
+    top = max(kept, key=lambda s: s["sent"])
+    return round(1e6 * float(top["gen_cpu_s"]) / float(top["sent"]), 2)
+
+
+def pacing_warning(peak_rate: float, us_per_msg: float | None, engine: str, *, cores: float = 1.0,
+                   headroom: float = 0.7) -> str | None:
+    """Why the chosen engine may not pace ``peak_rate`` here (None: it can): the python fleet is one process,
+    at most ``cores`` core, and a load that takes more than ``headroom`` of it falls behind its schedule."""
+    if us_per_msg is None or engine != "python":
+        return None
+    need = peak_rate * us_per_msg / 1e6
+    if need <= headroom * cores:
+        return None
+    return (f"the peak of {peak_rate:,.0f} msg/s needs ~{need:.2f} cores of the python fleet here ({us_per_msg:g} us "
+            f"of CPU per message, measured in the calibration), more than {headroom:.0%} of the one core it runs "
+            f"on: it may fall behind its schedule (load_valid says so); engine: native paces it at ~1 us per message")
 
 
 def x1_line(info: dict | None, base_rate: float | None = None) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 from monsoon.checks.registry import BUILT_IN, CheckRegistry
 from monsoon.load.shapes import LoadShape, build_shape, check_shape
 from monsoon.observe.progress import Progress
-from monsoon.run.calibrate import calibration_dir, fill_burst, resolve_experiment, saved_capacity, x1_line
+from monsoon.run.calibrate import (calibration_dir, fill_burst, pacing_warning, resolve_experiment, saved_capacity,
+                                   x1_line)
 from monsoon.run.validate import validate
 from monsoon.spec.experiment import ExperimentSpec
 from monsoon.spec.fault import FaultSpec
@@ -105,6 +106,11 @@ def settle_x1(plan: RunPlan, out_dir: Path, *, run_id: str, progress: Progress =
                                 f"with base_rate: auto = {exp.load.base_rate:g} msg/s: {e}") from None
         if not dry_run:
             exp, info = size_fill(exp, stack, profile, info)
+            peak = float(exp.load.base_rate) * float(exp.load.shape.multiplier or 1)
+            warn = pacing_warning(peak, info.get("generator_us_per_msg"), exp.load.engine or "python")
+            if warn:
+                info = {**info, "pacing_warning": warn}
+                progress(f"[{stack.name}/{exp.name}] WARNING before the load: {warn}")
         return replace(plan, exp=exp, base_rate=info)
     if dry_run:
         return plan

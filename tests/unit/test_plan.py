@@ -85,10 +85,10 @@ def test_a_session_with_its_own_registry_runs_a_custom_check_in_process(tmp_path
         MonsoonSession(runs_dir=tmp_path / "runs", dry_run=True, progress=lines.append).run("inmemory", str(p))
 
 
-def _calibration(cal_dir, capacity: float) -> None:
+def _calibration(cal_dir, capacity: float, stack: str = "inmemory") -> None:
     cal_dir.mkdir(parents=True, exist_ok=True)
-    (cal_dir / "inmemory.json").write_text(json.dumps({
-        "stack": "inmemory", "capacity_msg_s": capacity, "host": socket.gethostname(), "created": time.time(),
+    (cal_dir / f"{stack}.json").write_text(json.dumps({
+        "stack": stack, "capacity_msg_s": capacity, "host": socket.gethostname(), "created": time.time(),
         "date": "2026-01-01T00:00:00+00:00", "profile": "quick", "result": "capacity", "lower_bound": False}))
 
 
@@ -147,6 +147,7 @@ def test_a_burst_with_fill_lasts_until_its_backlog_passes_the_heap_twice_at_the_
         assert f"burst {burst:g} s, to pass {fills:,} queued messages" in info["x1"]
         bursts[cap] = burst
     assert bursts[400.0] > bursts[2900.0] >= bursts[20000.0] == d.burst
+    _calibration(tmp_path / "cal", 2000.0, "kafka")     # (a unit test never calibrates for real)
     kafka = settle_x1(plan_run(load_stack("kafka"), exp, "quick"), tmp_path / "o", run_id="r",
                       cal_dir=tmp_path / "cal")
     assert kafka.durations.burst == d.burst and "burst_s" not in kafka.base_rate
@@ -173,3 +174,15 @@ def test_a_calibration_is_keyed_by_host_stack_file_jars_profile_and_cpu_budget()
     assert "profile" in usable(cal, **{**base, "profile": "full"})[1]
     assert "CPU budget" in usable(cal, **base, cpus="0.5")[1]
     assert "days ago" in usable(cal, **{**base, "now": now + 8 * 86400})[1]
+
+
+def test_the_python_fleets_limit_is_said_before_the_load_from_the_calibrations_own_cost():
+    from monsoon.run.calibrate import generator_cost, pacing_warning
+    cal = {"steps": [{"ok": True, "sent": 8000, "gen_cpu_s": 0.4}, {"ok": True, "sent": 20000, "gen_cpu_s": 0.8},
+                     {"ok": False, "sent": 25000, "gen_cpu_s": 2.0}]}
+    assert generator_cost(cal) == 40.0                     # the fastest step kept up with: 0.8 s / 20,000
+    assert generator_cost({"steps": [{"ok": True, "sent": 10}]}) is None
+    assert pacing_warning(10_000, 40.0, "python") is None  # 0.4 cores
+    warn = pacing_warning(25_000, 40.0, "python")          # 1.0 core: more than 70 % of its one core
+    assert warn and "25,000 msg/s needs ~1.00 cores" in warn and "engine: native" in warn
+    assert pacing_warning(25_000, 40.0, "native") is None and pacing_warning(25_000, None, "python") is None
