@@ -135,6 +135,7 @@ def size_fill(exp: ExperimentSpec, stack: StackSpec, profile: str, info: dict) -
         raise exp.fail(("profiles", profile, "fill"), str(e)) from None
     info = {**info, "burst_s": burst_s, "fills_at": fills_at, "fill": d.fill, "growth_msg_s": round(growth, 1)}
     info["x1"] = x1_line(info)
-    profiles = {**exp.profiles, profile: d.model_copy(update={"burst": burst_s})}   # type: ignore[dict-item]
+    profiles: dict[Any, Durations] = dict(exp.profiles)
+    profiles[profile] = d.model_copy(update={"burst": burst_s})
     return exp.model_copy(update={"profiles": profiles}), info
 
