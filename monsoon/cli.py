@@ -87,6 +87,16 @@ def story_problems(summary: dict, stacks: tuple[str, str] = ("inmemory", "kafka"
     return problems
 
 
+def _runs_dir_arg(args: list[str]) -> str | None:
+    """The ``--monsoon-runs-dir`` among pytest arguments (``=DIR`` or ``DIR`` next), or None."""
+    for i, a in enumerate(args):
+        if a.startswith("--monsoon-runs-dir="):
+            return a.split("=", 1)[1]
+        if a == "--monsoon-runs-dir" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 def demo(extra: list[str]) -> int:
     """Run the burst scenarios under pytest, print the checklist, and say whether the story was reproduced."""
     if not (REPO / "pytest" / "test_burst_floods.py").is_file():   # an installed monsoon: no scenarios of its own
@@ -95,11 +105,12 @@ def demo(extra: list[str]) -> int:
         return 2
     run_id = new_run_id()
     scenario = REPO / "pytest" / "test_burst_floods.py"      # the reference story's two x10 cases only
-    cmd = [sys.executable, "-m", "pytest", *(f"{scenario}::{case}" for case in DEMO_CASES),
-           "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra]
+    runs = settings.runs_dir(_runs_dir_arg(extra))           # said to pytest: the checkout's ini would win over
+    cmd = [sys.executable, "-m", "pytest", *(f"{scenario}::{case}" for case in DEMO_CASES),  # $MONSOON_RUNS_DIR
+           "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra, f"--monsoon-runs-dir={runs}"]
     print("monsoon demo:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=REPO)
-    run_dir = settings.runs_dir() / run_id
+    run_dir = runs / run_id
     summary_path = run_dir / SUMMARY_FILE
     if not summary_path.exists():
         print(f"monsoon demo: pytest exited {rc} and wrote no {summary_path}", file=sys.stderr)

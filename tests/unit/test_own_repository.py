@@ -331,6 +331,16 @@ def test_the_demo_runs_the_two_x10_cases_and_judges_the_story_on_them():
     assert len(story_problems({"results": lossy})) == 1 and "acked_lost=3" in story_problems({"results": lossy})[0]
     x3 = {"stack": "kafka", "experiment": "burst-x3", "verdict": "fail", "checks": []}   # when x3 ran, it must pass
     assert story_problems({"results": [*told, x3]}) == ["kafka x3 should PASS, got FAIL"]
+    # the Kubernetes twin: the same story on inmemory-k8s / kafka-k8s, the OOM as kubelet's OOMKilled
+    pods = [result("inmemory-k8s", "fail", no_oom={"oom_events": 0, "k8s_oom_killed": 2},
+                   no_acked_loss={"acked_lost": 900}),
+            {**told[1], "stack": "kafka-k8s"}]
+    assert story_problems({"results": pods}, ("inmemory-k8s", "kafka-k8s")) == []
+    assert story_problems({"results": pods}) == ["inmemory / burst-x10 did not run", "kafka / burst-x10 did not run"]
+    # the demo says where its runs go to pytest (the checkout's ini would win over $MONSOON_RUNS_DIR)
+    from monsoon.cli import _runs_dir_arg
+    assert _runs_dir_arg(["-x", "--monsoon-runs-dir=/r"]) == "/r" and _runs_dir_arg(["--monsoon-runs-dir", "/s"]) == "/s"
+    assert _runs_dir_arg(["-x"]) is None
 
 
 def test_every_monsoon_environment_setting_is_read_through_the_settings():
