@@ -318,6 +318,8 @@ def scenario_pairs(folder: Path = REPO / "pytest") -> set[tuple[str, str]]:
         spec = importlib.util.spec_from_file_location(f"monsoon_scenario_{abs(hash(path))}_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        if hasattr(module, "dtls_missing"):   # a scenario that skips without DTLSSocket still names its pair
+            module.dtls_missing = lambda: None
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if not name.startswith("test") or fn.__module__ != module.__name__:
                 continue
