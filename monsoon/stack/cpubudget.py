@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from monsoon.stack.cgroupfs import CgroupFS
+
 ENV = "MONSOON_SERVICE_CPUS"
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000          # the kernel's floor for cfs quota
@@ -52,15 +54,6 @@ def quota_us(cores: float, period_us: int = PERIOD_US) -> int:
     return int(round(cores * period_us))
 
 
-def _mounts() -> list[tuple[str, str, str]]:
-    out = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
-            out.append((parts[2], parts[1], parts[3]))
-    return out
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -80,7 +73,7 @@ def locate(mounts: list[tuple[str, str, str]] | None = None, self_cgroup: str | 
     """``(version, parent directory)`` for the run's cpu cgroup: under this process's own cpu cgroup on v1
     (the mount's root when that is not visible); on v2 under its own cgroup when that one delegates ``cpu``,
     else under the mount's root. ``mounts``: (fstype, mountpoint, options); ``self_cgroup``: /proc/self/cgroup."""
-    mounts = _mounts() if mounts is None else mounts
+    mounts = CgroupFS().mounts() if mounts is None else mounts
     if self_cgroup is None:
         self_cgroup = Path("/proc/self/cgroup").read_text()
     v1 = next((mp for fs, mp, opts in mounts if fs == "cgroup" and "cpu" in opts.split(",")), None)
