@@ -328,6 +328,13 @@ def usable(cal: dict | None, *, host: str, max_age: float, now: float, profile: 
     return True, ""
 
 
+def usable_here(cal: dict | None, stack_spec, profile: str) -> tuple[bool, str]:
+    """:func:`usable` for ``stack_spec`` on this host now, with its whole key (profile, jars, stack file, CPU
+    budget)."""
+    return usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
+                  jars=jar_sha256(stack_spec), stack_file=stack_sha256(stack_spec), cpus=service_cpus())
+
+
 def read_calibration(path: Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text())
@@ -564,8 +571,7 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
     raises RuntimeError when the stack could not be calibrated."""
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
-    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
-                     jars=jar_sha256(stack_spec), stack_file=stack_sha256(stack_spec), cpus=service_cpus())
+    ok, why = usable_here(cal, stack_spec, profile)
     source = "calibration-file"
     if not ok:
         progress(f"[{stack_spec.name}] base_rate: auto: {path}: {why}; calibrating {stack_spec.name} first "
@@ -599,8 +605,7 @@ def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str)
     side-by-side table, the drain prediction); None when there is no usable calibration (nothing is calibrated)."""
     path = calibration_file(cal_dir, stack_spec.name)
     cal = read_calibration(path)
-    ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile,
-                   jars=jar_sha256(stack_spec), stack_file=stack_sha256(stack_spec), cpus=service_cpus())
+    ok, _ = usable_here(cal, stack_spec, profile)
     if not ok:
         return None
     cap = float(cal["capacity_msg_s"])
