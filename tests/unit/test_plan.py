@@ -33,7 +33,10 @@ def test_the_plan_holds_the_resolved_faults_and_every_check_the_run_judges():
     names = [n for n, _ in plan.checks]
     # the experiment's, then the implied: a fault must land, a death that is not an OOM shows, the load is valid
     assert names[-3:] == ["faults_landed", "no_unexpected_exit", "load_valid"] and "no_oom" in names
-    assert plan.durations.total == plan.shape().duration
+    # base_rate: auto: the shape exists once x1 is settled (here by hand; settle_x1 reads the calibration)
+    load = plan.exp.load.model_copy(update={"base_rate": 500.0})
+    settled = dataclasses.replace(plan, exp=plan.exp.model_copy(update={"load": load}))
+    assert plan.exp.load.auto and settled.durations.total == settled.shape().duration
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.profile = "full"   # type: ignore[misc]
 
