@@ -342,11 +342,13 @@ def read_calibration(path: Path) -> dict | None:
         return None
 
 
-def describe_auto(fraction: float, stack: str, cal_dir: Path, *, now: float | None = None) -> str:
-    """For a dry run: what ``base_rate: auto`` would resolve to, without a live stack."""
+def describe_auto(fraction: float, stack_spec, cal_dir: Path, profile: str) -> str:
+    """For a dry run: what ``base_rate: auto`` would resolve to, without a live stack, judged by the same whole
+    key as the run (:func:`usable_here`): a dry run that names a saved capacity is a run that will use it."""
+    stack = stack_spec.name
     path = calibration_file(cal_dir, stack)
     cal = read_calibration(path)
-    ok, why = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=now or time.time())
+    ok, why = usable_here(cal, stack_spec, profile)
     if ok:
         cap = float(cal["capacity_msg_s"])
         return (f"base_rate: auto (fraction {fraction:g} of calibrated capacity {cap:,.0f} msg/s = "
@@ -691,10 +693,10 @@ def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: 
     f = exp.load.fraction
     if dry_run:
         cal = read_calibration(calibration_file(cal_dir, stack_spec.name))
-        ok, _ = usable(cal, host=socket.gethostname(), max_age=max_age_s(), now=time.time(), profile=profile)
-        rate = f * float(cal["capacity_msg_s"]) if ok else 1.0
+        ok, _ = usable_here(cal, stack_spec, profile)
+        rate = f * float(cal["capacity_msg_s"]) if cal and ok else 1.0
         info = {"base_rate": rate if ok else None, "fraction": f, "source": "calibration-file" if ok else None,
-                "describe": describe_auto(f, stack_spec.name, cal_dir)}
+                "describe": describe_auto(f, stack_spec, cal_dir, profile)}
     else:
         cdir = out_dir.parent / f"calibrate-{stack_spec.name}"
         n = 2

@@ -324,3 +324,17 @@ def test_a_step_names_every_criterion_it_failed():
     d = decide([st], Criteria(gc_fraction=0.25))   # its own p99 is the baseline: no knee
     assert d.criterion == "acked-rate" and st.criteria == ["acked-rate", "stored-rate", "gc"]
     assert Step.from_dict(st.to_dict()).criteria == st.criteria
+
+
+def test_a_dry_run_judges_the_saved_calibration_by_the_whole_key_as_the_run_does(tmp_path):
+    """A dry run that names a saved capacity is a run that will use it: a calibration of another stack file (or
+    CPU budget) is refused by the dry run too, naming why, instead of being shown as the x1 to come."""
+    from monsoon.session import run_one
+    exp = load_checked(write(tmp_path, AUTO))
+    out = tmp_path / "runs" / "rid" / "inmemory--e"
+    (tmp_path / "cal").mkdir()
+    (tmp_path / "cal" / "inmemory.json").write_text(json.dumps({**_record(2000.0), "stack_sha256": "0" * 64}))
+    res = run_one(load_stack("inmemory"), exp, "quick", out, run_id="rid", dry_run=True,
+                  calibration_dir=tmp_path / "cal")
+    assert "the stack file changed since the calibration (sha256)" in res.dry_run, res.dry_run
+    assert "2,000 msg/s" not in res.dry_run and not out.exists()
