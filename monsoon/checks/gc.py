@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
+from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import counter_steps
 
@@ -108,6 +109,9 @@ def gc_time_below(run: RunData, fraction: float = 0.1, window_s: float = 5.0, ma
     name = "gc_time_below"
     figures: dict[str, float] = {"fraction": float(fraction), "window_s": float(window_s)}
     points = run.events.series("metrics", "gc_seconds")
+    bad = impossible.backwards(points, impossible.GC_SECONDS, run.events)
+    if bad is not None:      # a GC-time counter that runs backwards measures something else
+        return Verdict(name, UNKNOWN, {**figures, **bad.figures()}, bad.message(name))
     scope = ""
     if over == "kept-up":
         windows = kept_up_windows(run.events)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import bisect
 import builtins
 
+from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
 from monsoon.rundir import ACKED_DATA, STORED_DATA
@@ -175,6 +176,9 @@ def lag_bounded(run: RunData, max: float) -> Verdict:
     if not series:
         return Verdict(name, UNKNOWN, {"max": limit}, "no kafka lag or queue depth samples in the timeline"
                        + run.backlog_missing())
+    bad = impossible.backlog(run.events, what, series)
+    if bad is not None:      # a backlog below zero is a wrong metric, not an empty queue
+        return Verdict(name, UNKNOWN, {**bad.figures(), "max": limit}, bad.message(name))
     t_peak, peak = builtins.max(series, key=lambda p: p[1])
     figures: dict[str, float] = {"peak_lag": peak, "max": limit}
     if what.startswith("kafka"):
@@ -292,6 +296,9 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     what, series = run.backlog_series()
     base = float(run.meta.get("base_rate") or 0)
     tol = tolerance if tolerance is not None else max(10.0, base)  # about one second of x1 traffic
+    bad = impossible.backlog(run.events, what, series)
+    if bad is not None:      # a backlog below zero is a wrong metric, not an empty queue
+        return Verdict(name, UNKNOWN, {**bad.figures(), "tolerance": tol, "limit_s": seconds}, bad.message(name))
     end = run.phase_end("burst")
     if end is None:
         wins = [w for w in fault_windows(run.events) if w.end is not None]
@@ -306,13 +313,15 @@ def lag_recovers_within(run: RunData, seconds: float, tolerance: float | None = 
     peak = max(v for _, v in series)
     lost = vanished_across_death(run, series, tol)
     if lost is not None:
-        return _vanished_verdict(run, what, {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}, lost, series,
+        return _vanished_verdict(run, what, {"peak_lag": peak, "tolerance": tol, "limit_s": seconds,
+                                             "lag_at_end": series[-1][1]}, lost, series,
                                  end, anchor, tol, grace)
     after = [(t, v) for t, v in series if t >= end]
     figures = {"peak_lag": peak, "tolerance": tol, "limit_s": seconds}
     if not after:
         return Verdict(name, UNKNOWN, figures, f"no {what} sample after the {anchor}")
-    figures["lag_at_end"] = after[0][1]
+    figures["lag_at_burst_end" if anchor == "burst end" else "lag_at_load_end"] = after[0][1]
+    figures["lag_at_end"] = series[-1][1]     # the run's last sample, not the burst's end
     rec, relapse = settled_at(series, end, tol, grace)
     if relapse is not None:
         figures["relapses"] = 1
@@ -371,7 +380,7 @@ def _recovers_after_faults(run: RunData, what: str, series: list[tuple[float, fl
     peak_all = max((p for _, _, p in recs), default=0.0)
     done = [r for _, r, _ in recs if r is not None]
     figures = {"peak_lag": peak_all, "tolerance": tol, "limit_s": seconds, "faults": len(wins),
-               "faults_recovered": len(done)}
+               "faults_recovered": len(done), "lag_at_end": series[-1][1]}
     if relapses:
         figures["relapses"] = len(relapses)
     if done:
@@ -458,6 +467,8 @@ def _consumed_between(run: RunData, a: float, b: float) -> tuple[float, float, s
               if isinstance(e.get("stored"), (int, float)) and e.get("counted", "exact") in ("exact", "incremental")]
     kafka = [(t, c) for t, _, c in _totals(kafka_samples(run.events))]
     for counter, pts in (("the stored count", stored), ("the Kafka committed offsets", kafka)):
+        if impossible.backwards(pts, counter, run.events) is not None:
+            continue     # a count that fell with nothing to reset it cannot say what was consumed
         lo = [v for t, v in pts if t <= a]
         hi = next(((t, v) for t, v in pts if t >= b), None)
         if lo and hi is not None and hi[0] - b <= VANISH_GAP_S:

@@ -6,7 +6,18 @@ from __future__ import annotations
 from monsoon.checks.base import PASS, RunData, UNKNOWN, Verdict
 
 
-__all__ = ["load_valid"]
+__all__ = ["load_valid", "x1_of"]
+
+
+def x1_of(meta: dict) -> float | None:
+    """The x1 (msg/s) a run's load was built on: its fixed ``base_rate``, or the one ``base_rate: auto``
+    resolved to; None when the timeline says neither."""
+    fixed = meta.get("base_rate")
+    if isinstance(fixed, (int, float)) and not isinstance(fixed, bool):
+        return float(fixed)
+    auto = meta.get("base_rate_auto")
+    got = auto.get("base_rate") if isinstance(auto, dict) else None
+    return float(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else None
 
 
 def _phase_of(t: float, phases: list[dict]) -> str | None:
@@ -60,6 +71,9 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
         "late_pct": round(100.0 * late / max(sent, 1), 3),
         "dropped_pct": round(100.0 * dropped / scheduled, 3),
     }
+    x1 = x1_of(run.meta)
+    if x1 is not None:       # the x1 the load was paced from (the side-by-side table shows a fixed one)
+        figures["base_rate_msg_s"] = x1
     # per phase: what the generator took off the schedule against what the shape asked for.
     # A load event is written at the end of its second: attribute it to the phase of its middle.
     phases = ev.phases()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import counter_steps, fault_spans
 
@@ -331,6 +332,9 @@ def gc_fractions(run: RunData) -> tuple[str, list[tuple[str, float, float, float
 def gc_time_fraction(run: RunData, max_fraction: float = 0.2) -> Verdict:
     """In no phase does the JVM spend more than ``max_fraction`` of wall time in GC."""
     name = "gc_time_fraction"
+    bad = impossible.backwards(run.events.series("metrics", "gc_seconds"), impossible.GC_SECONDS, run.events)
+    if bad is not None:      # a GC-time counter that runs backwards measures something else
+        return Verdict(name, UNKNOWN, {**bad.figures(), "max_fraction": float(max_fraction)}, bad.message(name))
     source, rows = gc_fractions(run)
     if not rows:
         return Verdict(name, UNKNOWN, {"max_fraction": float(max_fraction)},

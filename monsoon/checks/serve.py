@@ -15,6 +15,7 @@ storage may lawfully store slower than it acks.
 """
 from __future__ import annotations
 
+from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
 from monsoon.checks.oom import heap_headroom, limit_stalls
 from monsoon.timeline.views import counter_steps, fault_spans, silences
@@ -73,8 +74,12 @@ def _evidence(run: RunData, svc: str, a: float, b: float, silent: list, stalls: 
             if h.t is not None and a - 60.0 <= h.t <= b and h.pct < 10.0:
                 out.append(f"{h.service}'s heap after GC at {h.peak_after_gc_mb:,.0f} of {h.max_mb:,.0f} MB "
                            f"at t={h.t:.0f}s (GC log)")
-    gc = [(t, v) for t, v in ev.series("metrics", "gc_seconds") if a - 2.0 <= t <= b + 2.0]
-    if len(gc) >= 2 and gc[-1][0] > gc[0][0]:     # a restart resets the counter: its new value counts from zero
+    gc_all = ev.series("metrics", "gc_seconds")
+    gc = [(t, v) for t, v in gc_all if a - 2.0 <= t <= b + 2.0]
+    wrong = impossible.backwards(gc_all, impossible.GC_SECONDS, ev) if len(gc) >= 2 else None
+    if wrong is not None:     # evidence only: a counter that cannot be true is said, not read
+        out.append(f"{wrong.metric} not read: {wrong.value:,.6g} at t={wrong.t:.0f}s ({wrong.rule})")
+    elif len(gc) >= 2 and gc[-1][0] > gc[0][0]:     # a restart resets the counter: its new value counts from zero
         share = sum(counter_steps(gc)) / (gc[-1][0] - gc[0][0])
         figures["gc_time_pct"] = round(100.0 * share, 1)
         if share >= 0.3:

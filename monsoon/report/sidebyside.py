@@ -5,7 +5,8 @@ Pure functions of ``summary.json``'s results: the checklist (Markdown) and the H
 when a session ran one experiment on two stacks or more. The figures come from the checks:
 
 * capacity: ``calibrated_capacity_msg_s`` (``monsoon calibrate STACK``; a fixed-base_rate run carries its stack's
-  saved calibration when there is a usable one), x1: ``base_rate_msg_s``;
+  saved calibration when there is a usable one), x1: ``base_rate_msg_s`` (a fixed x1, from ``load_valid`` when no
+  calibration came with it, says so: "400 msg/s (fixed)");
 * ack latency: ``p50_ms.<phase>`` / ``p99_ms.<phase>`` (``latency_objective`` with the fleet's HdrHistograms);
 * drain: ``observed_drain_s`` of the Kafka backlog, else ``recovery_s`` of the backlog's recovery;
 * loss: ``acked_lost`` of ``acked`` (``no_acked_loss``).
@@ -36,11 +37,22 @@ def phases(results: list[dict]) -> list[str]:
     return sorted(seen, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else len(PHASE_ORDER), p))
 
 
+def _x1_fixed(result: dict) -> bool:
+    """Whether the result's x1 was a fixed ``base_rate``: its resolved base rate says so (a fixed rate with a
+    saved calibration), or it has none and its x1 comes from the load's own check (``load_valid``, from the
+    timeline's ``base_rate``): ``base_rate: auto`` always leaves its resolved base rate on the result."""
+    resolved = result.get("base_rate")
+    if isinstance(resolved, dict):
+        return bool(resolved.get("fixed"))
+    return not isinstance((result.get("figures") or {}).get("base_rate_msg_s"), (int, float)) and \
+        _figure(result, "base_rate_msg_s") is not None
+
+
 def row(result: dict, phase_names: list[str]) -> dict:
     drain = _figure(result, "observed_drain_s")
     return {"stack": result["stack"], "verdict": result.get("verdict", "unknown"),
             "capacity_msg_s": _figure(result, "calibrated_capacity_msg_s"),
-            "base_rate_msg_s": _figure(result, "base_rate_msg_s"),
+            "base_rate_msg_s": _figure(result, "base_rate_msg_s"), "base_rate_fixed": _x1_fixed(result),
             "latency": {p: (_figure(result, f"p50_ms.{p}"), _figure(result, f"p99_ms.{p}")) for p in phase_names},
             "drain_s": drain if drain is not None else _figure(result, "recovery_s"),
             "drain_kind": "observed_drain_s" if drain is not None else "recovery_s",
@@ -79,7 +91,9 @@ def headers(phase_names: list[str]) -> list[str]:
 def cells(r: dict, phase_names: list[str]) -> list[str]:
     lat = [f"{_n(r['latency'][p][0])} / {_n(r['latency'][p][1])}" for p in phase_names]
     drain = _n(r["drain_s"]) + ("" if r["drain_kind"] == "observed_drain_s" or r["drain_s"] is None else " (recovery)")
-    return ([r["stack"], r["verdict"].upper(), _n(r["capacity_msg_s"]), _n(r["base_rate_msg_s"])] + lat
+    x1 = _n(r["base_rate_msg_s"]) + (" msg/s (fixed)" if r.get("base_rate_fixed") and r["base_rate_msg_s"] is not None
+                                     else "")
+    return ([r["stack"], r["verdict"].upper(), _n(r["capacity_msg_s"]), x1] + lat
             + [drain, f"{_n(r['acked_lost'])} / {_n(r['acked'])}"])
 
 

@@ -64,6 +64,9 @@ class Drain:
         while time.monotonic() - t0 < timeout and not stop.is_set():
             time.sleep(1.0)
             backlog = self.backlog()
+            if backlog is not None and backlog < 0:   # a backlog is never negative: a wrong metric is not "empty"
+                seen.add(f"{self.backlog_signal} (negative, {backlog:,.0f}: not read)")
+                backlog = None                        # the stored count alone decides, as on a stack without one
             stored = self.sampler.value("storage", "stored")
             if self.sampler.value("storage", "counted") not in (None, "exact"):
                 stored = None        # the load's cheap count, not yet the exact one: it cannot say "steady"

@@ -182,6 +182,16 @@ def test_a_backlog_the_platform_stopped_reporting_before_it_died_still_vanished(
     b.ev("service", 88.0, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
     b.ev("service", 89.0, service="platform", event="restart", n=2)
     v = lag_recovers_within(run(b), seconds=300)
+    # its restarted server's put-minus-done queue depth read -301 at t=110: a gauge that cannot be true, so the
+    # check cannot read that sample as "empty" (issue 39): unknown, naming it
+    assert v.verdict == UNKNOWN and "emptied_by_crash" not in v.figures
+    assert v.message.startswith("queue depth (observe.metrics.queue_depth) cannot be true: -301 at t=110s")
+    # with that sample at zero (a gauge that can be true), the backlog vanished with the process
+    b1 = RunBuilder(tmp_path / "1", base_rate=100).phases(10, 60, 60).service_start()
+    b1.lag([(t, max(0.0, x)) for t, x in pts], collector="metrics", field="queue_depth")
+    b1.ev("service", 88.0, service="platform", event="exit", code=3, oom=True, cause="java.lang.OutOfMemoryError")
+    b1.ev("service", 89.0, service="platform", event="restart", n=2)
+    v = lag_recovers_within(run(b1), seconds=300)
     assert v.verdict == FAIL and v.figures["emptied_by_crash"] == 1 and v.figures["backlog_vanished"] == 132639
     # the same gap with a backlog the platform could have drained in it (it drained 1,000 msg/s before): no
     # claim that the crash took it, but no recovery either: nothing saw it drain (test_silence has the counters)

@@ -135,3 +135,16 @@ def test_writes_still_queued_in_front_of_storage_keep_the_drain_waiting(clock):
                  "signal": "queue depth, sql_ts_pending, stored count"}
     s.latest["metrics"]["sql_ts_pending"] = 0
     assert Drain(s, has_kafka=False).wait(10, threading.Event())["drained"]
+
+
+def test_a_negative_backlog_is_not_read_as_drained(clock):
+    """A user's wrong queue-depth formula read -1,121: the drain took it for empty while storage still moved.
+    Now the stored count alone decides (it must settle), and the negative gauge is named."""
+    s = Sampler(clock, {("metrics", "queue_depth"): [-166, -500, -1121],
+                        ("storage", "stored"): [100, 150, 180, 190, 190, 190, 190, 190]})
+    d = Drain(s, has_kafka=False).wait(120, threading.Event())
+    assert d["drained"] and d["signal"] == "stored count" and d["waited_s"] == 7.0, d
+    s = Sampler(clock, {("metrics", "queue_depth"): [-5]})
+    clock.t = 0.0
+    d = Drain(s, has_kafka=False).wait(20, threading.Event())
+    assert d == {"drained": False, "waited_s": 20.0, "backlog": None, "signal": "queue depth (negative, -5: not read)"}

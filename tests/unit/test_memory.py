@@ -236,6 +236,7 @@ def test_gc_time_fraction_survives_a_counter_reset(tmp_path):
     b = RunBuilder(tmp_path).phase("steady", 0, 100)
     for t in range(101):
         b.metrics(float(t), gc_seconds=0.3 * (t if t < 50 else t - 50))  # JVM restarted at t=50
+    b.ev("service", 49.5, service="platform", event="restart", n=2)   # without it the fall is impossible (issue 39)
     v = gc_time_fraction(run(b))
     assert v.verdict == FAIL and v.figures["gc_fraction.steady"] == pytest.approx(0.3, abs=0.005)
 
