@@ -30,6 +30,7 @@ from monsoon.history import signoff as so
 from monsoon.history.store import HistoryStore, default_location
 from monsoon.history.views import as_json, as_text
 from monsoon.load.kube_job import LoadJobError, job_for_experiment
+from monsoon.load.payloads import Payload
 from monsoon import hostsetup, scaffold, settings
 from monsoon.paths import REPO
 from monsoon.report.checklist import checklist
@@ -41,6 +42,7 @@ from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
 from monsoon.spec.fault import load_fault
+from monsoon.spec.payload import _MASK, PAYLOAD_PROFILES
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
@@ -105,8 +107,9 @@ def demo(extra: list[str]) -> int:
         return 2
     run_id = new_run_id()
     scenario = REPO / "pytest" / "test_burst_floods.py"      # the reference story's two x10 cases only
-    runs = settings.runs_dir(_runs_dir_arg(extra))           # said to pytest: the checkout's ini would win over
-    cmd = [sys.executable, "-m", "pytest", *(f"{scenario}::{case}" for case in DEMO_CASES),  # $MONSOON_RUNS_DIR
+    # said to pytest: the checkout's ini (monsoon_runs_dir) would win over $MONSOON_RUNS_DIR, which the demo honours
+    runs = settings.runs_dir(_runs_dir_arg(extra) or settings.env(settings.RUNS_ENV))
+    cmd = [sys.executable, "-m", "pytest", *(f"{scenario}::{case}" for case in DEMO_CASES),
            "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra, f"--monsoon-runs-dir={runs}"]
     print("monsoon demo:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=REPO)
@@ -190,12 +193,47 @@ def shipped_spec_files() -> list[Path]:
 
 
 def project_spec_files() -> list[Path]:
-    """Every YAML file in the user's spec folders (``--project``'s stacks/, experiments/, fault-profiles/), not
-    monsoon's own; none in monsoon's checkout."""
+    """Every YAML file in the project's spec folders (``monsoon_specs``/``--specs``, then the project's stacks/,
+    experiments/, fault-profiles/), not monsoon's own; none in monsoon's checkout."""
     cur = settings.current()
-    own = {(settings.ROOT / sub).resolve() for sub in settings.FOLDERS.values()}
-    folders = [d for kind in settings.FOLDERS for d in cur.spec_dirs(kind) if d.is_dir() and d.resolve() not in own]
+    folders = {d for kind in settings.FOLDERS for d in cur.project_folders(kind)}
     return sorted({p for d in folders for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()})
+
+
+def _yaml_in(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()) if d.is_dir() else []
+
+
+def spec_files_in(d: Path) -> list[Path]:
+    """The YAML files of a folder given on the command line: directly inside, and in its stacks/, experiments/,
+    fault-profiles/ (a ``monsoon_specs`` folder's layout)."""
+    return sorted({p for sub in ("", *settings.FOLDERS.values()) for p in _yaml_in(d / sub if sub else d)})
+
+
+def in_monsoons_checkout() -> bool:
+    """The project is monsoon's own checkout (``monsoon validate`` with no argument: the shipped specs)."""
+    return settings.CHECKOUT is not None and settings.current().project_dir.resolve() == settings.CHECKOUT.resolve()
+
+
+def not_found(kind: str, name: str) -> str | None:
+    """None when ``name`` (a file, or a name the settings find); else one line saying where it looked."""
+    if Path(name).suffix in (".yaml", ".yml") or Path(name).exists():
+        return None
+    cur = settings.current()
+    if cur.find(kind, name) is not None:
+        return None
+    dirs = cur.spec_dirs(kind)
+    avail = sorted({x.stem for d in dirs for x in d.glob("*.yaml")})
+    return (f"no {kind} named {name!r}: looked for {name}.yaml in "
+            + ", ".join(_shown(d) + ("" if d.is_dir() else " (missing)") for d in dirs)
+            + f" (available: {', '.join(avail) or 'none'})")
+
+
+def _where_specs() -> str:
+    """The project and where its spec folders came from, for a line about them."""
+    cur = settings.current()
+    src = f"; monsoon_specs from {_shown(cur.inipath)}" if cur.specs and cur.inipath is not None else ""
+    return f"project {_shown(cur.project_dir)}{src}"
 
 
 def _shown(path: str | Path) -> str:
@@ -214,11 +252,16 @@ def problem_line(e: SpecError) -> str:
     return f"{where}: {e.key}: {msg}" if e.key else f"{where}: {msg}"
 
 
-def validate_file(path: Path, force: bool = False) -> str:
-    """Validate one spec file as what its content says it is; returns the kind, raises SpecError."""
+def validate_file(path: Path, force: bool = False, kinds: dict[str, int] | None = None) -> str:
+    """Validate one spec file as what its content says it is; returns the kind, raises SpecError. ``kinds``
+    counts the file's kind as soon as it is known (a file with a problem included)."""
     kind = kind_of(load_located(path))
+    if kinds is not None:
+        kinds[kind] = kinds.get(kind, 0) + 1
     if kind == "experiment":
         load_checked(path, force=force)
+    elif kind == "stack":
+        load_stack(path, commands=True)   # and each service's program exists, where the file can tell
     else:
         LOADERS[kind](path)
     return kind
@@ -228,7 +271,7 @@ def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str]
                   force: bool = False) -> list[SpecError]:
     """A stack and an experiment together, as a run would have them (:func:`monsoon.run.validate.validate`, for
     each of the experiment's profiles or ``profiles``), then every check against what the stack observes."""
-    stack_spec, exp = load_stack(stack), load_experiment(experiment)
+    stack_spec, exp = load_stack(stack, commands=True), load_experiment(experiment)
     problems = []
     for profile in profiles or list(exp.profiles):
         try:
@@ -240,28 +283,52 @@ def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str]
     return problems + [e for e in check_fits(exp, stack_spec) if str(e) not in said]
 
 
-def _expand(paths: list[Path]) -> list[Path]:
-    out = []
-    for p in paths:
-        if p.is_dir():
-            out += sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and x.is_file())
-        else:
-            out.append(p)
-    return out
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def validate_cli(args) -> int:
-    """``monsoon validate``: one line per problem, ``file:line: key: message``; exit 1 if any, never a traceback."""
-    if (args.stack is None) != (args.experiment is None):
-        print("monsoon validate: --stack and --experiment go together (or give neither)", file=sys.stderr)
+    """``monsoon validate``: one line per problem, ``file:line: key: message``; exit 1 if any, never a traceback.
+    What it read is said (how many stacks, experiments and fault profiles, from which folders); reading nothing
+    is a refusal in one line (exit 2), never "all valid"."""
+    def refuse(line: str) -> int:
+        print(f"monsoon validate: {line}", file=sys.stderr)
         return 2
-    files, pairs = _expand(args.files), []
+
+    if (args.stack is None) != (args.experiment is None):
+        return refuse("--stack and --experiment go together (or give neither)")
+    files: list[Path] = []
+    pairs: list[tuple[str, str]] = []
+    for p in args.files:
+        if p.is_dir():
+            found = spec_files_in(p)
+            if not found:
+                return refuse(f"nothing to validate in {_shown(p)}: no YAML file in it nor in its "
+                              f"{', '.join(f + '/' for f in settings.FOLDERS.values())}")
+            files += found
+        else:
+            files.append(p)
     if args.stack is not None:
+        for kind, name in (("stack", args.stack), ("experiment", args.experiment)):
+            missing = not_found(kind, name)
+            if missing:
+                return refuse(missing)
         pairs.append((args.stack, args.experiment))
+        cur = settings.current()
+        print("monsoon validate: " + ", ".join(
+            f"{kind} {name} from {_shown(cur.find(kind, name) or name)}"
+            for kind, name in (("stack", args.stack), ("experiment", args.experiment))), file=sys.stderr)
+    note = None
     if not files and not pairs:
-        files = project_spec_files()   # the user's project, when it has specs of its own
+        files = project_spec_files()   # the user's project: monsoon_specs, then its stacks/, experiments/, ...
+        note = settings.current().shadow_note()
         if not files:
-            files, pairs = shipped_spec_files(), list(SCENARIO_PAIRS)
+            if not in_monsoons_checkout():
+                looked = sorted({_shown(d) for kind in settings.FOLDERS for d in settings.current().spec_dirs(kind)
+                                 if d.resolve() != (settings.ROOT / settings.FOLDERS[kind]).resolve()})
+                return refuse(f"nothing to validate: no stack, experiment or fault-profile YAML in {', '.join(looked)} "
+                              f"({_where_specs()}): set monsoon_specs in the ini file, or --specs DIR, or name files")
+            files, pairs = shipped_spec_files(), list(SCENARIO_PAIRS)   # monsoon's own checkout: what it ships
     printed: set[str] = set()
 
     def report(line: str) -> None:
@@ -277,16 +344,91 @@ def validate_cli(args) -> int:
         except (Exception, SystemExit) as e:   # a user's shape module, a bug of ours: one line, never a traceback
             return [SpecError(what, None, "", f"could not be validated: {type(e).__name__}: {e}")]
 
+    kinds: dict[str, int] = {}
     for f in files:
-        for e in guarded(str(f), lambda f=f: validate_file(f, args.force) and None):
+        for e in guarded(str(f), lambda f=f: validate_file(f, args.force, kinds) and None):
             report(problem_line(e))
     for stack, exp in pairs:
         for e in guarded(f"{stack} + {exp}", lambda stack=stack, exp=exp: validate_pair(stack, exp, args.profile and [args.profile], args.force)):
             report(problem_line(e))
+    if files:
+        read = ", ".join(_plural(kinds.get(k, 0), k) for k in settings.FOLDERS)
+        unknown = len(files) - sum(kinds.values())
+        folders = list(dict.fromkeys(_shown(f.parent) for f in files))
+        print(f"monsoon validate: read {read}{f' and {unknown} of no known kind' if unknown else ''} from "
+              f"{', '.join(folders)}", file=sys.stderr)
+    if note:
+        print(note, file=sys.stderr)
     n_pairs = f" and {len(pairs)} stack/experiment pair(s)" if pairs else ""
     verdict = f"{len(printed)} problem(s)" if printed else "all valid"
     print(f"monsoon validate: {len(files)} file(s){n_pairs}: {verdict}", file=sys.stderr)
     return 1 if printed else 0
+
+
+# ------------------------------------------------------------------ payload
+
+#: How each transport carries a message: the same JSON body (:mod:`monsoon.load.payloads`), sent this way.
+TRANSPORT_CARRIES: dict[str, str] = {
+    "mqtt": "an MQTT PUBLISH to the stack's devices.topic (default v1/devices/me/telemetry), QoS load.qos (default "
+            "1: acked by PUBACK), MQTT 3.1.1; the client id is the device's name, the username its token (its name "
+            "with provisioning: none), the password its password if it has one",
+    "http": "POST /api/v1/{token}/telemetry (ThingsBoard's device API; the token percent-encoded), Content-Type: "
+            "application/json",
+    "coap": "a confirmable CoAP POST to /api/v1/{token}/telemetry, content-format application/json",
+    "hono-http": "POST /telemetry with QoS-Level: 1 (events: POST /event; a command query adds hono-ttd), HTTP basic "
+                 "auth <auth-id>@<tenant>:<password>, Content-Type: application/json",
+    "hono-coap": "a confirmable CoAP POST to /telemetry (events: /event; a command query: /telemetry?hono-ttd=5) "
+                 "over DTLS with a pre-shared key (identity <auth-id>@<tenant>), content-format application/json",
+}
+
+
+def _paths_of(obj, value, prefix: str = "") -> list[str]:
+    """The dotted paths in a decoded JSON document whose value is ``value``."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _paths_of(v, value, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in _paths_of(v, value, f"{prefix}[{i}]")]
+    return [prefix] if obj == value and type(obj) is type(value) else []
+
+
+def payload_example(transport: str, profile: str = "minimal", template: str | None = None,
+                    device: str = "monsoon-00000", seq: int = 7, ts: int = 1767225600000) -> str:
+    """An example message of ``transport`` as monsoon sends it: how it is carried, its body, and where in the
+    body the device id and the sequence number are (found in the rendered body itself)."""
+    pay = Payload(profile, template=template)
+    render = pay.renderer(0, device)
+    body = render(seq, ts, ts + 3)
+    # the same message with another seq and every other value unchanged (the pools repeat every _MASK + 1 seqs;
+    # the minimal profile's readings every 150): the paths that moved with seq are where it is carried
+    other = seq + 150 * (_MASK + 1)
+    doc, doc2 = json.loads(body), json.loads(render(other, ts, ts + 3))
+    seq_at = [p for p in _paths_of(doc, seq) if p in _paths_of(doc2, other)]
+    dev_at = _paths_of(doc, device)
+    lines = [f"# {transport}: {TRANSPORT_CARRIES[transport]}",
+             f"# body ({profile} payload, {len(body)} bytes):",
+             body.decode()]
+    lines.append(f"# device id: {', '.join(dev_at) or 'not in the body (the template has no {device})'}"
+                 f" = {device!r}; seq: {', '.join(seq_at) or 'not in the body (the template has no {seq})'} = {seq} "
+                 "(each device counts 0, 1, 2, ... in the order it sends); "
+                 + ("sent_ms: values.sent_ms (epoch ms at send); ts: ts (epoch ms)" if profile != "template"
+                    else "the other placeholders as the template places them"))
+    return "\n".join(lines)
+
+
+def payload_cli(args) -> int:
+    if not args.example:
+        print("monsoon payload: --example prints an example message per transport (the only action so far)",
+              file=sys.stderr)
+        return 2
+    profile = "template" if args.template else args.profile
+    try:
+        out = [payload_example(t, profile, args.template) for t in ([args.transport] if args.transport
+                                                                     else list(TRANSPORT_CARRIES))]
+    except ValueError as e:   # a template that cannot be used: says what and where
+        print(f"monsoon payload: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    print("\n\n".join(out))
+    return 0
 
 
 # ------------------------------------------------------------------ schema
@@ -740,10 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
                                  "works on saved runs and specs.")
-    ap.add_argument("--project", type=Path, default=None, metavar="DIR",
-                    help="the user's project: stacks/, experiments/, fault-profiles/ and runs/ under DIR are found "
-                         "first (default: the current directory upwards to a pyproject.toml, pytest.ini, setup.cfg "
-                         "or tox.ini; else the current directory)")
+    add_project_arguments(ap, None)
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
     a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
@@ -815,13 +954,25 @@ def main(argv: list[str] | None = None) -> int:
                          "conftest.py, requirements.txt, README.md (never overwrites a file)")
     ini.add_argument("dir", type=Path, nargs="?", default=Path("."), help="the project folder (default: .)")
     su = sub.add_parser("setup", help="install/build what the shipped stacks need, piece by piece (idempotent)",
-                        description="Pieces: " + ", ".join(hostsetup.PIECES) + " (postgres: PostgreSQL only; debs: "
-                        "PostgreSQL, Mosquitto and Chromium, for monsoon's own tests). With none: all "
-                        "but images and k8s. Downloads and builds go to the cache (MONSOON_CACHE, else .cache in a "
+                        description="Pieces: " + ", ".join(hostsetup.PIECES) + " (postgres, mosquitto, chromium: that "
+                        "Debian package alone; debs: the three, for monsoon's own tests). With none: all "
+                        "but images and k8s. Nothing already running is stopped: a system PostgreSQL or Mosquitto is "
+                        "left running, said in one line. Downloads and builds go to the cache (MONSOON_CACHE, else .cache in a "
                         "checkout, else ~/.cache/monsoon); each refusal is one line naming what to install.")
     su.add_argument("pieces", nargs="*", metavar="PIECE")
     d = sub.add_parser("demo", help="run the reference burst story (x10 on the in-memory and Kafka stacks) and check it")
     d.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments")
+    pl = sub.add_parser("payload", help="print an example message per transport: where the device id and the seq are",
+                        description="--example prints, per transport (or --transport's), how monsoon carries a "
+                        "message (topic, path, headers, credentials), the JSON body it sends, and where in that body "
+                        "the device id (values.device) and the per-device sequence number (values.seq) are.")
+    pl.add_argument("--example", action="store_true", help="print an example message")
+    pl.add_argument("--transport", choices=list(TRANSPORT_CARRIES), default=None,
+                    help="only this transport (default: every one)")
+    pl.add_argument("--profile", choices=[p for p in PAYLOAD_PROFILES if p != "template"], default="minimal",
+                    help="the payload profile (load.payload.profile; default minimal)")
+    pl.add_argument("--template", default=None, metavar="JSON",
+                    help="a template payload (load.payload.template, profile template) instead of --profile")
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
                          description="Starts STACK, ramps the rate geometrically (--start-rate, x--factor per step of "
                          "--step-seconds) and stops at the first step the stack does not keep up with (stored or "
@@ -856,13 +1007,32 @@ def main(argv: list[str] | None = None) -> int:
     for p, run in ((a, analyze_cli), (ex, export_cli), (c, checklist_cli), (v, validate_cli), (sc, schema_cli),
                    (r, reap_cli), (h, heal_cli), (dk, dockerd_cli), (kc, cluster_cli), (ini, init_cli),
                    (su, setup_cli), (d, demo_cli), (cal, calibrate_cli), (sw, size_sweep.cli), (j, load_job),
-                   (add_history(sub), history_cli), (add_signoff(sub), signoff_cli),
+                   (pl, payload_cli), (add_history(sub), history_cli), (add_signoff(sub), signoff_cli),
                    (add_schedule(sub), schedule_cli), (add_scheduled_run(sub), scheduled_run_cli)):
         p.set_defaults(run=run)
+        add_project_arguments(p, argparse.SUPPRESS)   # before or after the subcommand: `monsoon validate --project D`
     args = ap.parse_args(argv)
-    if args.project is not None:
-        settings.configure(project=args.project.resolve())
-    return args.run(args)
+    try:
+        chosen = settings.for_command(args.project, [d.resolve() for d in args.specs or ()], None)
+    except Exception as e:   # pytest's ini finder: an unreadable pyproject.toml, ... (pytest would refuse it too)
+        print(f"monsoon: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    with settings.using(project=chosen.project, specs=chosen.specs, runs=chosen.runs, inipath=chosen.inipath):
+        return args.run(args)
+
+
+def add_project_arguments(p: argparse.ArgumentParser, default) -> None:
+    """``--project`` and ``--specs``: where the command finds the project, as pytest there would (the main parser's
+    defaults are None; a subcommand's are SUPPRESS, so that either place works)."""
+    p.add_argument("--project", type=Path, default=default, metavar="DIR",
+                   help="the user's project, as a `pytest` started in DIR sees it: its ini file (pyproject.toml, "
+                   "pytest.ini, tox.ini, setup.cfg: monsoon_specs, monsoon_runs_dir), its stacks/, experiments/, "
+                   "fault-profiles/ and runs/ (default: what pytest finds from the current directory: the folder "
+                   "of its ini file, else upwards to a pyproject.toml, pytest.ini, setup.cfg or tox.ini)")
+    p.add_argument("--specs", type=Path, action="append", default=default, metavar="DIR",
+                   help="look stacks, experiments and fault profiles up by name in DIR (its stacks/, experiments/, "
+                   "fault-profiles/, or DIR itself) before the project's and monsoon's own, as --monsoon-specs; "
+                   "repeatable (default: the ini file's monsoon_specs)")
 
 
 if __name__ == "__main__":

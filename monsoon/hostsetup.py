@@ -1,6 +1,9 @@
 """``monsoon setup [piece ...]``: what ``make setup`` does, piece by piece, for a checkout or an installed monsoon.
 
-Each piece is idempotent (fast when already done) and a refusal is one line naming what to install. Downloaded
+Each piece is idempotent (fast when already done) and a refusal is one line naming what to install. Each installs
+only what it names (``mosquitto`` is Mosquitto alone; ``debs`` is PostgreSQL, Mosquitto and Chromium), and none
+stops, kills or reconfigures a service it did not start (tools/install-debs: a running system PostgreSQL or
+Mosquitto is left running, said in one line). Downloaded
 and built parts go to the cache (:func:`monsoon.settings.cache_dir`). For an installed monsoon, ``platform``
 copies the shipped files (``monsoon/_shipped``) into ``<cache>/shipped`` and builds the reference platform's jar
 there; :data:`monsoon.settings.ROOT` (``{repo}`` in a stack) is that copy from then on, so nothing is ever
@@ -18,7 +21,7 @@ from typing import Callable
 from monsoon import settings
 from monsoon.load.loadgen_build import LoadgenBuildError, ensure_loadgen
 
-PIECES = ("kafka", "postgres", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
+PIECES = ("kafka", "postgres", "mosquitto", "chromium", "debs", "platform", "toxiproxy", "ferretdb", "infinispan", "cassandra", "loadgen",
           "docker", "images", "k8s")
 DEMO = ("kafka", "postgres", "platform")   # what `make demo` uses (the python load engine, no faults)
 JAR = Path("stacks/reference-platform/target/reference-platform.jar")
@@ -134,7 +137,8 @@ def images() -> str:
 
 
 RUN: dict[str, Callable[[], str]] = {
-    "kafka": kafka, "postgres": _script("install-debs", "postgres"), "debs": _script("install-debs"),
+    "kafka": kafka, "postgres": _script("install-debs", "postgres"), "mosquitto": _script("install-debs", "mosquitto"),
+    "chromium": _script("install-debs", "chromium"), "debs": _script("install-debs"),
     "platform": platform,
     "toxiproxy": _script("install-toxiproxy"), "ferretdb": _script("install-ferretdb"),
     "infinispan": _script("install-infinispan"), "cassandra": _script("install-cassandra"), "loadgen": loadgen,
@@ -143,8 +147,9 @@ RUN: dict[str, Callable[[], str]] = {
 
 
 def setup(pieces: list[str], say: Callable[[str], None] = print) -> int:
-    """Set up each piece (all but images and k8s when none is named); 0 when every one is done."""
-    names = list(pieces) or [p for p in PIECES if p not in ("images", "k8s")]
+    """Set up each piece (all but images and k8s when none is named: debs stands for postgres, mosquitto and
+    chromium); 0 when every one is done."""
+    names = list(pieces) or [p for p in PIECES if p not in ("images", "k8s", "postgres", "mosquitto", "chromium")]
     unknown = [p for p in names if p not in RUN]
     if unknown:
         say(f"monsoon setup: unknown piece {unknown[0]!r} (pieces: {', '.join(PIECES)})")

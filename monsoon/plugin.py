@@ -75,10 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--monsoon-no-history", action="store_true", default=False,
                 help="do not record this session's results in the run history (MONSOON_HISTORY_URL or "
                      "<runs>/history.sqlite)")
-    parser.addini("monsoon_profile", "default --monsoon-profile", default="quick")
-    parser.addini("monsoon_runs_dir", "default --monsoon-runs-dir", default="")
-    parser.addini("monsoon_specs", "default --monsoon-specs: folders of specs, relative to the rootdir",
-                  type="paths", default=[])
+    settings.pytest_addoption(parser)   # the ini keys: monsoon_profile, monsoon_runs_dir, monsoon_specs
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,9 +87,10 @@ def pytest_configure(config: pytest.Config) -> None:
     runs = config.getoption("--monsoon-runs-dir") or config.getini("monsoon_runs_dir") or None
     specs = config.getoption("--monsoon-specs") or config.getini("monsoon_specs")
     # the user's project is the root: specs, runs and the recorded commit (put back at pytest_unconfigure)
-    project = config.rootpath if config.inipath else settings.find_project(config.rootpath)   # no ini: upwards
+    project = settings.project_of(config.rootpath, config.inipath)   # the monsoon command's rule too
     # B008: the default is evaluated here on purpose: configure() runs now and the lambda restores what it replaced
-    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs):  # noqa: B008
+    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs,  # noqa: B008
+                                                           inipath=config.inipath):
                              settings.restore(prev)]
     compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
     if compare_to is not None or fail_expr:
@@ -157,6 +155,9 @@ def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
                              dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
                              on_result=on_result, force=config.getoption("--monsoon-force"), checks=checks)
     session.no_history = config.getoption("--monsoon-no-history")
+    note = settings.current().shadow_note()   # said once per session, before its first plan
+    if note:
+        progress(note)
     config.stash[SESSION_KEY] = session
     if threading.current_thread() is threading.main_thread():
         before = signal.getsignal(signal.SIGTERM)

@@ -7,6 +7,11 @@ dependencies' compiled crates reused from the checkout's build) into a cache of 
 on the quick profile against the user's stack (``my-platform``) and a stack monsoon ships (``inmemory``), both
 found by name, in one pytest run, and an unrelated test file in the same virtualenv. Checks the verdicts, that
 nothing was written into site-packages, and that the unrelated run passes with the plugin loaded.
+
+Then the user's door in a layout unlike ``monsoon init``'s (issue 39, :func:`user_door`): ``pyproject.toml`` at
+the root with a package and its own tests, the specs under ``resilience/`` (``monsoon_specs``): ``monsoon validate``
+reads them and lists them, a missing name lists where it looked, the dry run finds the project's stacks by name
+and says the shadowing once, and ``-p no:monsoon`` stays quiet under ``--strict-config``.
 """
 from __future__ import annotations
 
@@ -106,8 +111,64 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_the_users_and_monsoons_stacks_by_n
     assert "1 passed" in plain.stdout and not (other / "runs").exists()
     assert "--monsoon-profile" in sh(["pytest", "-p", "no:cacheprovider", "--help"], other, env).stdout   # loaded
 
+    user_door(tmp_path / "acme", env)     # a layout unlike monsoon init's, from the same wheel
+
     after = snapshot(site)
     written = sorted(set(after) - set(before)) + sorted(k for k in before if k in after and after[k] != before[k])
     assert written == [], f"written into site-packages: {written[:10]}"
     print(f"\ninstalled proof: wheel + venv + install {built:.0f} s, monsoon setup platform loadgen {set_up:.0f} s, "
           f"the two quick scenarios {ran:.0f} s")
+
+
+def user_door(repo: Path, env: dict) -> None:
+    """The installed ``monsoon`` command and plugin in a repository ``monsoon init`` did not make."""
+    shipped = Path(sh(["python", "-c", "from monsoon import settings; print(settings.ROOT)"], repo.parent, env)
+                   .stdout.strip())
+    (repo / "acme").mkdir(parents=True)
+    (repo / "acme" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_acme.py").write_text("from acme import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (repo / "tests" / "test_resilience.py").write_text(
+        "import pytest\n\n\n@pytest.mark.burst\n@pytest.mark.parametrize('stack', ['acme-broker', 'kafka'])\n"
+        "def test_burst(monsoon, stack):\n    monsoon.run(stack, 'acme-burst').assert_pass()\n")
+    (repo / "pyproject.toml").write_text('[project]\nname = "acme"\nversion = "0.1"\n\n[tool.pytest.ini_options]\n'
+                                         'pythonpath = ["."]\nmonsoon_specs = ["resilience"]\n')
+    for kind, name, src in (("stacks", "acme-broker", "stacks/inmemory.yaml"), ("stacks", "kafka", "stacks/kafka.yaml"),
+                            ("experiments", "acme-burst", "experiments/burst-x3.yaml")):
+        (repo / "resilience" / kind).mkdir(parents=True, exist_ok=True)
+        text = (shipped / src).read_text()
+        (repo / "resilience" / kind / f"{name}.yaml").write_text(
+            text.replace(f"\nname: {Path(src).stem}\n", f"\nname: {name}\n"))
+
+    def monsoon(*args: str, cwd: Path = repo) -> subprocess.CompletedProcess:
+        return subprocess.run(["monsoon", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+    r = monsoon("validate", cwd=repo / "acme")        # from below the root, as pytest would find it
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    assert "read 2 stacks, 1 experiment, 0 fault profiles from " in r.stderr and "3 file(s): all valid" in r.stderr
+    assert "resilience/stacks" in r.stderr and "resilience/experiments" in r.stderr
+    assert r.stderr.count("shadow") == 1 and "stack kafka" in r.stderr, r.stderr
+    r = monsoon("validate", "resilience")
+    assert r.returncode == 0 and "3 file(s): all valid" in r.stderr, r.stderr
+    r = monsoon("validate", "--stack", "acme-broker", "--experiment", "acme-burst")
+    assert r.returncode == 0 and "stack acme-broker from resilience/stacks/acme-broker.yaml" in r.stderr, r.stderr
+    r = monsoon("validate", "--stack", "acme-brokr", "--experiment", "acme-burst")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("monsoon validate: no stack named 'acme-brokr': looked for acme-brokr.yaml in "
+                               f"resilience/stacks, stacks (missing), {shipped / 'stacks'}"), r.stderr
+    empty = repo.parent / "bare"
+    empty.mkdir()
+    (empty / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmonsoon_specs = ["resilience"]\n')
+    r = monsoon("validate", cwd=empty)
+    assert r.returncode == 2 and "nothing to validate" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+    dry = subprocess.run(["pytest", "-p", "no:cacheprovider", "--monsoon-dry-run", "-m", "burst", "-s"], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0 and "2 skipped" in dry.stdout, dry.stdout[-3000:] + dry.stderr[-2000:]
+    assert dry.stdout.count("shadow monsoon's shipped ones") == 1, dry.stdout[-3000:]
+    assert "DRY RUN acme-broker / acme-burst" in dry.stdout, dry.stdout[-3000:]
+    plain = sh(["pytest", "-q", "-p", "no:cacheprovider", "--strict-config", "tests/test_acme.py"], repo, env)
+    assert "1 passed" in plain.stdout
+    off = subprocess.run(["pytest", "-q", "-p", "no:cacheprovider", "--strict-config", "-p", "no:monsoon",
+                          "tests/test_acme.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0 and "1 passed" in off.stdout, off.stdout + off.stderr
