@@ -3,8 +3,8 @@
 ``generate(seed)`` returns at least 40 :class:`Mutant`s across the three kinds of file (stack, experiment,
 fault profile) and these categories: deleted keys, wrong types, zero/negative/absurd values, unknown kinds,
 misspelt keys, misspelt port names, YAML syntax errors, empty and list-shaped files, duplicate keys, bytes that
-are not UTF-8, and queries that are not SQL. ``live`` marks the mutants only a running stack can detect (the
-queries): validation passes them, the preflight must stop the run before the load.
+are not UTF-8, and queries that are not SQL. ``live`` marks the mutants only a running stack can detect (SQL
+that does not parse): validation passes them, the preflight must stop the run before the load.
 """
 from __future__ import annotations
 
@@ -126,8 +126,8 @@ def _candidates() -> list[tuple[str, str, str, object, bool]]:
         ("not UTF-8", S, "latin1", lambda t: t.encode().replace(b"unbounded in-memory", b"unbounded\xe9 in-memory"), False),
         ("not UTF-8", E, "stray-ff", lambda t: t.encode().replace(b"the measured capacity", b"the \xff\xfe measured capacity"), False),
         ("not UTF-8", F, "cp1252-quote", lambda t: t.encode().replace(b"200 ms", b"\x93200 ms\x94"), False),
-        # queries that are not SQL: only a live stack can tell
-        ("not SQL", S, "loss-query-prose", lambda t: _replace_block(t, "loss_query", "'all the stored messages, please'"), True),
+        # queries that are not SQL: prose is plainly none (validate says so); broken SQL only a live stack can tell
+        ("not SQL", S, "loss-query-prose", lambda t: _replace_block(t, "loss_query", "'all the stored messages, please'"), False),
         ("not SQL", S, "count-query-broken", lambda t: _replace_block(t, "count_query", "'SELECT count(* FROM ts_kv'"), True),
     ]
 

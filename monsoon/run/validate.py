@@ -126,6 +126,10 @@ def limits(exp: ExperimentSpec, profile: str, *, force: bool = False, peak: floa
         if peak > cap:
             hint = ("use engine: native with more workers" if load.engine == "native" else
                     "use engine: native (about 100,000 msg/s per worker)")
+            if load.rate_for_checks > cap:   # x1 alone is past it: the rate is what to change, not the shape
+                raise exp.fail(("load", "base_rate"), f"x1 is {load.rate_for_checks:,.0f} msg/s, past what "
+                               f"{per_process} {load.engine} generator process(es) can pace here ({cap:,.0f} "
+                               f"msg/s): {hint}")
             raise exp.fail(("load", "shape"), f"the {profile} profile peaks at {peak:,.0f} msg/s, past what "
                            f"{per_process} {load.engine} generator process(es) can pace here ({cap:,.0f} msg/s): {hint}")
     if load.engine == "python":

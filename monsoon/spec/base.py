@@ -15,7 +15,9 @@ from monsoon.spec.yamlio import LocatedDoc, SpecError
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are no number a spec means (the YAML loader refuses .nan and .inf already; this catches
+    # "nan" as text and specs built in code)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _invalid(message: str) -> PydanticCustomError:

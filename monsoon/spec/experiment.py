@@ -34,6 +34,15 @@ class KubeLoadSpec(_Frozen):
                         "monsoon-loadgen --shard i/shards of the devices")
 
 
+def _reads_as_number(text: str) -> bool:
+    """``text`` is a number to Python (``1e12``, ``2.5E3``), though YAML left it text."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "infinity", "+inf", "-inf", "+infinity", "-infinity")
+
+
 class LoadSpec(_Frozen):
     """The load (open model): ``devices`` send ``base_rate`` msg/s together (x1), shaped over the profile's
     windows by ``shape``."""
@@ -94,6 +103,9 @@ class LoadSpec(_Frozen):
     def _rate_or_auto(cls, v: Any) -> Any:
         if isinstance(v, str) and v.strip().lower() == "auto":
             return "auto"
+        if isinstance(v, str) and _reads_as_number(v):   # 1e12: a number in YAML 1.2, text in PyYAML's 1.1
+            raise _invalid(f"want a number of msg/s greater than 0, or auto (got the text {v!r}: YAML reads an "
+                           "exponent as a number only with a dot and a sign, 1.0e+3, or write the digits)")
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _invalid(f"want a number of msg/s greater than 0, or auto (got {v!r})")
         if not math.isfinite(v):

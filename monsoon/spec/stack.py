@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from monsoon.paths import REPO
+from monsoon.paths import CACHE, REPO
 from monsoon.spec.compose import compose_services
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
@@ -273,6 +276,39 @@ class StorageSpec(_Frozen):
         if self.running_count_query and not self.count_query:
             raise ValueError("running_count_query needs count_query (the exact count the drain judges)")
         return self
+
+
+#: What may start the query ``COPY (query) TO STDOUT`` runs (PostgreSQL's COPY takes these, not a statement).
+QUERY_WORDS = ("select", "with", "values", "table")
+_SQL_SKIP = re.compile(r"\s+|--[^\n]*|/\*.*?\*/|\(", re.S)   # space, comments, an opening parenthesis
+
+
+def first_sql_word(sql: str) -> str:
+    """The first keyword of ``sql`` in lower case, past blanks, comments and opening parentheses (what is there
+    instead when it is no word: its first character, or "" for nothing)."""
+    i = 0
+    while m := _SQL_SKIP.match(sql, i):
+        if m.end() == i:
+            break
+        i = m.end()
+    word = re.match(r"[A-Za-z_]+", sql[i:])
+    return word.group(0).lower() if word else sql[i:i + 1]
+
+
+def _snippet(text: str, n: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _check_queries(doc: LocatedDoc, spec: "StackSpec") -> None:
+    """What is plainly no query, before a live database says so: ``loss_query`` starts as a query does (it is
+    read back as ``COPY (loss_query) TO STDOUT``), ``cql`` with SELECT. Whether it runs is the preflight's."""
+    st = spec.storage
+    if st.loss_query and first_sql_word(st.loss_query) not in QUERY_WORDS:
+        raise _fail(doc, ("storage", "loss_query"), f"not an SQL query: it is read back as COPY (loss_query) TO "
+                    f"STDOUT, so it starts with SELECT, WITH, VALUES or TABLE (got {_snippet(st.loss_query)!r})")
+    if st.cql and first_sql_word(st.cql) != "select":
+        raise _fail(doc, ("storage", "cql"), f"not a CQL query: it starts with SELECT (got {_snippet(st.cql)!r})")
 
 
 GLOB_CHARS = set("*?[")
@@ -538,14 +574,58 @@ def _check_templates(doc: LocatedDoc) -> None:
     walk(doc.data, ())
     declared = doc.data.get("ports") if isinstance(doc.data, dict) else None
     declared = set(declared) if isinstance(declared, dict) else set()
+    unused = [str(n) for n in declared if n not in uses]   # declared, and no placeholder names it
+    lone = {port for port, paths in uses.items() if len(paths) == 1 and port not in declared}
     for port, paths in uses.items():
-        if len(paths) == 1 and port not in declared:   # one side of a connection that has no other side
-            near = difflib.get_close_matches(port, [n for n in uses if n != port], n=1)
-            other = ".".join(map(str, uses[near[0]][0])) if near else ""
-            hint = f" ({{port:{near[0]}}} at {other}, line {doc.line_of(uses[near[0]][0])}: one is misspelt?)" if near else ""
-            raise SpecError(doc.path, doc.line_of(paths[0]), ".".join(map(str, paths[0])),
-                            f"{{port:{port}}} is used only here: nothing else in the stack knows this port{hint}; "
-                            f"a port only this service needs is declared under ports: ({port}: auto)")
+        if port not in lone:
+            continue
+        # one side of a connection that has no other side: misspelt here, or where the name it is close to stands
+        near = difflib.get_close_matches(port, [n for n in uses if n != port] + unused, n=1)
+        other = near[0] if near else None
+        if other is not None and (other in lone or other in unused) and \
+                _familiarity(other, doc.data) < _familiarity(port, doc.data):
+            if other in unused:    # the typo is the name declared under ports:
+                raise SpecError(doc.path, doc.line_of(("ports", other)), f"ports.{other}",
+                                f"no {{port:{other}}} uses this port, and {{port:{port}}} at {_dotted(paths[0])}, "
+                                f"line {doc.line_of(paths[0])}, is used only there: one is misspelt?")
+            port, paths, other = other, uses[other], port   # the less familiar name is the misspelt one
+        where = ("ports", other) if other in unused else uses[other][0] if other else ()
+        hint = f" ({{port:{other}}} at {_dotted(where)}, line {doc.line_of(where)}: one is misspelt?)" if other else ""
+        raise SpecError(doc.path, doc.line_of(paths[0]), _dotted(paths[0]),
+                        f"{{port:{port}}} is used only here: nothing else in the stack knows this port{hint}; "
+                        f"a port only this service needs is declared under ports: ({port}: auto)")
+
+
+#: Words port names are made of (monsoon's own stacks' and the usual protocols'): of two names one letter apart,
+#: the one made of these and of the stack's own words is the one spelt right.
+PORT_WORDS = frozenset(
+    "mqtt mqtts http https coap coaps amqp amqps kafka postgres postgresql pg psql mysql redis mongo mongodb "
+    "cassandra cql toxiproxy proxy management metrics api admin grpc ws wss db broker registry health debug "
+    "controller observer storage auth command router hono infinispan ferretdb web ui jmx prometheus zookeeper "
+    "zk nats rabbitmq tcp udp dtls tls ssl grafana".split())
+
+
+def _familiarity(name: str, data: Any) -> int:
+    """How many of ``name``'s words (split at ``_``, ``-``, ``.``) are known port words or words the stack file
+    uses elsewhere (outside ``{port:...}`` and ``ports:``)."""
+    words: set[str] = set()
+
+    def collect(x: Any) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                collect(k)
+                collect(v)
+        elif isinstance(x, list):
+            for v in x:
+                collect(v)
+        elif isinstance(x, str):
+            words.update(re.findall(r"[a-z0-9]+", TEMPLATE_RE.sub(" ", x).lower()))
+    collect({k: v for k, v in data.items() if k != "ports"} if isinstance(data, dict) else data)
+    return sum(1 for w in re.split(r"[_.-]+", name.lower()) if w in PORT_WORDS or w in words)
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(map(str, path))
 
 
 def _merge_compose(doc: LocatedDoc) -> None:
@@ -580,7 +660,64 @@ def _check_images(doc: LocatedDoc) -> None:
                         "digits, '-'): it names the Deployment and its container")
 
 
-def load_stack(name_or_path: str | Path) -> StackSpec:
+def _known_now(doc: LocatedDoc) -> dict[str, str]:
+    """The placeholders known before a run (the others, {run_dir} {stack_dir} {dir} {port:NAME}, only once it
+    starts)."""
+    return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
+            "stack_file_dir": str(Path(doc.path).resolve().parent)}
+
+
+def _render_known(value: str, ctx: dict[str, str]) -> str | None:
+    """``value`` with its placeholders filled in, or None when one of them is only known once the run starts."""
+    if any(m.group(1) not in ctx for m in TEMPLATE_RE.finditer(value)):
+        return None
+    return TEMPLATE_RE.sub(lambda m: ctx[m.group(1)], value)
+
+
+def _check_commands(doc: LocatedDoc, spec: StackSpec) -> None:
+    """Each process service's program exists, where the file alone can tell (``monsoon validate``): a path
+    (placeholders known before the run filled in) is an executable file, a bare name is on PATH. Not judged: a
+    program the stack declares under ``requires:`` (the preflight names it with its hint), a path under a required
+    one, a path with {run_dir}, {stack_dir} or {dir} (made by the run), one going up from the service's work dir
+    (another service's), a bare name when the service sets PATH, and containers' and pods' commands (their
+    image's)."""
+    ctx = _known_now(doc)
+    binaries = {r.binary for svc in spec.services.values() for r in svc.requires if r.binary}
+    required = [Path(p) for svc in spec.services.values() for r in svc.requires if r.path
+                for p in [_render_known(r.path, ctx)] if p]
+    for name, svc in spec.services.items():
+        if spec.provider_of(name) != "process" or not svc.command:
+            continue
+        program = _render_known(svc.command[0], ctx)
+        key = ("services", name, "command", 0)
+        if program is None:
+            continue
+        if "/" not in program:
+            if program in binaries or "PATH" in svc.env or shutil.which(program) is not None:
+                continue
+            raise _fail(doc, key, f"{program!r} is not on PATH (if the set-up installs it, say so under requires: "
+                        f"[{{binary: {program}, hint: how to install it}}])")
+        path = Path(program)
+        if not path.is_absolute():
+            if program.startswith(".."):
+                continue
+            beside = Path(ctx["stack_file_dir"]) / program
+            hint = (f"; {beside} is beside the stack file: write {{stack_file_dir}}/{program.removeprefix('./')}"
+                    if beside.exists() else "; for a file beside the stack file write {stack_file_dir}/...")
+            raise _fail(doc, key, f"{program} is relative to the service's work dir (<run_dir>/services/{name}/, "
+                        f"empty when it starts), where it cannot be{hint}")
+        if any(path == r or r in path.parents for r in required):
+            continue
+        if not path.exists():
+            raise _fail(doc, key, f"no such file: {program} (if the set-up makes it, say so under requires: "
+                        f"[{{path: {svc.command[0]}, hint: how to get it}}])")
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise _fail(doc, key, f"{program} is not an executable file")
+
+
+def load_stack(name_or_path: str | Path, *, commands: bool = False) -> StackSpec:
+    """A stack spec, every rule the file alone can decide checked (errors name the file, the line and the key);
+    ``commands``: also that each service's program exists where the file can tell (``monsoon validate``)."""
     doc = load_located(_resolve("stack", name_or_path))
     for key in doc.data if isinstance(doc.data, dict) else ():   # before the placeholders: a misspelt section
         if key not in StackSpec.model_fields:                      # would make them look misplaced
@@ -603,6 +740,9 @@ def load_stack(name_or_path: str | Path) -> StackSpec:
         spec.start_order()
     except ValueError as e:
         raise _fail(doc, ("services",), str(e)) from None
+    _check_queries(doc, spec)
+    if commands:
+        _check_commands(doc, spec)
     return spec
 
 

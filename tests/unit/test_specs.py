@@ -402,9 +402,10 @@ def test_a_port_name_used_only_once_is_refused_with_the_likely_misspelling(tmp_p
     with pytest.raises(SpecError) as ei:
         load_stack(write(tmp_path, "typo.yaml", text.replace('devices: {port: "{port:mqtt}"}',
                                                               'devices: {port: "{port:mqt}"}')))
-    assert ei.value.key == "services.app.command" and ei.value.line == 7   # both sides are named
-    assert "{port:mqtt} is used only here" in str(ei.value)
-    assert "({port:mqt} at devices.port, line 9: one is misspelt?)" in str(ei.value)
+    # at the misspelt one (mqtt is a port word, mqt none), naming the other side too
+    assert ei.value.key == "devices.port" and ei.value.line == 9
+    assert "{port:mqt} is used only here" in str(ei.value)
+    assert "({port:mqtt} at services.app.command, line 7: one is misspelt?)" in str(ei.value)
 
 
 def test_the_kinds_top_level_keys_are_the_models_fields():
