@@ -109,7 +109,9 @@ def fault_spans(events, grace_s: float = FAULT_GRACE_S) -> list[tuple[float, flo
 
 
 SILENCE_MIN_S = 5.0      # a collector without an answer for this long is silent: what it measures was not seen
-RESTING = ("storage",)   # collectors that may skip seconds on purpose (an exact count resting during the load)
+RESTING = ("storage", "services")   # collectors that skip seconds on purpose: an exact count resting during
+#                                    the load; the services' RSS, one /proc pass every 5 s (the sampler still
+#                                    marks them when they stop answering: their silence events)
 
 
 @dataclass(frozen=True)

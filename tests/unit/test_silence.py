@@ -115,6 +115,23 @@ def test_silences_from_error_samples_gaps_and_recorded_marks():
                    ("kafka", 30.0, 40.0, "no answer for 10s")]   # storage rests on purpose: no silence
 
 
+def test_a_collector_that_samples_every_5_s_on_purpose_is_not_silent_but_its_errors_are():
+    """The demo's healthy in-memory x10 showed "services silent" 8 times: the services collector reads /proc
+    every 5th second by design. Its gaps are not silences; its errors still are, and so are the sampler's marks."""
+    ev = Events([{"type": "sample", "t": float(t), "collector": "services", "rss_mb": {"platform": 60}}
+                 for t in range(0, 100, 5)])
+    assert silences(ev) == []
+    ev = Events([{"type": "sample", "t": float(t), "collector": "services", "rss_mb": {"platform": 60}}
+                 for t in (0, 5)]
+                + [{"type": "sample", "t": float(t), "collector": "services", "error": "PermissionError"}
+                   for t in (10, 15)]
+                + [{"type": "sample", "t": 20.0, "collector": "services", "rss_mb": {"platform": 60}}]
+                + [{"type": "silence", "t": 60.0, "collector": "services", "start": 30.0, "end": 60.0,
+                    "reason": "no answer for 30s"}])
+    assert [(s.collector, s.start, s.end, s.reason) for s in silences(ev)] == [
+        ("services", 5.0, 20.0, "PermissionError"), ("services", 30.0, 60.0, "no answer for 30s")]
+
+
 class _Flaky(Collector):
     name = "metrics"
 
