@@ -10,7 +10,7 @@ export MONSOON_CACHE := $(abspath $(CACHE))
 SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze clean reap story-budgets
+.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze bench-day clean reap story-budgets
 .DEFAULT_GOAL := help
 
 help:
@@ -22,6 +22,7 @@ help:
 	@echo "make story-budgets  the demo's story with the services under CPU quotas of 0.5, 1 and 2 cores and beside a busy neighbour (BUDGETS_ARGS=--budgets 0.5,neighbour)"
 	@echo "make bench-load the load engine's benchmark: CPU per message (monsoon vs paho), max connections, pacing; one JSON line"
 	@echo "make bench-analyze  monsoon analyze on a synthetic 24 h-style run (planted loss, duplicates, ...): seconds, peak RSS, bytes/message; one JSON line"
+	@echo "make bench-day  a day's volume (432 M QoS 1 messages at 100,000 msg/s, 72 min) through the live path: RSS per process, bytes/message, exact accounting, analyze time; one JSON line (BENCH_DAY_ARGS='--messages 30e6')"
 	@echo "make setup      install everything the above need (venv, then monsoon setup: Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, the load engine, Docker and its images, Kubernetes)"
 	@echo "make images     build the container images (monsoon/platform, kafka, postgres, toxiproxy) from a debootstrapped Debian"
 	@echo "make reap       kill processes and containers left behind by a run killed with -9"
@@ -127,6 +128,11 @@ bench-load: venv loadgen debs
 ANALYZE_ARGS ?= --messages 5e6
 bench-analyze: venv
 	@$(PY) -m monsoon.selftest.analyze_bench $(ANALYZE_ARGS)
+
+# BENCH_DAY_ARGS: e.g. --messages 30e6 --rate 100000 --every 60 --keep (see python -m monsoon.selftest.day --help)
+BENCH_DAY_ARGS ?=
+bench-day: venv loadgen
+	@$(PY) -m monsoon.selftest.day $(BENCH_DAY_ARGS)
 
 reap: venv
 	$(PY) -m monsoon.cli reap
