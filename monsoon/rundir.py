@@ -54,6 +54,15 @@ def legacy_csv(path: str | Path) -> Path:
     return p.with_name(p.stem + LEGACY_SUFFIX)
 
 
+EXPERIMENT_DIR_SEP = "--"           # runs/<run-id>/<stack>--<experiment>[-N]/
+
+
+def experiment_dir_name(stack: str, experiment: str, n: int = 1) -> str:
+    """``<stack>--<experiment>``: an experiment's directory in a run directory (``-<n>`` for its n-th run there,
+    n > 1: the same experiment run again in one session)."""
+    return f"{stack}{EXPERIMENT_DIR_SEP}{experiment}" + (f"-{n}" if n > 1 else "")
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 

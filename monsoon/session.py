@@ -22,7 +22,7 @@ from monsoon.run.plan import CalibrationFailed, RunPlan, plan_run, settle_x1
 from monsoon.run.sweep import describe_sweep, plan_sweep, run_sweep
 from monsoon.run.mix import describe_mix, plan_mix, run_mix
 from monsoon.report.mix import MixResult
-from monsoon.rundir import new_run_id, point_latest
+from monsoon.rundir import experiment_dir_name, new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.stack.ports import StackError
@@ -98,7 +98,7 @@ class MonsoonSession:
         if skip_unavailable:
             self._preflight(stack_spec)
         if self.dry_run:
-            return run_one(stack_spec, exp, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+            return run_one(stack_spec, exp, self.profile, self.run_dir / experiment_dir_name(stack_spec.name, exp.name),
                            run_id=self.run_id, progress=self.progress, dry_run=True, plan=plan)
         out = self._new_out(stack_spec, exp)
         try:
@@ -142,7 +142,8 @@ class MonsoonSession:
         """The course a size sweep and a request mix share: a dry run describes it; otherwise it runs in its own
         directory, its result joins the session's, and an interrupted ramp (torn down already) stops the session."""
         if self.dry_run:
-            result = result_cls(stack_spec.name, exp.name, self.profile, self.run_dir / f"{stack_spec.name}--{exp.name}",
+            result = result_cls(stack_spec.name, exp.name, self.profile,
+                                self.run_dir / experiment_dir_name(stack_spec.name, exp.name),
                                 dry_run=describer(stack_spec, exp, self.profile, self.run_id))
             self.progress(result.dry_run or "")
             return result
@@ -166,10 +167,10 @@ class MonsoonSession:
 
     def _new_out(self, stack_spec: StackSpec, exp: ExperimentSpec) -> Path:
         """A fresh ``<run dir>/<stack>--<experiment>[-N]`` for a run (the run dir made, runs/latest at it)."""
-        out = self.run_dir / f"{stack_spec.name}--{exp.name}"
+        out = self.run_dir / experiment_dir_name(stack_spec.name, exp.name)
         n = 2
         while out.exists():
-            out = self.run_dir / f"{stack_spec.name}--{exp.name}-{n}"
+            out = self.run_dir / experiment_dir_name(stack_spec.name, exp.name, n)
             n += 1
         self.run_dir.mkdir(parents=True, exist_ok=True)
         point_latest(self.run_dir)

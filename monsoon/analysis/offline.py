@@ -17,6 +17,7 @@ from monsoon.rundir import ACKED_DATA, DATASETS, REPORT_FILE, RESULT_FILE, TIMEL
 from monsoon.timeline.columnar import dataset_state, export_csv as write_csv_of_parts, salvage_shards
 from monsoon.timeline.store import Events
 from monsoon.timeline.torn import torn_notes
+from monsoon.timeline.events import OP, OP_INTERRUPTED, PLATFORM
 
 
 def salvaged(sub: Path) -> list[str]:
@@ -54,9 +55,9 @@ def _judge(run_dir: Path, sub: Path, events: Events, meta: dict) -> dict:
         print(f"monsoon analyze: {run_dir.name}/{sub.name}: {note}", file=sys.stderr)
     res.checks = evaluate(sub, [(c["name"], c.get("params", {})) for c in meta.get("checks", [])], events=events)
     res.base_rate = meta.get("base_rate_auto")
-    said = events.first("platform")
+    said = events.first(PLATFORM)
     res.platform = {k: v for k, v in said.items() if k not in ("type", "t", "wall")} if said else None
-    cut = events.first("op", op="interrupted")    # a signal cut the run short: still partial, still unknown
+    cut = events.first(OP, op=OP_INTERRUPTED)    # a signal cut the run short: still partial, still unknown
     if cut is not None:
         res.interrupted = {k: cut[k] for k in ("signal", "t", "stage", "phase") if k in cut}
     result = res.to_dict()

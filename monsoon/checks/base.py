@@ -12,12 +12,14 @@ from monsoon.timeline.hdrlog import LatencyLog
 from monsoon.timeline.store import Events
 from monsoon.timeline.tail import Tear
 from monsoon.timeline.torn import run_tears
+from monsoon.timeline.events import OP, OP_LOAD_END, SAMPLE
 
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+INFO = "info"       # a check that reports a figure and cannot fail (no limit set): never shown as a PASS
 
 
-_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
+_RANK = {INFO: -1, PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class Verdict:
 
 
 def combine(verdicts: list[str]) -> str:
-    """fail beats unknown beats pass; nothing to judge is unknown."""
+    """fail beats unknown beats pass beats info; nothing to judge is unknown. Only info (every check reported a
+    figure, none could fail) stays info: nothing was judged, so it is not a pass."""
     if not verdicts:
         return UNKNOWN
     return max(verdicts, key=_RANK.__getitem__)
@@ -90,7 +93,7 @@ class RunData:
         return log.phase_histograms(self.events.phases()) if log is not None else None
 
     def load_end(self) -> float | None:
-        e = self.events.first("op", op="load-end")
+        e = self.events.first(OP, op=OP_LOAD_END)
         return e["t"] if e else None
 
     def phase_end(self, name: str) -> float | None:
@@ -102,13 +105,13 @@ class RunData:
         was sampled but never gave a lag (its topic or group missing, every poll failing) has no backlog
         series at all: missing data is never read as a zero, nor replaced by another signal."""
         lag = self.events.series("kafka", "lag")
-        if lag or self.events.first("sample", collector="kafka") is not None:
+        if lag or self.events.first(SAMPLE, collector="kafka") is not None:
             return "kafka consumer lag", lag
         return "queue depth", self.events.series("metrics", "queue_depth")
 
     def backlog_missing(self) -> str:
         """Why there is no backlog series, in a few words ('' when nothing is known)."""
-        polls = list(self.events.of("sample", collector="kafka"))
+        polls = list(self.events.of(SAMPLE, collector="kafka"))
         for flag, what in (("topic_missing", "the Kafka topic was missing"),
                            ("group_missing", "the consumer group had committed no offset"),
                            ("error", "the lag poll failed")):

@@ -7,6 +7,8 @@ from typing import Iterable
 
 import builtins
 
+from monsoon.timeline.events import SAMPLE
+
 _max = builtins.max  # ``max`` is a parameter name in the lag checks
 
 
@@ -42,7 +44,7 @@ class PartitionStatus:
 
 def kafka_samples(events) -> list[dict]:
     """Kafka samples that carry partition data (error samples are left out)."""
-    return [e for e in events.of("sample", collector="kafka")
+    return [e for e in events.of(SAMPLE, collector="kafka")
             if isinstance(e.get("partitions"), dict) and "error" not in e]
 
 

@@ -21,12 +21,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.checks.base import FAIL, INFO, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_DATA
 from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
 from monsoon.checks.accounting import read_columns
 from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
+from monsoon.timeline.events import FAULT_CENSUS, FAULT_PLAN, LOAD, META
 
 
 LATENCY_DEFAULT_DURING = "faults"
@@ -41,14 +42,14 @@ def faults_landed(run: RunData) -> Verdict:
     """Every fault landed (measured), healed (measured), and the census after the run found nothing left."""
     name = "faults_landed"
     ev = run.events
-    if ev.first("fault-plan") is None:
+    if ev.first(FAULT_PLAN) is None:
         planned = run.meta.get("faults") or []
         return Verdict(name, UNKNOWN, {"faults_injected": 0, "faults_landed": 0, "faults_healed": 0},
                        f"{len(planned)} fault(s) planned but the fault plan never started (the run ended early)")
     wins = fault_windows(ev)
     # an inject that raised put nothing in place: it did not land, and there is nothing to heal
     failed = [w for w in wins if w.landed is False and w.evidence.get("method") == "inject"]
-    census = ev.first("fault-census") or {}
+    census = ev.first(FAULT_CENSUS) or {}
     leftovers = census.get("leftovers") or {}
     n_left = sum(len(v) for v in leftovers.values())
     landed = [w for w in wins if w.landed is True]
@@ -100,7 +101,7 @@ def throughput_drop(run: RunData, max_pct: float | None = None, settle_s: float 
     """
     name = "throughput_drop"
     wins = fault_windows(run.events)
-    loads = [(e["t"], float(e.get("acked") or 0), float(e.get("target_rate") or 0)) for e in run.events.of("load")]
+    loads = [(e["t"], float(e.get("acked") or 0), float(e.get("target_rate") or 0)) for e in run.events.of(LOAD)]
     if not wins or not loads:
         return Verdict(name, UNKNOWN, {}, "no fault window or no load seconds in the timeline")
     first = min(w.start for w in wins)
@@ -123,14 +124,14 @@ def throughput_drop(run: RunData, max_pct: float | None = None, settle_s: float 
     msg = (f"ingestion fell from {b:,.0f} to {d:,.0f} acked msg/s during the fault windows "
            f"({drop:.1f}% drop, {len(during)} s of faults)")
     if max_pct is None:
-        return Verdict(name, PASS, figures, msg + " (reported; no limit set)")
+        return Verdict(name, INFO, figures, msg + " (reported; no limit set)")
     figures["limit_pct"] = max_pct
     return Verdict(name, PASS if drop <= max_pct else FAIL, figures, msg + f"; limit {max_pct:g}%")
 
 
 def _wall_offset(events) -> float | None:
     """wall - t of the timeline (to place wall-clock times of the acked log on it)."""
-    m = events.first("meta")
+    m = events.first(META)
     return None if m is None else m["wall"] - m["t"]
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import counter_steps
+from monsoon.timeline.events import CALIBRATION_STEP
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _phase_at(phases: list[dict], t: float) -> str | None:
 def kept_up_windows(events) -> list[tuple[float, float]]:
     """The measured windows ``(start, end)`` (timeline seconds) of the calibration steps that kept up: the
     ``calibration-step`` events a ramp writes (a sweep's, a request mix's, a calibration's) with ``ok`` true."""
-    return [(float(e["window"][0]), float(e["window"][1])) for e in events.of("calibration-step")
+    return [(float(e["window"][0]), float(e["window"][1])) for e in events.of(CALIBRATION_STEP)
             if e.get("ok") and isinstance(e.get("window"), list) and len(e["window"]) == 2]
 
 

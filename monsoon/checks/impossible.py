@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from monsoon.checks.burrow import kafka_samples
 from monsoon.timeline.views import KILL_KINDS, fault_windows
+from monsoon.timeline.events import SERVICE, SVC_DONE, SVC_EXIT, SVC_READY, SVC_RESTART, SVC_START, SVC_STOP
 
 
 #: the JVM's cumulative GC-time counter, as the stack file names it
 GC_SECONDS = "gc_seconds (observe.metrics.gc_seconds)"
 
 #: service events after which a process's counters start again from zero
-RESTART_EVENTS = ("start", "exit", "restart", "ready", "stop", "done")
+RESTART_EVENTS = (SVC_START, SVC_EXIT, SVC_RESTART, SVC_READY, SVC_STOP, SVC_DONE)
 
 #: a gap between two samples at least this long (or this many median sample intervals) may hide a restart
 RESTART_GAP_S = 3.0
@@ -69,7 +70,7 @@ def negative(series: list[tuple[float, float]], metric: str, what: str = "a back
 def restart_marks(events) -> tuple[list[float], list[tuple[float, float | None]]]:
     """When something could have restarted a process: the times of service lifecycle events, and the spans of
     injected kill windows (end None: never healed)."""
-    marks = sorted(float(e["t"]) for e in events.of("service") if e.get("event") in RESTART_EVENTS)
+    marks = sorted(float(e["t"]) for e in events.of(SERVICE) if e.get("event") in RESTART_EVENTS)
     spans = [(w.start, w.end) for w in fault_windows(events) if w.kind in KILL_KINDS]
     return marks, spans
 

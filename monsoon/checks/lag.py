@@ -14,6 +14,7 @@ from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples,
 from monsoon.rundir import ACKED_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, Window, downtime, fault_windows, silences
+from monsoon.timeline.events import DRAIN, LOAD, SAMPLE, SERVICE, SVC_EXIT, SVC_READY
 
 
 _max = builtins.max  # ``max`` is a check parameter below
@@ -446,7 +447,7 @@ def _fastest_drain(run: RunData, series: list[tuple[float, float]]) -> float:
     never less than the steepest fall seen between two samples of this run."""
     auto = run.meta.get("base_rate_auto") or {}
     cap = auto.get("capacity_msg_s") if isinstance(auto, dict) else None
-    deaths = [e["t"] for e in run.events.of("service", event="exit")]
+    deaths = [e["t"] for e in run.events.of(SERVICE, event=SVC_EXIT)]
     seen = max(((a - b) / (tb - ta) for (ta, a), (tb, b) in zip(series, series[1:])
                 if tb > ta and not any(ta < d <= tb for d in deaths)), default=0.0)   # a fall across a death is no drain
     return max(float(cap or 0.0), seen, 0.0)
@@ -454,7 +455,7 @@ def _fastest_drain(run: RunData, series: list[tuple[float, float]]) -> float:
 
 def _acks_between(run: RunData, a: float, b: float) -> int:
     """Messages the fleet had acknowledged (so the platform had taken in) in the load seconds ending in (a, b]."""
-    return sum(int(e.get("acked") or 0) for e in run.events.of("load") if a < float(e["t"]) <= b)
+    return sum(int(e.get("acked") or 0) for e in run.events.of(LOAD) if a < float(e["t"]) <= b)
 
 
 def _consumed_between(run: RunData, a: float, b: float) -> tuple[float, float, str] | None:
@@ -463,7 +464,7 @@ def _consumed_between(run: RunData, a: float, b: float) -> tuple[float, float, s
     offsets; a counter counts only with a reading at or before ``a`` and one within ``VANISH_GAP_S`` after ``b``
     (the first after the death: what it counts past the death only makes the consumption larger). None when no
     counter covers the gap."""
-    stored = [(float(e["t"]), float(e["stored"])) for e in run.events.of("sample", collector="storage")
+    stored = [(float(e["t"]), float(e["stored"])) for e in run.events.of(SAMPLE, collector="storage")
               if isinstance(e.get("stored"), (int, float)) and e.get("counted", "exact") in ("exact", "incremental")]
     kafka = [(t, c) for t, _, c in _totals(kafka_samples(run.events))]
     for counter, pts in (("the stored count", stored), ("the Kafka committed offsets", kafka)):
@@ -479,7 +480,7 @@ def _consumed_between(run: RunData, a: float, b: float) -> tuple[float, float, s
 def _accounting_loss(run: RunData) -> int | None:
     """Acked messages the run's accounting (acked vs stored, after a drain that settled) finds never stored;
     None when it cannot say (no acked or stored dataset, or the drain did not settle: late is not lost)."""
-    drain = run.events.first("drain")
+    drain = run.events.first(DRAIN)
     if drain is None or not drain.get("drained"):
         return None
     if not (run_file_exists(run.dir / ACKED_DATA) and run_file_exists(run.dir / STORED_DATA)):
@@ -535,7 +536,7 @@ def vanished_across_death(run: RunData, series: list[tuple[float, float]], tol: 
     backlog not seen draining is not drained (:func:`_unseen`): only the platform's own counters can show that
     it was, and without them the verdict is FAIL or UNKNOWN, never a recovery."""
     ts = [t for t, _ in series]
-    for e in run.events.of("service", event="exit"):
+    for e in run.events.of(SERVICE, event=SVC_EXIT):
         i = bisect_left(ts, e["t"])
         if i == 0 or i >= len(series):
             continue
@@ -555,7 +556,7 @@ def _second_life(run: RunData, series: list[tuple[float, float]], v: Vanish, end
                  tol: float, grace: float) -> tuple[str, dict]:
     """What the restarted service did with the backlog it built again, reported apart from the first life's."""
     td = float(v.exit["t"])
-    back = next((float(e["t"]) for e in run.events.of("service", event="ready", service=v.exit.get("service"))
+    back = next((float(e["t"]) for e in run.events.of(SERVICE, event=SVC_READY, service=v.exit.get("service"))
                  if e["t"] >= td), None)
     later = [(t, x) for t, x in series if t > td]
     if not later:

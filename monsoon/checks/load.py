@@ -4,6 +4,7 @@ The reasoning, sources and measurements behind it: docs/design.md, "monsoon/chec
 from __future__ import annotations
 
 from monsoon.checks.base import PASS, RunData, UNKNOWN, Verdict
+from monsoon.timeline.events import LOAD, OP, OP_LOAD_END
 
 
 __all__ = ["load_valid", "x1_of"]
@@ -58,8 +59,8 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
     counts that wait."""
     name = "load_valid"
     ev = run.events
-    end = ev.first("op", op="load-end")
-    seconds = list(ev.of("load"))
+    end = ev.first(OP, op=OP_LOAD_END)
+    seconds = list(ev.of(LOAD))
     if end is None or not seconds:
         return Verdict(name, UNKNOWN, {}, "no load totals in the timeline (the load did not run to its end)")
     scheduled, sent = int(end.get("scheduled") or 0), int(end.get("sent") or 0)

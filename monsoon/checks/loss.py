@@ -6,6 +6,7 @@ from __future__ import annotations
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_DATA, SENT_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
+from monsoon.timeline.events import DRAIN
 
 
 # ------------------------------------------------------------------ where stored messages come from
@@ -38,7 +39,7 @@ def no_acked_loss(run: RunData) -> Verdict:
     acc = run.accounting
     figures = acc.figures()
     n_acked, n_lost, dup, unacked = acc.acked, acc.acked_lost, acc.duplicates, acc.stored_unacked
-    drain = run.events.first("drain")
+    drain = run.events.first(DRAIN)
     if not n_acked:
         return Verdict(name, UNKNOWN, figures, "no message was acknowledged: nothing to account for")
     late = _late(acc)

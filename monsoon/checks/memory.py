@@ -14,6 +14,7 @@ from pathlib import Path
 from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import counter_steps, fault_spans
+from monsoon.timeline.events import LOAD, OP, OP_LOAD_END, SAMPLE
 
 
 MIN_POINTS = 10
@@ -189,7 +190,7 @@ def heap_after_gc(pauses: list[GcPause]) -> tuple[list[list[tuple[float, float]]
 def rss_series(events) -> list[list[tuple[float, float]]]:
     """(t, rss_mb) of the process samples, one list per pid (process life), in order."""
     lives: dict = {}
-    for e in events.of("sample", collector="process"):
+    for e in events.of(SAMPLE, collector="process"):
         v = e.get("rss_mb")
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             lives.setdefault(e.get("pid"), []).append((e["t"], float(v)))
@@ -361,7 +362,7 @@ def _median(xs: list[float]) -> float:
 
 def thread_series(events) -> tuple[int | None, list[tuple[float, float]]]:
     """(pid, [(t, threads)]) of the process samples of the last pid."""
-    samples = [e for e in events.of("sample", collector="process")
+    samples = [e for e in events.of(SAMPLE, collector="process")
                if isinstance(e.get("threads"), (int, float)) and not isinstance(e.get("threads"), bool)]
     if not samples:
         return None, []
@@ -371,7 +372,7 @@ def thread_series(events) -> tuple[int | None, list[tuple[float, float]]]:
 
 def connected_series(events) -> list[tuple[float, int]]:
     """(t, devices connected) of every second of the load."""
-    return [(e["t"], int(e["connected"])) for e in events.of("load")
+    return [(e["t"], int(e["connected"])) for e in events.of(LOAD)
             if isinstance(e.get("connected"), (int, float)) and not isinstance(e.get("connected"), bool)]
 
 
@@ -405,7 +406,7 @@ def no_thread_leak(run: RunData, min_increase: float = 20, max_per_reconnect: fl
     after = [(t, c) for t, c in conn if first_drop is not None and t >= first_drop]
     reconnects = sum(max(0, b - a) for (_, a), (_, b) in zip(after, after[1:]))
     figures["reconnects"] = reconnects
-    le = run.events.first("op", op="load-end")
+    le = run.events.first(OP, op=OP_LOAD_END)
     if le is not None and isinstance(le.get("reconnects"), (int, float)):
         figures["reconnect_attempts"] = le["reconnects"]
     if len(base) < 3 or len(last) < 3:

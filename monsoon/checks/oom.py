@@ -13,6 +13,8 @@ from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, combine
 from monsoon.checks.memory import gc_log_files, gc_logs
 from monsoon.timeline.views import KILL_KINDS, explained_by_kill, fault_windows
 from monsoon.timeline.store import Events
+from monsoon.timeline.events import (LOAD, META, SAMPLE, SERVICE, SVC_EXIT, SVC_RESTART, SVC_RESTART_FAILED,
+                                     SVC_START, SVC_STOP)
 
 
 MB = 1024 * 1024
@@ -69,7 +71,7 @@ def cgroup_evidence(events) -> dict[str | None, CgroupEvidence]:
     """The ``cgroup`` collectors' samples, per service (one collector per service of the stack; a run from
     before that has one, of the observed service); empty when none ran."""
     by: dict[str | None, list[dict]] = {}
-    for s in events.of("sample", collector="cgroup"):
+    for s in events.of(SAMPLE, collector="cgroup"):
         by.setdefault(s.get("service"), []).append(s)
     return {svc: _evidence(svc, samples) for svc, samples in by.items()}
 
@@ -149,7 +151,7 @@ def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitSt
     and every load second in them was starved (fewer acks than 10 % of its target). Seconds an injected fault
     explains are not judged (a kill's window reaches ``KILL_EXPLAINS_S`` past its start: the restart)."""
     loads = sorted((float(e["t"]), int(e.get("acked") or 0), int(e.get("scheduled") or 0),
-                    float(e.get("target_rate") or 0)) for e in run.events.of("load"))
+                    float(e.get("target_rate") or 0)) for e in run.events.of(LOAD))
     if not loads:
         return []
     wins = [(w.start - 1.0, max(w.end if w.end is not None else float("inf"),
@@ -158,7 +160,7 @@ def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitSt
     load_t = [x[0] for x in loads]
     out: list[LimitStall] = []
     by: dict[str, list[dict]] = {}
-    for s in run.events.of("sample", collector="cgroup"):
+    for s in run.events.of(SAMPLE, collector="cgroup"):
         if s.get("available"):
             by.setdefault(str(s.get("service") or "the service"), []).append(s)
     for svc, samples in by.items():
@@ -221,7 +223,7 @@ class PlatformEvidence:
 
 
 def platform_evidence(events, collector: str, label: str) -> PlatformEvidence | None:
-    samples = list(events.of("sample", collector=collector))
+    samples = list(events.of(SAMPLE, collector=collector))
     if not samples:
         return None
     good = [s for s in samples if isinstance(s.get("containers"), dict)]
@@ -311,7 +313,7 @@ def heap_headroom(run) -> tuple[list[Headroom], str]:
     if not logs:
         return [], "no GC log (services/*/gc.log)"
     metric = [v for _, v in run.events.series("metrics", "heap_max") if v > 0]
-    meta = run.events.first("meta")
+    meta = run.events.first(META)
     off = (meta["wall"] - meta["t"]) if meta and isinstance(meta.get("wall"), (int, float)) else None
     last_t = max((float(e["t"]) for e in run.events.events if isinstance(e.get("t"), (int, float))), default=0.0)
     out, why = [], []
@@ -373,14 +375,14 @@ def deaths(ev: Events) -> Deaths:
     """Sort every ``service`` exit: an OOM on evidence (an OutOfMemoryError in its log, the kernel's OOM
     line for its pid, an ``oom_kill`` increase of its cgroup in the same sample interval as a SIGKILL exit),
     else the work of an injected kill, else an unexpected death (with its signal)."""
-    out = Deaths(supervised=ev.first("service", event="start") is not None)
+    out = Deaths(supervised=ev.first(SERVICE, event=SVC_START) is not None)
     if not out.supervised:
         return out
     cgs = cgroup_evidence(ev)
     out.cgroups = cgs
     explained = explained_by_kill(ev)
     matched: set[tuple[str, float]] = set()      # oom_kill increases (cgroup, t) an exit accounts for
-    for e in ev.of("service", event="exit"):
+    for e in ev.of(SERVICE, event=SVC_EXIT):
         svc, code = e["service"], e.get("code")
         cg = cgs.get(svc) or (cgs.get(None) if len(cgs) == 1 else None)   # a run with one unnamed collector
         inc = cg.increase_for_exit(e["t"]) if (cg is not None and cg.available and code == 137) else None
@@ -414,11 +416,11 @@ def deaths(ev: Events) -> Deaths:
                    + (f", with no OOM evidence ({', '.join(seen)})" if seen else
                       ", with no OOM angle to tell (no cgroup samples, kernel log unreadable)" if code == 137 else ""))
             out.unexpected.append((e, why))
-    for e in ev.of("service", event="stop"):     # a death while it was being stopped is a death like any other
+    for e in ev.of(SERVICE, event=SVC_STOP):     # a death while it was being stopped is a death like any other
         if e.get("oom") or e.get("code") == 3:
             out.ooms.append((e, "exit 3 while being stopped (the JVM's ExitOnOutOfMemoryError code: an "
                                 "OutOfMemoryError during its graceful stop)"))
-    out.restarts = [e for e in ev.of("service", event="restart") if ("restart", e["service"], e["t"]) not in explained]
+    out.restarts = [e for e in ev.of(SERVICE, event=SVC_RESTART) if ("restart", e["service"], e["t"]) not in explained]
     seen_inc: set[tuple[str, float]] = set(matched)
     for svc, cg in cgs.items():
         for inc in cg.increases:
@@ -501,7 +503,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
         if good:
             figures["cgroup_oom_kills"] = sum(cg.oom_kills for cg in good.values())
             figures["cgroup_limit_hits"] = sum(cg.limit_hits for cg in good.values())
-            if run.events.first("load") is not None and any(     # judged against a load, on memory.stat
+            if run.events.first(LOAD) is not None and any(     # judged against a load, on memory.stat
                     "anon_mb" in g for cg in good.values() for x in cg.good for g in (x.get("cgroups") or {}).values()):
                 figures["memory_limit_stalls"] = len(stalls)  # (an older run's figures stay as they were)
             if not any(cg.increases for cg in good.values()):
@@ -584,7 +586,7 @@ def no_unexpected_exit(run: RunData) -> Verdict:
         oom_svcs = {e["service"] for e, _ in d.ooms}
         restarts = [r for r in d.restarts if not any(e["service"] == r["service"] and e["t"] <= r["t"]
                                                      for e, _ in d.ooms)]
-        failed = list(run.events.of("service", event="restart-failed"))
+        failed = list(run.events.of(SERVICE, event=SVC_RESTART_FAILED))
         figures.update({"unexpected_exits": len(d.unexpected), "restarts": len(restarts)})
         if d.injected:
             figures["injected_kills"] = len(d.injected)

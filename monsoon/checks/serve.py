@@ -19,6 +19,7 @@ from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
 from monsoon.checks.oom import heap_headroom, limit_stalls
 from monsoon.timeline.views import counter_steps, fault_spans, silences
+from monsoon.timeline.events import LOAD, SAMPLE, SERVICE, SVC_EXIT, SVC_READY, SVC_START
 
 MB = 1024 * 1024
 
@@ -40,11 +41,11 @@ def _stretches(seconds: list[tuple[float, int, float]], gap: float = 1.6) -> lis
 def _service(run: RunData, a: float, b: float) -> str:
     """The service a stretch is about: the one that died in or just before it, else the one the process collector
     follows (by pid), else the only one started."""
-    dead = [e for e in run.events.of("service", event="exit") if a - 5.0 <= e["t"] <= b]
+    dead = [e for e in run.events.of(SERVICE, event=SVC_EXIT) if a - 5.0 <= e["t"] <= b]
     if dead:
         return str(dead[0]["service"])
-    pids = {e.get("pid") for e in run.events.of("sample", collector="process") if e.get("pid")}
-    starts = list(run.events.of("service", event="start"))
+    pids = {e.get("pid") for e in run.events.of(SAMPLE, collector="process") if e.get("pid")}
+    starts = list(run.events.of(SERVICE, event=SVC_START))
     by_pid = [e["service"] for e in starts if e.get("pid") in pids]
     if by_pid:
         return str(by_pid[0])
@@ -56,9 +57,9 @@ def _evidence(run: RunData, svc: str, a: float, b: float, silent: list, stalls: 
     ev = run.events
     out: list[str] = []
     figures: dict = {}
-    for e in ev.of("service", event="exit"):
+    for e in ev.of(SERVICE, event=SVC_EXIT):
         if a - 5.0 <= e["t"] <= b:
-            ready = next((r["t"] for r in ev.of("service", event="ready", service=e["service"]) if r["t"] >= e["t"]),
+            ready = next((r["t"] for r in ev.of(SERVICE, event=SVC_READY, service=e["service"]) if r["t"] >= e["t"]),
                          None)
             out.append(f"{e['service']} died at t={e['t']:.0f}s ({e.get('cause') or 'exit ' + str(e.get('code'))})"
                        + (f", ready again at t={ready:.0f}s" if ready is not None else ", never ready again"))
@@ -112,7 +113,7 @@ def serves_throughout(run: RunData, max_silent_s: float = 10, min_fraction: floa
     the load offered work and fewer than ``min_fraction`` of it was acked."""
     name = "serves_throughout"
     loads = sorted((float(e["t"]), int(e.get("acked") or 0), float(e.get("target_rate") or 0))
-                   for e in run.events.of("load") if float(e.get("target_rate") or 0) > 0)
+                   for e in run.events.of(LOAD) if float(e.get("target_rate") or 0) > 0)
     if not loads:
         return Verdict(name, UNKNOWN, {}, "no load second offered any work: nothing to serve")
     spans = fault_spans(run.events)

@@ -12,6 +12,7 @@ import numpy as np
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import FAULT_GRACE_S, fault_spans
+from monsoon.timeline.events import LOAD
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -105,7 +106,7 @@ def load_seconds(events) -> list[Second]:
 
     ``sec`` counts seconds from the load start; an event is written just after its
     second ends, so the load start is estimated as min(t - sec) - 1."""
-    raw = list(events.of("load"))
+    raw = list(events.of(LOAD))
     if not raw:
         return []
     with_sec = [e for e in raw if isinstance(e.get("sec"), (int, float))]

@@ -24,6 +24,7 @@ from monsoon.checks.base import FAIL, PASS, UNKNOWN, RunData, Verdict
 from monsoon.timeline.views import fault_windows
 
 from monsoon.rundir import THREAD_DUMP_DIR
+from monsoon.timeline.events import LOAD
 
 # frames that are only the mechanics of waiting: the blocking frame is the first frame below them
 _WAIT_MECHANICS = re.compile(r"^(java\.|jdk\.|sun\.)")
@@ -72,7 +73,7 @@ def no_ingest_stall(run: RunData, min_rate_fraction: float = 0.5, max_latency_ms
     on), not the cause the check would otherwise let explain them."""
     name = "no_ingest_stall"
     ev = run.events
-    loads = [e for e in ev.of("load") if float(e.get("target_rate") or 0) > 0]
+    loads = [e for e in ev.of(LOAD) if float(e.get("target_rate") or 0) > 0]
     cpu = ev.series("process", "cpu_pct")
     if not loads:
         return Verdict(name, UNKNOWN, {}, "no load seconds in the timeline")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, check_base
+from monsoon.checks.base import FAIL, INFO, PASS, RunData, UNKNOWN, Verdict, check_base
 from monsoon.rundir import ACKED_DATA, LATENCY_FILE, SENT_DATA, STORED_DATA, TIMELINE_FILE
+from monsoon.timeline.events import DRAIN, FAULT_CENSUS, OP, OP_LOAD_END, STORED
 
 PASS_ONLY = frozenset({PASS})
 FAIL_ONLY = frozenset({FAIL})
@@ -48,10 +49,10 @@ DEFAULT_READS = Reads("stored", PASS_ONLY, {f: PASS_ONLY for f in (ACKED_DATA, S
 
 # the event a check reads the timeline up to, and what to call it
 _UNTIL = {
-    "load-end": (lambda ev: ev.first("op", op="load-end"), "load end"),
-    "fault-census": (lambda ev: ev.first("fault-census"), "fault census"),
-    "drain": (lambda ev: ev.first("drain"), "drain"),
-    "stored": (lambda ev: ev.first("stored"), "stored-messages export"),
+    "load-end": (lambda ev: ev.first(OP, op=OP_LOAD_END), "load end"),
+    "fault-census": (lambda ev: ev.first(FAULT_CENSUS), "fault census"),
+    "drain": (lambda ev: ev.first(DRAIN), "drain"),
+    "stored": (lambda ev: ev.first(STORED), "stored-messages export"),
 }
 
 
@@ -88,7 +89,8 @@ def withhold(run: RunData, name: str, v: Verdict) -> Verdict:
     found = damage(run, name)
     if not found:
         return v
-    why = [r for sides, r in found if v.verdict in sides]
+    said = PASS if v.verdict == INFO else v.verdict     # a reported figure stands or falls as a pass would
+    why = [r for sides, r in found if said in sides]
     if why:
         return Verdict(v.name, UNKNOWN, v.figures,
                        f"{'; '.join(why)}: a {v.verdict} cannot stand on the part that was read ({v.message})")

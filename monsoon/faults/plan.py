@@ -35,6 +35,7 @@ from monsoon.faults.base import FaultBackend, FaultContext, Handle, Landing
 from monsoon.signals import Interrupted
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import SERVICE_POD_LABEL
+from monsoon.timeline.events import FAULT, FAULT_CENSUS, FAULT_PLAN
 
 
 @dataclass(frozen=True, order=True)
@@ -120,7 +121,7 @@ class FaultPlan:
               "evidence": {} if landing is None else landing.evidence, **extra}
         with self._lock:
             self.events.append(ev)
-        self.timeline.add("fault", **ev)
+        self.timeline.add(FAULT, **ev)
 
     def _verify(self, backend: FaultBackend, handle: Handle) -> Landing:
         try:
@@ -240,7 +241,7 @@ class FaultPlan:
     def start(self) -> "FaultPlan":
         self.t0 = self.clock()
         # the plan's clock starts here: a fault's timeline time is this event's t + its "effective"
-        self.timeline.add("fault-plan", run_id=self.ctx.run_id, horizon=self.horizon,
+        self.timeline.add(FAULT_PLAN, run_id=self.ctx.run_id, horizon=self.horizon,
                           faults=[{"name": f.name, "kind": f.kind, "backend": f.backend, "target": str(f.target),
                                    "windows": f.schedule.windows(self.horizon)} for f in self.faults])
         self._thread = threading.Thread(target=self._run_safe, name="fault-plan", daemon=True)
@@ -299,7 +300,7 @@ class FaultPlan:
                 self.errors.append(f"heal_all {name}: {e}")
         self._pool.shutdown(wait=True, cancel_futures=False)
         self.leftovers = self.census()
-        self.timeline.add("fault-census", run_id=self.ctx.run_id, swept=swept, leftovers=self.leftovers,
+        self.timeline.add(FAULT_CENSUS, run_id=self.ctx.run_id, swept=swept, leftovers=self.leftovers,
                           errors=list(self.errors))
         return self.leftovers
 

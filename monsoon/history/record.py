@@ -21,9 +21,10 @@ from pathlib import Path
 
 from monsoon.history.store import EXPERIMENT, HistoryStore, Row
 from monsoon import settings
-from monsoon.rundir import TIMELINE_FILE
+from monsoon.rundir import TIMELINE_FILE, experiment_dir_name
 from monsoon.spec.stack import jar_sha256, load_stack
 from monsoon.spec.yamlio import SpecError
+from monsoon.timeline.events import META
 from monsoon.timeline.tail import TAIL_CHUNK
 
 
@@ -71,7 +72,7 @@ def timeline_span(timeline: Path) -> tuple[dict, float | None, float | None]:
             lines = [x for x in fh.read().split(b"\n") if x.strip()]
     except (OSError, ValueError):
         return {}, None, None
-    if meta.get("type") != "meta":
+    if meta.get("type") != META:
         return {}, None, None
     start = meta.get("wall")
     last_t = None
@@ -100,7 +101,7 @@ def _provenance(meta: dict) -> dict:
 
 def rows_for_result(run_id: str, profile: str, result: dict, run_dir: Path, now: float | None = None) -> list[Row]:
     """One row per check of ``result`` and one (check ``*``) for the experiment itself."""
-    exp_dir = Path(result["dir"]) if result.get("dir") else run_dir / f"{result['stack']}--{result['experiment']}"
+    exp_dir = Path(result["dir"]) if result.get("dir") else run_dir / experiment_dir_name(result['stack'], result['experiment'])
     meta, start, end = timeline_span(exp_dir / TIMELINE_FILE)
     common = dict(run_id=run_id, stack=result["stack"], experiment=result["experiment"], profile=profile,
                   host=socket.gethostname(), host_class=host_class(), cpu_count=os.cpu_count(),

@@ -9,7 +9,7 @@ from monsoon.history.store import EXPERIMENT, Row
 
 # the figures a trend follows (summary.json headline names): recovery, lag, loss, capacity, error budget spent
 TREND_FIGURES = ("recovery_s", "peak_lag", "acked_lost", "calibrated_capacity_msg_s", "budget_consumed_pct")
-STRIP_CHAR = {"pass": "P", "fail": "F", "unknown": "?", "skipped": "s", "missed": "m"}
+STRIP_CHAR = {"pass": "P", "fail": "F", "unknown": "?", "skipped": "s", "missed": "m", "info": "i"}
 
 
 def _by_run(rows: list[Row]) -> list[Row]:

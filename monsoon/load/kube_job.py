@@ -32,6 +32,7 @@ from monsoon.stack.imagetar import busybox_files, write_image_archive
 from monsoon.stack.pods import Kube
 from monsoon.stack.provision import Device, device_names
 from monsoon.stack.reaper import RUN_ID_RE, RUN_LABEL, _dns_name, check_run_id
+from monsoon.timeline.events import META
 
 
 __all__ = ["CONFIG_KEY", "CONFIG_PATH", "KubeJobFleet", "LoadJobError", "render_load_job"]
@@ -167,7 +168,7 @@ def run_meta(workdir: Path) -> tuple[str, str]:
         with open(workdir / "timeline.jsonl") as f:
             for line in f:
                 ev = json.loads(line)
-                if ev.get("type") == "meta" and RUN_ID_RE.match(str(ev.get("run_id", ""))):
+                if ev.get("type") == META and RUN_ID_RE.match(str(ev.get("run_id", ""))):
                     return str(ev["run_id"]), str(ev.get("experiment") or "load")
     except (OSError, ValueError):
         pass

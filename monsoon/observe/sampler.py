@@ -7,6 +7,7 @@ from typing import Any
 
 from monsoon.observe.collectors import Collector
 from monsoon.timeline.views import SILENCE_MIN_S
+from monsoon.timeline.events import SAMPLE, SILENCE
 
 
 class Sampler:
@@ -40,7 +41,7 @@ class Sampler:
         """``name`` answered (values, or nothing to sample this second): close a silence it leaves behind."""
         now, last = self._now(), self._answered.get(name)
         if last is not None and now - last >= SILENCE_MIN_S:
-            self.timeline.add("silence", collector=name, start=round(last, 3), end=round(now, 3),
+            self.timeline.add(SILENCE, collector=name, start=round(last, 3), end=round(now, 3),
                               reason=self._why.get(name) or f"no answer for {now - last:.0f}s")
         self._answered[name] = now
         self._why.pop(name, None)
@@ -55,11 +56,11 @@ class Sampler:
                 if values is not None:            # None: the collector had nothing to sample this second
                     self.latest[c.name] = values
                     self._seq[c.name] = self._seq.get(c.name, 0) + 1
-                    self.timeline.add("sample", collector=c.name, **values)
+                    self.timeline.add(SAMPLE, collector=c.name, **values)
             except Exception as e:  # a down service is data, not a crash
                 self.latest[c.name] = {"error": str(e)[:200]}
                 self._why.setdefault(c.name, f"{type(e).__name__}: {str(e)[:200]}")
-                self.timeline.add("sample", collector=c.name, error=f"{type(e).__name__}: {str(e)[:200]}")
+                self.timeline.add(SAMPLE, collector=c.name, error=f"{type(e).__name__}: {str(e)[:200]}")
             next_t += self.period
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind: skip the missed ticks rather than burst
@@ -84,7 +85,7 @@ class Sampler:
         for name, last in list(self._answered.items()):   # silent until the end: marked open
             if now - last >= SILENCE_MIN_S:
                 try:
-                    self.timeline.add("silence", collector=name, start=round(last, 3), end=round(now, 3),
+                    self.timeline.add(SILENCE, collector=name, start=round(last, 3), end=round(now, 3),
                                       reason=self._why.get(name) or f"no answer for {now - last:.0f}s", open=True)
                 except Exception:
                     pass

@@ -15,6 +15,7 @@ from typing import Callable
 
 from monsoon.rundir import THREAD_DUMP_DIR
 from monsoon.timeline.store import Timeline
+from monsoon.timeline.events import OP, OP_THREAD_DUMP
 
 
 
@@ -53,15 +54,15 @@ class ThreadDumper:
         try:
             out = subprocess.run([self.jcmd, str(pid), "Thread.print"], capture_output=True, text=True, timeout=20)
             if out.returncode != 0:
-                self.tl.add("op", op="thread-dump", pid=pid, sec=sec, error=(out.stderr or out.stdout).strip()[:300])
+                self.tl.add(OP, op=OP_THREAD_DUMP, pid=pid, sec=sec, error=(out.stderr or out.stdout).strip()[:300])
                 return
             self.dir.mkdir(parents=True, exist_ok=True)
             path = self.dir / f"t{int(sec):06d}.txt"
             path.write_text(out.stdout)
-            self.tl.add("op", op="thread-dump", pid=pid, sec=sec, path=f"{THREAD_DUMP_DIR}/{path.name}",
+            self.tl.add(OP, op=OP_THREAD_DUMP, pid=pid, sec=sec, path=f"{THREAD_DUMP_DIR}/{path.name}",
                         acked=f.get("acked"), target_rate=f.get("target_rate"), p99_ms=f.get("p99_ms"))
         except (OSError, subprocess.TimeoutExpired) as e:
-            self.tl.add("op", op="thread-dump", pid=pid, sec=sec, error=str(e)[:300])
+            self.tl.add(OP, op=OP_THREAD_DUMP, pid=pid, sec=sec, error=str(e)[:300])
         finally:
             self._busy.release()
 

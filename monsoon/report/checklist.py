@@ -61,7 +61,7 @@ KEY_FIGURES = _KeyFigures({check: tuple(f for f, where in rows if where != "head
                            for check, rows in FIGURES.items()})
 # summary.json: per experiment, these figures of its checks side by side (the first check that has one wins)
 HEADLINE = tuple(dict.fromkeys(f for rows in FIGURES.values() for f, where in rows if where != "checklist"))
-ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}
+ICON = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN", "info": "INFO"}
 
 
 def summary(run_id: str, profile: str, results: list[dict], interrupted: dict | None = None) -> dict:

@@ -26,9 +26,10 @@ from monsoon.checks.memory import timeline_gc_pauses
 from monsoon.checks.oom import deaths
 from monsoon.report.checklist import ICON, KEY_FIGURES, _fmt, platform_line
 from monsoon.report import sidebyside
-from monsoon.rundir import REPORT_FILE, TIMELINE_FILE
+from monsoon.rundir import REPORT_FILE, TIMELINE_FILE, experiment_dir_name
 from monsoon.timeline.store import Events
 from monsoon.timeline.views import fault_windows, silences
+from monsoon.timeline.events import LOAD, META, PHASE, SAMPLE, SERVICE
 
 
 MAX_POINTS = 2000
@@ -125,7 +126,7 @@ def _num(v) -> bool:
 
 def windows_of(ev: Events) -> list[Window]:
     out = []
-    for p in ev.of("phase"):
+    for p in ev.of(PHASE):
         if _num(p.get("start")):
             name = str(p.get("name", "phase"))
             out.append(Window(name, float(p["start"]), float(p["end"]) if _num(p.get("end")) else None,
@@ -140,7 +141,7 @@ def windows_of(ev: Events) -> list[Window]:
 def span_of(ev: Events, windows: list[Window] | None = None) -> tuple[float, float]:
     """(first, last) timeline t of the load, samples, services and windows of a timeline."""
     windows = windows_of(ev) if windows is None else windows
-    ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in ("load", "sample", "service")]
+    ts = [e["t"] for e in ev.events if _num(e.get("t")) and e.get("type") in (LOAD, SAMPLE, SERVICE)]
     ts += [w.start for w in windows] + [w.end for w in windows if w.end is not None]
     return (min(ts), max(ts)) if ts else (0.0, 1.0)
 
@@ -170,7 +171,7 @@ def markers_of(ev: Events) -> list[Marker]:
     evidence: ``monsoon.checks.oom.deaths``), so a pod kill's SIGKILL is an exit, not an OOM."""
     out = []
     ooms = {(e["service"], e["t"]) for e, _ in deaths(ev).ooms}
-    for s in ev.of("service"):
+    for s in ev.of(SERVICE):
         if not _num(s.get("t")):
             continue
         svc = str(s.get("service", "?"))
@@ -191,7 +192,7 @@ def _lag_seconds(ev: Events, max_polls: int = 1000) -> list[tuple[float, float]]
         pass
     except Exception:
         return []
-    samples = [e for e in ev.of("sample", collector="kafka") if isinstance(e.get("partitions"), dict)]
+    samples = [e for e in ev.of(SAMPLE, collector="kafka") if isinstance(e.get("partitions"), dict)]
     if not samples:
         return []
     step = max(1, -(-len(samples) // max_polls))
@@ -329,7 +330,7 @@ class Plotter:
 
     def _pull_load(self, field: str, positive: bool) -> tuple[list[float], list[float]]:
         t, y = [], []
-        for e in self.ev.of("load"):
+        for e in self.ev.of(LOAD):
             v = e.get(field)
             if _num(v) and _num(e.get("t")) and (not positive or v > 0):
                 t.append(e["t"])
@@ -506,7 +507,7 @@ table{border-collapse:collapse;font-size:13px;width:100%}
 th,td{border:1px solid #ccc;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f2f2f2}
 td.verdict{font-weight:bold;text-align:center;white-space:nowrap}
-.pass{background:#d4edda;color:#155724}.fail{background:#f8d7da;color:#721c24}.unknown{background:#fff3cd;color:#856404}
+.pass{background:#d4edda;color:#155724}.fail{background:#f8d7da;color:#721c24}.unknown{background:#fff3cd;color:#856404}.info{background:#e2e3e5;color:#383d41}
 .badge{font-size:13px;padding:2px 8px;border-radius:4px;margin-left:8px;vertical-align:middle}
 td.msg{color:#444;font-size:12px}
 ul.evidence li{margin:4px 0;font-size:13px}
@@ -557,7 +558,7 @@ def _experiment_dirs(run_dir: Path, results: list[dict]) -> list[tuple[Path | No
             elif (cand / TIMELINE_FILE).exists():
                 d = cand
         if d is None:
-            d = by_name.get(f"{r.get('stack')}--{r.get('experiment')}")
+            d = by_name.get(experiment_dir_name(str(r.get('stack')), str(r.get('experiment'))))
         if d is not None:
             used.add(d.name)
         out.append((d, r, f"{r.get('stack', '?')} / {r.get('experiment', '?')}"))
@@ -607,7 +608,7 @@ def render(run_dir: Path, summary_: dict, events: dict[Path, Events] | None = No
                      f'<td>{_e(c["name"])}</td><td class="verdict {_e(v)}">{_e(ICON.get(v, v))}</td>'
                      f'<td>{_e(figs)}</td><td class="msg">{_e(c.get("message", ""))}</td></tr>')
     h.append('</tbody></table>')
-    fails = [(r, c) for r in results for c in r.get("checks", []) if c["verdict"] != "pass"]
+    fails = [(r, c) for r in results for c in r.get("checks", []) if c["verdict"] not in ("pass", "info")]
     if fails:
         h.append('<h3>Evidence</h3><ul class="evidence">')
         for r, c in fails:
@@ -696,7 +697,7 @@ def _meta_quick(path: Path) -> dict:
                 line = line.strip()
                 if line:
                     ev = json.loads(line)
-                    return ev if ev.get("type") == "meta" else {}
+                    return ev if ev.get("type") == META else {}
     except (OSError, ValueError):
         pass
     return {}

@@ -23,6 +23,7 @@ from monsoon.checks.registry import evaluate
 from monsoon.report.result import ExperimentResult
 from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SWEEP_FILE, SWEEP_PLOT, TIMELINE_FILE
 from monsoon.timeline.store import Events
+from monsoon.timeline.events import OP, OP_SWEEP_SIZE
 
 
 def rows(record: dict) -> list[dict]:
@@ -129,7 +130,7 @@ def html_page(record: dict, verdicts: Sequence[dict] = ()) -> str:
 def gc_panel(ax, events: Events) -> None:
     """The platform's GC time (% of wall time over 5 s windows, from its gc_seconds counter) over the sweep,
     each size's ramp shaded and labelled."""
-    ops = [e for e in events.of("op") if e.get("op") == "sweep-size"]
+    ops = [e for e in events.of(OP) if e.get("op") == OP_SWEEP_SIZE]
     ends = [e["t"] for e in ops[1:]] + [None]
     series = gc_rate_series(events.series("metrics", "gc_seconds"), 5.0)
     for k, (e, end) in enumerate(zip(ops, ends)):

@@ -33,6 +33,7 @@ from monsoon.spec.stack import jar_sha256
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 from monsoon.timeline.views import counter_steps
+from monsoon.timeline.events import CALIBRATION_STEP, META, OP, OP_ERROR, OP_LOAD_END, SAMPLE
 
 
 CALIBRATION_DIR = "calibration"
@@ -399,7 +400,7 @@ class RecordingTimeline(Timeline):
 
     def add(self, type: str, **fields: Any) -> dict:
         ev = super().add(type, **fields)
-        if type == "sample" and fields.get("collector") in ("storage", "metrics", "kafka"):
+        if type == SAMPLE and fields.get("collector") in ("storage", "metrics", "kafka"):
             with self._mem:
                 self.samples.append(ev)
         return ev
@@ -460,7 +461,7 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
             st.ok, st.criterion, st.reason = crit is None, crit, reason
             steps.append(st)
             mine.append(st)
-            tl.add("calibration-step", **st.to_dict(), window=[round(ta, 3), round(tb, 3)])
+            tl.add(CALIBRATION_STEP, **st.to_dict(), window=[round(ta, 3), round(tb, 3)])
             progress(f"[{label}] step {i}: target {st.target:7,.0f}/s sent {st.send_rate:7,.0f}/s "
                      f"acked {st.ack_rate:7,.0f}/s stored {_f(st.stored_rate)}/s "
                      f"backlog slope {_f(st.backlog_slope)}/s p99 {_f(st.p99_ms)}ms"
@@ -484,7 +485,7 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
         totals = fleet.run(halt, on_second)
         if mix is not None:
             mix.stop()
-        tl.add("op", op="load-end", sent=totals.sent, acked=totals.acked, late=totals.late)
+        tl.add(OP, op=OP_LOAD_END, sent=totals.sent, acked=totals.acked, late=totals.late)
         if len(mine) == len(rates) - 1 and all(x.ok for x in mine) and not stop.is_set():
             time.sleep(1.5)        # one more sample after the last step's end
             evaluate(len(rates) - 1)
@@ -512,7 +513,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     finished = [False]
     started = time.time()
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
-        tl.add("meta", kind="calibration", run_id=run_id, stack=stack_spec.name, profile=profile,
+        tl.add(META, kind="calibration", run_id=run_id, stack=stack_spec.name, profile=profile,
                stack_source=stack_spec.source, rates=rates,
                params={k: v for k, v in asdict(params).items() if k != "criteria"}, criteria=asdict(params.criteria))
 
@@ -527,7 +528,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
                                    exits=exits)
         except Exception as e:   # the stack failed: the record says so
             error = f"{type(e).__name__}: {e}"
-            tl.add("op", op="error", error=error)
+            tl.add(OP, op=OP_ERROR, error=error)
             progress(f"[{label}] ERROR {error}")
 
     failed = next((s for s in steps if not s.ok), None)

@@ -34,6 +34,7 @@ from monsoon.signals import signal_of
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.columnar import fresh, write_rows
 from monsoon.timeline.store import Timeline
+from monsoon.timeline.events import DRAIN, META, OP, OP_ERROR, OP_FINAL_READ_BACK, OP_INTERRUPTED, OP_LOAD_END, STORED
 
 
 @dataclass
@@ -66,7 +67,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
     label = plan.label
 
     with Timeline(out_dir / TIMELINE_FILE) as tl:
-        tl.add("meta", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
+        tl.add(META, run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
                base_rate=exp.load.base_rate, base_rate_auto=result.base_rate, env=exp.env, restart=exp.restart, shape=exp.load.shape.kind,
                multiplier=exp.load.shape.multiplier, devices=exp.load.devices, qos=exp.load.qos,
                transport=exp.load.transport or stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
@@ -122,29 +123,29 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                 else:
                     with view:
                         totals = fleet.run(stop, on_second)
-                tl.add("op", op="load-end", **_totals_dict(totals))
+                tl.add(OP, op=OP_LOAD_END, **_totals_dict(totals))
                 write_rows(out_dir / SENT_DATA, ("device", "last_seq"), totals.last_seq.items())   # what "never sent" means for the accounting
                 fleet.close()
                 where.update(stage="drain", phase=None)
                 progress(f"[{label}] load done: sent={totals.sent:,} acked={totals.acked:,} "
                          f"failed={totals.failed:,} late={totals.late:,}; draining (up to {durations.drain_timeout:g}s)")
                 drain = Drain(sampler, stack_spec.observe.kafka is not None).wait(durations.drain_timeout, stop)
-                tl.add("drain", **drain)
+                tl.add(DRAIN, **drain)
                 sampler.stop()
                 where["stage"] = "read-back"
                 t_export = time.monotonic()
                 rows = stored_source(stack_spec.storage, stack.endpoint).export(out_dir / STORED_DATA)
-                tl.add("stored", path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t_export, 3))
+                tl.add(STORED, path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t_export, 3))
                 load.deprovision()    # the devices a registry holds for the run, deleted while it runs
                 where["stage"] = "teardown"
                 read_back_after_stop(stack, out_dir, tl, progress, label, rows)
         except Exception as e:  # the run failed to run: report it, don't crash the session
             result.error = f"{type(e).__name__}: {e}"
-            tl.add("op", op="error", error=result.error, traceback=traceback.format_exc())
+            tl.add(OP, op=OP_ERROR, error=result.error, traceback=traceback.format_exc())
             progress(f"[{label}] ERROR {result.error}")
         except KeyboardInterrupt as e:   # after the heal and the stop (shielded above): judge what exists
             result.interrupted = interruption(signal_of(e), tl.now(), where)
-            tl.add("op", op="interrupted", **result.interrupted)
+            tl.add(OP, op=OP_INTERRUPTED, **result.interrupted)
             progress(f"[{label}] {describe_interruption(result.interrupted)}; faults healed, stack stopped; "
                      f"checking the data that exists")
         finally:
@@ -178,14 +179,14 @@ def read_back_after_stop(stack: Stack, out_dir: Path, tl: Timeline, progress: Pr
     try:
         rows = stored_source(stack.spec.storage, stack.endpoint).export(out_dir / STORED_FINAL_TMP)
     except Exception as e:
-        tl.add("op", op="final-read-back", ok=False, error=f"{type(e).__name__}: {e}"[:300])
+        tl.add(OP, op=OP_FINAL_READ_BACK, ok=False, error=f"{type(e).__name__}: {e}"[:300])
         progress(f"[{label}] reading storage again after {', '.join(first) or 'nothing'} stopped failed "
                  f"({type(e).__name__}); the drain's read-back stands")
         return
     fresh(out_dir / STORED_AT_DRAIN_DATA)
     os.replace(out_dir / STORED_DATA, out_dir / STORED_AT_DRAIN_DATA)
     os.replace(out_dir / STORED_FINAL_TMP, out_dir / STORED_DATA)
-    tl.add("stored", path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t, 3), final=True,
+    tl.add(STORED, path=STORED_DATA, rows=rows, seconds=round(time.monotonic() - t, 3), final=True,
            stopped=first, at_drain=at_drain, at_drain_path=STORED_AT_DRAIN_DATA)
     progress(f"[{label}] storage read again after {', '.join(first) or 'nothing'} stopped: {rows:,} rows "
              f"({rows - at_drain:+,} since the drain's read-back)")

@@ -18,6 +18,8 @@ from monsoon.rundir import ACKED_DATA, LATENCY_FILE
 from monsoon.stack.provision import Device, device_names, provisioner_for
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
+from monsoon.timeline.events import (LOAD, OP, OP_CONNECTED, OP_DEPROVISIONED, OP_PREFLIGHT, OP_PROVISIONED,
+                                     PHASE, PLATFORM, SERVICE, SVC_EXIT, SVC_RESTART)
 
 
 def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None = None) -> list[Device]:
@@ -60,12 +62,12 @@ class StackEvents:
 
     def __call__(self, type_: str, **fields: Any) -> None:
         self.tl.add(type_, **fields)
-        if type_ != "service":
+        if type_ != SERVICE:
             return
-        if fields.get("event") == "exit" and self.watch in (None, fields.get("service")):
+        if fields.get("event") == SVC_EXIT and self.watch in (None, fields.get("service")):
             self.exits.append(self.tl.now())
             self.progress(f"[{self.label}] service {fields['service']} exited: {fields.get('cause')}")
-        if fields.get("event") == "restart":
+        if fields.get("event") == SVC_RESTART:
             self.restarts += 1
             self.progress(f"[{self.label}] service {fields['service']} restarted (#{fields.get('n')})")
 
@@ -93,12 +95,12 @@ class LoadHarness:
         # every declared endpoint answers before anything is sent; the platform's facts are read with them
         self.facts = preflight(stack.spec, collectors, stored_source(stack.spec.storage, stack.endpoint),
                                render=stack.endpoint)
-        tl.add("op", op="preflight", ok=True)
+        tl.add(OP, op=OP_PREFLIGHT, ok=True)
         if self.facts:
-            tl.add("platform", **self.facts)
+            tl.add(PLATFORM, **self.facts)
         t = time.monotonic()
         devs = self.provision(stack, device_prefix, devices)
-        tl.add("op", op="provisioned", devices=len(devs), seconds=round(time.monotonic() - t, 2))
+        tl.add(OP, op=OP_PROVISIONED, devices=len(devs), seconds=round(time.monotonic() - t, 2))
         options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_DATA, topic=dev.topic, qos=qos,
                                latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers,
                                legs=legs)
@@ -106,12 +108,12 @@ class LoadHarness:
         host, port = stack.endpoint(dev.host), int(stack.endpoint(port_t))
         self._fleet = fleet = build_fleet(transport, devs, host, port, options, engine=engine)
         fleet.connect()
-        tl.add("op", op="connected", devices=len(devs))
+        tl.add(OP, op=OP_CONNECTED, devices=len(devs))
         self.sampler = Sampler(tl, collectors).start()
         time.sleep(1.0)  # one baseline sample before the load
         self.t0 = t0 = tl.now()
         for ph in shape.phases():
-            tl.add("phase", name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
+            tl.add(PHASE, name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
         return self
 
     def provision(self, stack: Stack, device_prefix: str, n: int) -> list[Device]:
@@ -138,7 +140,7 @@ class LoadHarness:
         """One second of the fleet onto the timeline (``sec``: the fleet's second index; ``t`` is the timeline's)."""
         fields = dict(vars(st))
         fields["sec"] = fields.pop("t")
-        self.tl.add("load", **fields)
+        self.tl.add(LOAD, **fields)
         if self.dumper is not None:
             self.dumper.on_second(fields)
         return fields
@@ -162,9 +164,9 @@ class LoadHarness:
         for client, names in self.created:
             try:
                 client.delete_devices(names)
-                self.tl.add("op", op="deprovisioned", devices=len(names))
+                self.tl.add(OP, op=OP_DEPROVISIONED, devices=len(names))
             except Exception as e:   # a registry already gone: said on the timeline, not raised over the run
-                self.tl.add("op", op="deprovisioned", ok=False, error=f"{type(e).__name__}: {e}")
+                self.tl.add(OP, op=OP_DEPROVISIONED, ok=False, error=f"{type(e).__name__}: {e}")
             finally:
                 client.close()
         self.created = []

@@ -35,6 +35,7 @@ from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.provision import device_names
 from monsoon.stack.supervisor import Stack
+from monsoon.timeline.events import META, OP, OP_ERROR, OP_INTERRUPTED, OP_MIX_WARMUP
 
 
 def plan_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, force: bool = False,
@@ -161,7 +162,7 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
                     qos=exp.load.qos, device_prefix=exp.load.device_prefix,
                     criteria=Criteria(gc_fraction=m["gc_fraction"]))
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
-        tl.add("meta", kind="request-mix", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
+        tl.add(META, kind="request-mix", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
                mix=m, shares=shares, devices=exp.load.devices, stack_source=stack_spec.source,
                experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
         on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
@@ -183,7 +184,7 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
                     def start(self, shape) -> None:
                         t = time.monotonic()
                         w = client.warm_up()
-                        tl.add("op", op="mix-warmup", **{k: v for k, v in w.items() if k in ("entities", "found",
+                        tl.add(OP, op=OP_MIX_WARMUP, **{k: v for k, v in w.items() if k in ("entities", "found",
                                                                                               "seconds")})
                         progress(f"[{label}] warm-up: {w['found']} of {w['entities']} entities found and read in "
                                  f"{time.monotonic() - t:.1f} s (read p99 {w['read'].get('p99_ms')} ms)")
@@ -193,11 +194,11 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
                                 exits=on_event.exits, mix=warm)
         except Exception as e:   # the stack failed: the record says so
             error = f"{type(e).__name__}: {e}"
-            tl.add("op", op="error", error=error)
+            tl.add(OP, op=OP_ERROR, error=error)
             progress(f"[{label}] ERROR {error}")
         except KeyboardInterrupt:
             error = "interrupted"
-            tl.add("op", op="interrupted")
+            tl.add(OP, op=OP_INTERRUPTED)
     failed = any(not s.ok for s in steps)
     dec = mix_decision(steps, finished or failed)
     cap_step = next((s for s in reversed(steps) if s.ok and s.mix), None)

@@ -40,12 +40,13 @@ from monsoon.report import sweep as sweep_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
 from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
-from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, new_run_id, point_latest
+from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, experiment_dir_name, new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
 from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
+from monsoon.timeline.events import META, OP, OP_ERROR, OP_INTERRUPTED, OP_SWEEP_SIZE, SWEEP_SIZE
 
 MIN_RATE = 5.0        # msg/s: no ladder starts lower
 DRAIN_S = 30.0        # at most this long for the backlog to drain between sizes
@@ -155,7 +156,7 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
     payloads = {size: sized_payload(size, exp.load.device_prefix) for size in sizes}   # ValueError before a start
     checks = sweep_checks(exp, profile)
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
-        tl.add("meta", kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
+        tl.add(META, kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
                profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
                experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
         on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
@@ -177,7 +178,7 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
                                                       latency_k=sw["latency_k"] or math.inf))
                     sdir = out_dir / f"size-{size}"
                     sdir.mkdir(exist_ok=True)
-                    tl.add("op", op="sweep-size", size=size, start_rate=start, max_rate=top)
+                    tl.add(OP, op=OP_SWEEP_SIZE, size=size, start_rate=start, max_rate=top)
                     steps: list[Step] = []
                     slabel = f"{label} {size}B"
                     finished = ramp(stack, tl, params, sdir, steps, label=slabel, progress=progress, stop=stop,
@@ -199,16 +200,16 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
                         entry["transport"] = tr.to_dict()
                         progress(f"[{slabel}] transport alone (Kafka produce+consume): {tr.msg_s:,.0f} msg/s, "
                                  f"{tr.mb_s:,.2f} MB/s" + (f" ({tr.error})" if tr.error else ""))
-                    tl.add("sweep-size", **{k: v for k, v in entry.items() if k != "steps"})
+                    tl.add(SWEEP_SIZE, **{k: v for k, v in entry.items() if k != "steps"})
                     entries.append(entry)
                     prev = entry
         except Exception as e:   # the stack failed: the record says so
             error = f"{type(e).__name__}: {e}"
-            tl.add("op", op="error", error=error)
+            tl.add(OP, op=OP_ERROR, error=error)
             progress(f"[{label}] ERROR {error}")
         except KeyboardInterrupt:
             error = "interrupted"
-            tl.add("op", op="interrupted")
+            tl.add(OP, op=OP_INTERRUPTED)
     record = {"kind": "size-sweep", "stack": stack_spec.name, "experiment": exp.name, "profile": profile,
               "run_id": run_id, "host": socket.gethostname(), "cpu_count": os.cpu_count(),
               "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
@@ -250,7 +251,7 @@ def cli(args) -> int:
         return 2
     runs = settings.runs_dir(args.runs_dir)
     run_id = new_run_id()
-    out = runs / run_id / f"{stack_spec.name}--{exp.name}"
+    out = runs / run_id / experiment_dir_name(stack_spec.name, exp.name)
     stop = threading.Event()
     rec = run_sweep(stack_spec, exp, out, run_id=run_id, profile=args.profile,
                     progress=lambda s: print(s, flush=True), stop=stop)

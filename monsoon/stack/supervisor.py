@@ -38,6 +38,9 @@ from monsoon.stack import containers as ctr
 from monsoon.stack import cpubudget
 from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
+from monsoon.timeline.events import (OP, OP_BEFORE_STOP, OP_IMAGE_IMPORT, OP_NAMESPACE, OP_STACK_RETRY,
+                                     OP_STACK_START, SERVICE, SVC_DONE, SVC_EXIT, SVC_READY, SVC_RESTART,
+                                     SVC_RESTART_FAILED, SVC_START, SVC_STOP)
 
 
 OOM_PATTERNS = (re.compile(r"java\.lang\.OutOfMemoryError"), re.compile(r"Out of memory", re.I))
@@ -244,7 +247,7 @@ class Stack:
                 c.import_image(image)
             except Exception as e:
                 raise StackError(f"image {image} cannot be imported into the cluster: {e}") from None
-            self.on_event("op", op="image-import", image=image, seconds=round(time.monotonic() - t0, 3))
+            self.on_event(OP, op=OP_IMAGE_IMPORT, image=image, seconds=round(time.monotonic() - t0, 3))
         ns = self.spec.kube_namespace()
         try:
             self._kube.ensure_namespace(ns, self.run_id)
@@ -253,7 +256,7 @@ class Stack:
             raise
         except Exception as e:
             raise StackError(f"namespace {ns} cannot be created: {type(e).__name__}: {e}") from None
-        self.on_event("op", op="namespace", namespace=ns, event="created")
+        self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="created")
         try:
             self._mirror = c.forward(sorted(self.ports.values()))
         except Exception as e:
@@ -275,8 +278,8 @@ class Stack:
             gone = self._kube.delete_namespace(ns)
         except Exception as e:
             gone = False
-            self.on_event("op", op="namespace", namespace=ns, event="delete-failed", error=str(e)[:200])
-        self.on_event("op", op="namespace", namespace=ns, event="deleted" if gone else "still-there",
+            self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="delete-failed", error=str(e)[:200])
+        self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="deleted" if gone else "still-there",
                       seconds=round(time.monotonic() - t0, 3))
 
     def start(self) -> "Stack":
@@ -291,7 +294,7 @@ class Stack:
         for attempt in itertools.count(1):
             self.ports = allocate_ports(self.spec)
             self.ctx = self._base_ctx()
-            self.on_event("op", op="stack-start", stack=self.spec.name, ports=self.ports, attempt=attempt)
+            self.on_event(OP, op=OP_STACK_START, stack=self.spec.name, ports=self.ports, attempt=attempt)
             try:
                 self._start_pods()
                 for name in self.spec.start_order():
@@ -301,7 +304,7 @@ class Stack:
                 self.stop()
                 if not getattr(e, "port_taken", False) or attempt == START_ATTEMPTS:
                     raise
-                self.on_event("op", op="stack-retry", stack=self.spec.name, attempt=attempt,
+                self.on_event(OP, op=OP_STACK_RETRY, stack=self.spec.name, attempt=attempt,
                               reason=str(e).splitlines()[0])
                 self.services = {}
                 self._stopping.clear()
@@ -393,7 +396,7 @@ class Stack:
         extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
         if svc.pod:
             extra = {"pod": svc.proc.name, "uid": svc.proc.uid, "image": svc.spec.image}
-        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts, **extra)
+        self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, **extra)
 
     def _start_service(self, name: str) -> None:
         svc = self._build(name)
@@ -414,7 +417,7 @@ class Stack:
             time.sleep(0.2)
             if svc.proc.poll() is not None and first:
                 raise self._died(svc, t0)
-            self.on_event("service", service=svc.name, event="ready", after_s=0.0)
+            self.on_event(SERVICE, service=svc.name, event=SVC_READY, after_s=0.0)
             return True
         deadline = t0 + ready.timeout * self.scale
         while time.monotonic() < deadline:
@@ -426,7 +429,7 @@ class Stack:
                 return False
             if (not svc.pod or ready.log or svc.proc.ready()) and \
                     _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
-                self.on_event("service", service=svc.name, event="ready", after_s=round(time.monotonic() - t0, 3))
+                self.on_event(SERVICE, service=svc.name, event=SVC_READY, after_s=round(time.monotonic() - t0, 3))
                 return True
             time.sleep(0.1)
         if first:
@@ -454,7 +457,7 @@ class Stack:
         if code != 0:
             raise StackError(f"oneshot service {svc.name!r} exited with code {code} after {after:.1f}s; "
                              f"last log lines of {svc.log_path}:\n" + _last_lines(svc.log_path))
-        self.on_event("service", service=svc.name, event="done", code=code, after_s=after)
+        self.on_event(SERVICE, service=svc.name, event=SVC_DONE, code=code, after_s=after)
 
     def _died(self, svc: Service, t0: float) -> StackError:
         code = _norm(svc.proc.returncode)
@@ -482,7 +485,7 @@ class Stack:
             elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
                 ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
-            self.on_event("service", service=svc.name, event="exit", **ev)
+            self.on_event(SERVICE, service=svc.name, event=SVC_EXIT, **ev)
             if svc.pod:     # kubelet restarts it (restartPolicy: Always), or the Deployment makes a new pod
                 self._await_pod(svc)
                 continue
@@ -497,9 +500,9 @@ class Stack:
                 try:
                     self._spawn(svc)
                 except StackError as e:
-                    self.on_event("service", service=svc.name, event="restart-failed", error=str(e))
+                    self.on_event(SERVICE, service=svc.name, event=SVC_RESTART_FAILED, error=str(e))
                     return
-            self.on_event("service", service=svc.name, event="restart", n=svc.starts)
+            self.on_event(SERVICE, service=svc.name, event=SVC_RESTART, n=svc.starts)
             self._wait_ready(svc, first=False)
 
     def _await_pod(self, svc: Service) -> None:
@@ -508,7 +511,7 @@ class Stack:
             if not svc.proc.resume(self._stopping):
                 return
         except Exception as e:
-            self.on_event("service", service=svc.name, event="restart-failed", error=str(e)[:300])
+            self.on_event(SERVICE, service=svc.name, event=SVC_RESTART_FAILED, error=str(e)[:300])
             self._stopping.wait(5)
             return
         with open(svc.log_path, "ab") as log:
@@ -517,9 +520,9 @@ class Stack:
         svc.starts += 1
         svc.started = time.monotonic()
         svc.sent = None
-        self.on_event("service", service=svc.name, event="start", pid=svc.proc.pid, n=svc.starts, pod=svc.proc.name,
+        self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, pod=svc.proc.name,
                       uid=svc.proc.uid, restart_count=svc.proc.instance[1], image=svc.spec.image)
-        self.on_event("service", service=svc.name, event="restart", n=svc.starts, by="kubelet")
+        self.on_event(SERVICE, service=svc.name, event=SVC_RESTART, n=svc.starts, by="kubelet")
         self._wait_ready(svc, first=False)
 
     # --- capabilities
@@ -578,7 +581,7 @@ class Stack:
             try:
                 fn()
             except Exception as e:
-                self.on_event("op", op="before-stop", ok=False, error=f"{type(e).__name__}: {e}")
+                self.on_event(OP, op=OP_BEFORE_STOP, ok=False, error=f"{type(e).__name__}: {e}")
         with self._lock:
             self._stopping.set()
         for name in reversed(list(self.services)):
@@ -597,10 +600,10 @@ class Stack:
             svc.stopped = True
         if svc.container or svc.pod:
             svc.proc.stop(svc.spec.stop_timeout)
-            self.on_event("service", service=svc.name, event="stop", code=svc.proc.returncode)
+            self.on_event(SERVICE, service=svc.name, event=SVC_STOP, code=svc.proc.returncode)
             return
         _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
-        self.on_event("service", service=svc.name, event="stop", code=_norm(svc.proc.returncode))
+        self.on_event(SERVICE, service=svc.name, event=SVC_STOP, code=_norm(svc.proc.returncode))
 
 
 def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause: str, oom: bool) -> dict:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Self
 
+from monsoon.timeline.events import META, PHASE, SAMPLE, check
 from monsoon.timeline.tail import Tear, secs
 
 
@@ -25,6 +26,9 @@ class Timeline:
         return self._clock() - self._t0
 
     def add(self, type: str, **fields: Any) -> dict:
+        """Write one event; its type and field names must be declared in :mod:`monsoon.timeline.events`
+        (:class:`~monsoon.timeline.events.UndeclaredEvent` otherwise, before anything is written)."""
+        check(type, fields)
         ev = {"type": type, "t": round(self.now(), 3), "wall": round(self._wall(), 3), **fields}
         line = json.dumps(ev, default=str)
         with self._lock:
@@ -190,7 +194,7 @@ class Events:
         self._samples: dict[str, list[dict]] = {}
         for e in events:
             self._by_type.setdefault(e.get("type"), []).append(e)
-            if e.get("type") == "sample":
+            if e.get("type") == SAMPLE:
                 self._samples.setdefault(e.get("collector"), []).append(e)
 
     @classmethod
@@ -207,7 +211,7 @@ class Events:
         return next((i for i, e in enumerate(self.events) if e is event), len(self.events)) < self.damage_at
 
     def of(self, type: str, **match: Any) -> Iterator[dict]:
-        pool = self._samples.get(match.get("collector"), []) if type == "sample" and "collector" in match \
+        pool = self._samples.get(match.get("collector"), []) if type == SAMPLE and "collector" in match \
             else self._by_type.get(type, [])
         for e in pool:
             if all(e.get(k) == v for k, v in match.items()):
@@ -217,11 +221,11 @@ class Events:
         return next(self.of(type, **match), None)
 
     def meta(self) -> dict:
-        return self.first("meta") or {}
+        return self.first(META) or {}
 
     def phases(self) -> list[dict]:
         """Phases with absolute timeline times (``start``/``end`` shifted by the load start)."""
-        return [e for e in self.of("phase")]
+        return [e for e in self.of(PHASE)]
 
     def phase(self, name: str) -> dict | None:
         return next((p for p in self.phases() if p["name"] == name), None)
@@ -229,7 +233,7 @@ class Events:
     def series(self, collector: str, field: str) -> list[tuple[float, float]]:
         """(t, value) for every sample of ``collector`` that has a numeric ``field``."""
         out = []
-        for e in self.of("sample", collector=collector):
+        for e in self.of(SAMPLE, collector=collector):
             v = e.get(field)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out.append((e["t"], float(v)))

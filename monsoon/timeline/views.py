@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from monsoon.timeline.events import (FAULT, FAULT_PLAN, SAMPLE, SERVICE, SILENCE, SVC_EXIT, SVC_READY, SVC_RESTART,
+                                     SVC_START)
 
 
 # pod-failure (Chaos Mesh) stops the pod's container too: kubelet SIGTERMs it when its image becomes the pause image
@@ -33,13 +35,13 @@ def fault_windows(events) -> list[Window]:
     A window is judged on its *last* heal: a scheduled heal that failed is retried by the final heal,
     and when that one worked the fault healed, late (``late_s``), and ``end`` is when it really went.
     """
-    plan = events.first("fault-plan")
+    plan = events.first(FAULT_PLAN)
     if plan is None:
         return []
     t0 = plan["t"]
     injects: dict[tuple, dict] = {}
     heals: dict[tuple, list[dict]] = {}
-    for e in events.of("fault"):
+    for e in events.of(FAULT):
         key = (e["name"], e["window"])
         if e.get("phase") == "inject":
             injects[key] = e
@@ -79,12 +81,12 @@ def explained_by_kill(events, slack: float = 3.0) -> set[tuple[str, str, float]]
             # engine is created): the pod was gone by the time the landing check saw it, no later
             within = max(within, float(w.evidence.get("waited_s") or 0) + float(w.evidence.get("effect_waited_s") or 0)
                          + slack)
-        exit_ = next((e for e in events.of("service", event="exit", service=w.target)
+        exit_ = next((e for e in events.of(SERVICE, event=SVC_EXIT, service=w.target)
                       if w.start - slack <= e["t"] <= w.start + within), None)
         if exit_ is None:
             continue
         out.add(("exit", w.target, exit_["t"]))
-        restart = next((e for e in events.of("service", event="restart", service=w.target) if e["t"] >= exit_["t"]),
+        restart = next((e for e in events.of(SERVICE, event=SVC_RESTART, service=w.target) if e["t"] >= exit_["t"]),
                        None)
         if restart is not None:
             out.add(("restart", w.target, restart["t"]))
@@ -93,10 +95,10 @@ def explained_by_kill(events, slack: float = 3.0) -> set[tuple[str, str, float]]
 
 def downtime(events, w: Window) -> float | None:
     """Seconds from a kill's injection until its service was ready again (None: never, or no readiness events)."""
-    start = next((e for e in events.of("service", event="start", service=w.target) if e["t"] >= w.start - 3.0), None)
+    start = next((e for e in events.of(SERVICE, event=SVC_START, service=w.target) if e["t"] >= w.start - 3.0), None)
     if start is None:
         return None
-    ready = next((e for e in events.of("service", event="ready", service=w.target) if e["t"] >= start["t"]), None)
+    ready = next((e for e in events.of(SERVICE, event=SVC_READY, service=w.target) if e["t"] >= start["t"]), None)
     return None if ready is None else round(ready["t"] - w.start, 2)
 
 
@@ -129,14 +131,14 @@ def silences(events, min_s: float = SILENCE_MIN_S) -> list[Silence]:
     between two answers (not for a collector that rests on purpose, :data:`RESTING`). Overlapping stretches of
     one collector are merged. What a silent collector measures was not seen there: never read it as fine."""
     spans: dict[str, list[tuple[float, float | None, str]]] = {}
-    for e in events.of("silence"):
+    for e in events.of(SILENCE):
         if isinstance(e.get("start"), (int, float)):
             end = e.get("end")
             spans.setdefault(str(e.get("collector")), []).append(
                 (float(e["start"]), float(end) if isinstance(end, (int, float)) else None,
                  str(e.get("reason") or "no answer")))
     by: dict[str, list[dict]] = {}
-    for e in events.of("sample"):
+    for e in events.of(SAMPLE):
         by.setdefault(str(e.get("collector")), []).append(e)
     for name, samples in by.items():
         last_ok: float | None = None

@@ -78,7 +78,6 @@ def _run(tmp_path, limit_mb: int, sigkill: bool):
                                   period=0.25).start()
                 time.sleep(0.6)
                 handle = backend.inject(fault, FaultContext(run_id=RUN_ID, stack=stack))
-                tl.add("op", op="memory-pressure", cgroup=handle.data["cgroup"], limit_mb=limit_mb)
                 time.sleep(0.6)                                   # the collector sees the child cgroup
                 if sigkill:
                     stack.kill("hog")                             # what pod-kill does

@@ -317,3 +317,9 @@ def test_an_oom_during_the_stacks_stop_is_counted_like_any_other(tmp_path):
     b2 = RunBuilder(tmp_path / "2").phases(10, 60, 30).service_start()
     b2.ev("service", 140.0, service="platform", event="stop", code=143)
     assert no_oom(run(b2)).verdict == PASS
+
+
+def test_a_check_that_cannot_fail_is_info_and_never_makes_a_pass_on_its_own():
+    from monsoon.checks.base import INFO, combine
+    assert combine([PASS, INFO]) == PASS and combine([FAIL, INFO]) == FAIL and combine([UNKNOWN, INFO]) == UNKNOWN
+    assert combine([INFO, INFO]) == INFO      # nothing judged: not a pass

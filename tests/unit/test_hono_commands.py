@@ -150,6 +150,8 @@ def test_the_fleet_measures_every_leg_and_counts_errors_by_code(tmp_path) -> Non
     v = leg_objective(run, "event", during="faults")
     assert v.verdict == "unknown" and "no fault window" in v.message
     assert leg_objective(run, "nope").verdict == "unknown"
+    v = leg_objective(run, "command_request")        # no max_ms, no max_errors: it cannot fail, it reports
+    assert v.verdict == "info" and "no max_ms or max_errors set" in v.message
 
 
 def test_a_sha256_secret_is_what_honos_digest_encoder_checks() -> None:

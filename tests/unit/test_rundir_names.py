@@ -58,3 +58,34 @@ def test_an_older_runs_csv_and_its_dataset_name_each_other():
         ["acked.csv", "stored.csv", "stored-at-drain.csv", "sent.csv"]
     assert parts_dir(Path("run") / "acked.csv") == Path("run") / rundir.ACKED_DATA
     assert rundir.legacy_csv(Path("run") / rundir.ACKED_DATA) == Path("run") / "acked.csv"
+
+
+def _builds_an_experiment_dir(node: ast.AST) -> bool:
+    """An f-string ``f"{...}--{...}"``: an experiment directory's name spelled out."""
+    if not isinstance(node, ast.JoinedStr):
+        return False
+    parts = node.values
+    return any(isinstance(a, ast.FormattedValue) and isinstance(b, ast.Constant) and isinstance(b.value, str)
+               and b.value == rundir.EXPERIMENT_DIR_SEP
+               and isinstance(c, ast.FormattedValue) for a, b, c in zip(parts, parts[1:], parts[2:]))
+
+
+# monsoon/selftest/day.py (the day-long bench) still spells it; it was being rewritten when the owner came
+EXPERIMENT_DIR_ELSEWHERE = {"monsoon/selftest/day.py"}
+
+
+def test_no_module_but_rundir_builds_an_experiment_directory_name():
+    found = []
+    for p in sorted((REPO / "monsoon").rglob("*.py")):
+        rel = str(p.relative_to(REPO))
+        if rel == "monsoon/rundir.py" or "/_shipped/" in rel or rel in EXPERIMENT_DIR_ELSEWHERE:
+            continue
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(ast.parse(p.read_text())) if _builds_an_experiment_dir(n)]
+    assert found == [], f"use monsoon.rundir.experiment_dir_name: {found}"
+
+
+def test_an_experiment_directory_name_and_its_repeats():
+    assert rundir.experiment_dir_name("tb", "burst-x10") == "tb--burst-x10"
+    assert rundir.experiment_dir_name("tb", "burst-x10", 2) == "tb--burst-x10-2"
+    tree = ast.parse('out = run_dir / f"{stack}--{exp}"\nok = f"{a}-{b}"')
+    assert sorted(_builds_an_experiment_dir(n) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)) == [False, True]
