@@ -55,7 +55,7 @@ from monsoon.observe.collectors import CgroupOomCollector, Collector, ProcessCol
 from monsoon.observe.progress import LoadProgress, progress_fields
 from monsoon.observe.sampler import Sampler
 from monsoon.rundir import (ACKED_DATA, LATENCY_FILE, RESULT_FILE, SENT_DATA, STORED_DATA, TIMELINE_FILE,
-                            new_run_id)
+                            experiment_dir_name, new_run_id)
 from monsoon.run.drain import Drain
 from monsoon.run.harness import LoadHarness, _totals_dict
 from monsoon.selftest.analyze_bench import analyze_in_child
@@ -352,7 +352,7 @@ def run_day(a: argparse.Namespace, root: Path) -> dict[str, Any]:
     binary = ensure_loadgen()
     run_id = "day-" + new_run_id()
     run_dir = root / run_id
-    exp = run_dir / f"{STACK}--{EXPERIMENT}"
+    exp = run_dir / experiment_dir_name(STACK, EXPERIMENT)
     exp.mkdir(parents=True)
     load_s = load_seconds(a.messages, a.rate)
     shape = Steady(rate=a.rate, duration=load_s)
