@@ -34,6 +34,8 @@ from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, rele
 __all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "loopback_sources",
            "shard_range"]
 
+SLICE_BYTES = 16 << 20   # the most of one shard's CSV turned into a part at once (~330,000 acks): bounded memory
+
 
 def shard_range(n_devices: int, i: int, n: int) -> tuple[int, int]:
     """Device index range ``[lo, hi)`` of shard ``i`` of ``n`` (the binary's ``--shard i/n``)."""
@@ -379,28 +381,34 @@ class NativeFleet(FleetBase):
         from after a ``kill -9``); only then, the part durable, are the bytes taken released from the shards (a
         hole punched, so the disk holds the parts, not a day of CSV).  ``last``: the run is over and the shards
         are removed (a line cut off by a killed worker is not data)."""
-        blocks, taken = [], []
-        for w in self._workers:
-            try:
-                block, end = shard_block(w.shard_csv, w.shard_off)
-            except FileNotFoundError:
-                continue
-            blocks.append(block)
-            taken.append((w, end))
-        data = b"".join(blocks)
-        if data:
-            parts.write_table(csv_block_table(data, ACKED_CSV_HEADER),
-                              shard_offsets={w.shard_csv.name: end for w, end in taken})
-        for w, end in taken:
-            w.shard_off = end
-            try:
-                if last:
-                    w.shard_csv.unlink()
-                else:
+        while True:    # in slices of at most SLICE_BYTES per shard: the memory it takes does not grow with the rate
+            blocks, taken = [], []
+            for w in self._workers:
+                try:
+                    block, end = shard_block(w.shard_csv, w.shard_off, limit=SLICE_BYTES)
+                except FileNotFoundError:
+                    continue
+                blocks.append(block)
+                taken.append((w, end))
+            data = b"".join(blocks)
+            if data:
+                parts.write_table(csv_block_table(data, ACKED_CSV_HEADER),
+                                  shard_offsets={w.shard_csv.name: end for w, end in taken})
+            more = False
+            for w, end in taken:
+                more = more or end - w.shard_off >= SLICE_BYTES // 2   # a full slice: there may be more behind it
+                w.shard_off = end
+                try:
                     with open(w.shard_csv, "rb+") as f:
                         release(f.fileno(), end)
-            except FileNotFoundError:
-                pass
+                except FileNotFoundError:
+                    pass
+            del blocks, data
+            if not more:
+                break
+        if last:
+            for w in self._workers:
+                w.shard_csv.unlink(missing_ok=True)
 
     # ---------------------------------------------------------------- close
     def _kill_all(self) -> None:

@@ -212,14 +212,20 @@ def shard_offsets(dir: Path) -> dict[str, int]:
     return {}
 
 
-def shard_block(path: Path, start: int) -> tuple[bytes, int]:
+def shard_block(path: Path, start: int, limit: int | None = None) -> tuple[bytes, int]:
     """The complete CSV lines of shard ``path`` from byte ``start`` (its header line left out when ``start``
-    is 0) and where they end.  Bytes a hole was punched in read as zeros: a line with one in
-    it (only a part that never became durable can leave that) is not data."""
+    is 0) and where they end: at most ``limit`` bytes of them (cut after the last whole line within it; the
+    rest is for the next call), so that a fast run's 30 s of acks are never one transient of hundreds of MB.
+    Bytes a hole was punched in read as zeros: a line with one in it (only a part that never became durable
+    can leave that) is not data."""
     _, end = tail_end(path)
+    n = max(0, end - start)
     with open(path, "rb") as f:
         f.seek(start)
-        block = f.read(max(0, end - start))
+        block = f.read(n if limit is None else min(n, limit))
+    if len(block) < n:                      # cut by the limit: up to its last whole line
+        block = block[:block.rfind(b"\n") + 1]
+        end = start + len(block)
     if start == 0:
         block = block[block.find(b"\n") + 1:]
     if b"\0" in block:

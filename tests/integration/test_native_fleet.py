@@ -114,6 +114,29 @@ def test_every_message_sent_acked_and_recorded_over_two_workers(broker: Broker, 
     assert totals.p99_ms is not None and totals.max_ms >= totals.p99_ms >= totals.p50_ms > 0
 
 
+def test_acks_taken_from_the_shards_in_small_slices_are_all_recorded_once(broker: Broker, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """The shards become parts in slices of at most SLICE_BYTES (a fast run's 30 s of acks are never one
+    transient of hundreds of MB): with slices of ~2 KB, every one of 2,000 acks is in the dataset exactly once,
+    in more parts than flushes."""
+    import monsoon.load.native as native_mod
+    from monsoon.timeline.columnar import dataset_state, parts_dir
+    monkeypatch.setattr(native_mod, "SLICE_BYTES", 2048)
+    devices = make_devices(10)
+    acked_path = tmp_path / "acked.csv"
+    with NativeFleet(devices, "127.0.0.1", broker.port, shape=Steady(rate=1000, duration=2),
+                     acked_path=acked_path, workers=2, payload=Payload("smart-meter")) as fleet:
+        fleet.connect()
+        totals = fleet.run(threading.Event(), lambda s: None)
+    assert totals.acked == 2000
+    rows = read_acked(acked_path)
+    assert len(rows) == 2000
+    for name, got in per_device_seqs(rows).items():
+        assert sorted(got) == list(range(200)), name
+    assert dataset_state(parts_dir(acked_path)).parts > 10
+    assert not list(tmp_path.glob(".acked.csv.shard*"))       # the shards are gone at the end
+
+
 def test_payloads_are_byte_identical_to_python(broker: Broker, tmp_path: Path) -> None:
     """What the native core publishes is what Payload.renderer would have built."""
     payload = Payload("template", template='{"d":"{device}","s":{seq},"t":{ts},"m":{sent_ms},'

@@ -218,3 +218,21 @@ def test_salvage_leaves_shards_alone_while_a_worker_holds_them_and_when_the_run_
         holder.wait()
     w.close()                                                   # a closed dataset is whole: shards are not data
     assert salvage_shards(acked) == 0 and shard_path(acked, 0).exists()
+
+
+def test_a_shard_read_in_limited_slices_gives_whole_lines_and_the_same_bytes(tmp_path):
+    """shard_block(limit=N): at most N bytes, cut after the last whole line, and the next call goes on from
+    there; the slices together are the unlimited block, header left out once."""
+    from monsoon.timeline.columnar import shard_block
+    sh = tmp_path / ".acked.csv.shard0"
+    lines = [f"dev-{i % 7},{i},{1_700_000_000_000 + i},{1_700_000_000_100 + i}\n".encode() for i in range(500)]
+    sh.write_bytes(b"device,seq,intended_ms,acked_ms\n" + b"".join(lines) + b"dev-0,500,17")   # a line in flight
+    whole, end = shard_block(sh, 0)
+    got, off, calls = b"", 0, 0
+    while True:
+        block, nxt = shard_block(sh, off, limit=1000)
+        if nxt == off:
+            break
+        assert len(block) <= 1000 and block.endswith(b"\n"), (off, block[-20:])
+        got, off, calls = got + block, nxt, calls + 1
+    assert got == whole == b"".join(lines) and off == end and calls > 10
