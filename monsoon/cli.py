@@ -828,18 +828,20 @@ def checklist_cli(args) -> int:
 
 
 def heal_cli(args) -> int:
-    done, census, notes = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
-                                          reap_processes=not args.keep_processes)
-    for line in notes:
+    rep = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
+                          reap_processes=not args.keep_processes)
+    for line in rep.notes:
         print(line)
-    for line in done:
+    for line in rep.done:
         print("healed", line)
-    if not done:
+    for failure in rep.failed:
+        print(failure)                  # "heal <what> FAILED: <reason>"
+    if not rep.done and not rep.failed:
         print("nothing to heal")
-    for rid, left in census.items():
+    for rid, left in rep.census.items():
         for x in left:
             print(f"STILL IN PLACE {rid} {x}")
-    return 1 if census else 0
+    return 1 if rep.census or rep.failed else 0
 
 
 def reap_cli(args) -> int:
@@ -925,7 +927,7 @@ def main(argv: list[str] | None = None) -> int:
                        "and restores their memory limits, then kills the run's leftover processes and removes its "
                        "containers (label monsoon.run-id). --all leaves alone every run whose monsoon process is still alive (its "
                        "MONSOON_OWNER_PID label) and says so; --run-id heals that run regardless. "
-                       "Exit 0 when the census is clean.")
+                       "Exit 0 when every step worked and the census is clean; a step that failed is printed \"heal ... FAILED: <reason>\".")
     which = h.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true",
                        help="every monsoon run that left something behind and whose monsoon process is gone "

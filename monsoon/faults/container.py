@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from monsoon.faults.base import FaultError
 from monsoon.stack.containers import client, run_containers
 
 
@@ -29,16 +30,30 @@ def paused(name: str) -> bool | None:
     return bool((c.attrs.get("State") or {}).get("Paused"))
 
 
+class UnpauseFailed(FaultError):
+    """Paused containers of a run that could not be unpaused (``failed``: one line each, with the reason);
+    ``healed``: what was healed before the failure was raised (the other containers are still tried)."""
+
+    def __init__(self, failed: list[str], healed: list[str]) -> None:
+        self.failed, self.healed = list(failed), list(healed)
+        super().__init__("; ".join(self.failed) + (f" (healed: {', '.join(self.healed)})" if self.healed else ""))
+
+
 def unpause_run(run_id: str) -> list[str]:
-    """Unpause every paused container of a run (found by its label); returns what was unpaused."""
-    out = []
+    """Unpause every paused container of a run (found by its label); returns what was unpaused.
+
+    Raises ``UnpauseFailed`` after trying every container when one or more could not be unpaused."""
+    out: list[str] = []
+    failed: list[str] = []
     for c in run_containers(run_id):
         if c.status == "paused":
             try:
                 c.unpause()
                 out.append(f"container {c.name} unpaused")
-            except Exception:
-                pass
+            except Exception as e:   # every container is tried; the failures are raised together below
+                failed.append(f"container {c.name}: unpause failed: {type(e).__name__}: {e}")
+    if failed:
+        raise UnpauseFailed(failed, out)
     return out
 
 

@@ -3,7 +3,7 @@ frozen processes, cgroup limits, Kubernetes objects) and undoes it; runs whose m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from monsoon.faults.cgroup import CgroupBackend
 from monsoon.faults.kube import KubeBackend
@@ -89,14 +89,148 @@ def _reachable(b: ToxiproxyBackend) -> bool:
     try:
         b.client.version()
         return True
-    except Exception:
+    except Exception:   # the probe's answer: a server that cannot say its version is not reachable
         return False
+
+
+class HealFailure(NamedTuple):
+    """A step of a heal that raised: what was being done, and why it failed."""
+    what: str       # e.g. "run-1 toxiproxy: deleting the run's proxies on http://127.0.0.1:8474"
+    reason: str     # the exception, "<type>: <message>"
+
+    def __str__(self) -> str:
+        return f"heal {self.what} FAILED: {self.reason}"
 
 
 class HealReport(NamedTuple):
     done: list[str]                    # what was healed, deleted or killed
     census: dict[str, list[str]]       # run id -> what is still in place
-    notes: list[str]                   # runs left alone (still live), what could not be looked at
+    notes: list[str]                   # runs left alone (still live)
+    failed: list[HealFailure]          # every step that raised: printed as a failure, exit code 1
+
+
+T = TypeVar("T")
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class _Heal:
+    """One heal's record: every step goes through ``attempt``, so a step that raises is recorded in ``failed``
+    (never swallowed) and the steps after it, and the other runs and backends, still run."""
+
+    def __init__(self, toxiproxy_apis: Iterable[str], reap_processes: bool, state_root: Path | None) -> None:
+        self.state_root = state_root
+        self.done: list[str] = []
+        self.notes: list[str] = []
+        self.failed: list[HealFailure] = []
+        self.reap_processes = reap_processes
+        self.own_tox = _toxiproxy_apis_of_runs()     # servers runs started: reaped with the run's processes
+        apis = list(dict.fromkeys([*toxiproxy_apis, *self.own_tox]))
+        self.tox = [ToxiproxyBackend(a) for a in apis]
+        self.kube: list[KubeBackend] = [KubeBackend("chaos-mesh", kube_namespaces()),
+                                        LitmusBackend(kube_namespaces())] if cluster_configured() else []
+        if self.kube and not kube_namespaces():
+            self.notes.append(f"a Kubernetes cluster is configured but {KUBE_NAMESPACES_ENV} is empty: "
+                              "no Kubernetes object was looked for")
+
+    def attempt(self, what: str, step: Callable[..., T], *args: Any) -> T | None:
+        """``step(*args)``; when it raises: recorded in ``failed`` as ``what``, and None is returned."""
+        try:
+            return step(*args)
+        except Exception as e:   # recorded: "heal <what> FAILED: <reason>", and the exit code is 1
+            self.failed.append(HealFailure(what, _reason(e)))
+            return None
+
+    def gone(self, b: Any) -> bool:
+        """A run's own Toxiproxy that no longer answers: gone with its run's processes, it holds nothing any more."""
+        return b in self.tox and b.client.api in self.own_tox and not _reachable(b)
+
+    def backends(self) -> list[Any]:
+        return [ProcessBackend(), CgroupBackend(state_dir=self.state_root), *self.tox, *self.kube]
+
+
+def _runs_to_heal(h: _Heal) -> set[str]:
+    """``heal --all``: every run found in place, less the live ones (named in the notes)."""
+    ids = run_ids_in_place(h.state_root)
+    for t in h.tox:
+        ids |= h.attempt(f"listing the runs on toxiproxy {t.client.api}", run_ids_on, t) or set()
+    for k in h.kube:
+        ids |= h.attempt(f"listing the runs' {k.name} objects", k.run_ids) or set()
+    live = live_runs(process_owners())
+    owners = {**namespace_owners(), **container_owners()}
+    for rid, owner in owners.items():      # a container's or namespace's owner label: is that monsoon alive?
+        st = _proc_stat(owner) if owner else None
+        if rid not in live and st is not None and st[0] not in ("Z", "X"):
+            live[rid] = owner
+    for rid in sorted(ids & live.keys()):
+        h.notes.append(f"run {rid} is still live (owner pid {live[rid]}): skipped; use --run-id {rid} to force")
+    return ids - live.keys()
+
+
+def _heal_faults(h: _Heal, rid: str, backends: list[Any]) -> None:
+    """Every backend's ``heal_all`` for one run; a backend that raises does not stop the others."""
+    for b in backends:
+        if h.gone(b):          # a run's own Toxiproxy, reaped with an earlier run: nothing to heal there
+            continue
+        h.done += [f"{rid} {b.name}: {x}" for x in (h.attempt(f"{rid} {b.name}: healing", b.heal_all, rid) or [])]
+
+
+def _reap_run(h: _Heal, rid: str) -> None:
+    """Delete the run's proxies, kill its processes, remove its containers and namespaces."""
+    for t in h.tox:
+        if h.gone(t):
+            continue
+        h.done += [f"{rid} toxiproxy: proxy {x} deleted" for x in (h.attempt(
+            f"{rid} toxiproxy: deleting the run's proxies on {t.client.api}", t.unroute, rid) or [])]
+    pids = h.attempt(f"{rid}: killing the run's processes", reap, rid) or []
+    if pids:
+        h.done.append(f"{rid}: killed {len(pids)} leftover process(es)")
+    gone = h.attempt(f"{rid}: removing the run's containers", reap_containers, rid) or []
+    if gone:
+        h.done.append(f"{rid}: removed {len(gone)} leftover container(s): {', '.join(gone)}")
+    gone = h.attempt(f"{rid}: deleting the run's namespaces", reap_namespaces, rid) or []
+    if gone:
+        h.done.append(f"{rid}: deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
+
+
+def _stop_left_cluster(h: _Heal) -> None:
+    why = h.attempt("monsoon's cluster: looking for it", cluster.left_behind)
+    if why:
+        stopped = h.attempt(f"monsoon's cluster ({why}): stopping it", cluster.down)
+        if stopped is not None:
+            h.done.append(f"monsoon's cluster ({why}): stopped " + ", ".join(stopped))
+
+
+def _census(h: _Heal, ids: set[str], backends: list[Any], whole_machine: bool) -> dict[str, list[str]]:
+    """What is still in place after the heal; a census that fails is itself in the census (it is not clean)."""
+    census: dict[str, list[str]] = {}
+    if whole_machine:
+        try:
+            if cluster.left_behind():
+                census["k8s-cluster"] = cluster.census()
+        except Exception as e:   # recorded in the census, which is then not clean (exit code 1)
+            census["k8s-cluster"] = [f"census failed: {_reason(e)}"]
+    for rid in sorted(ids):
+        left: list[str] = []
+        for b in backends:
+            try:
+                mine = b.census(rid, routed=True) if h.reap_processes and b in h.tox else b.census(rid)
+            except Exception as e:    # recorded in the census, which is then not clean (exit code 1)
+                if h.reap_processes and h.gone(b):
+                    continue
+                mine = [f"census failed: {e}"]
+            left += [f"{b.name}: {x}" for x in mine]
+        if h.reap_processes:
+            for name, look in (("docker", container_census), ("kubernetes", namespace_census)):
+                try:
+                    left += [f"{name}: {x}" for x in look(rid)]
+                except Exception as e:   # recorded in the census, as above
+                    left.append(f"{name}: census failed: {_reason(e)}")
+        if left:
+            census[rid] = left
+    return census
 
 
 def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] = (),
@@ -112,81 +246,18 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
     run-prefixed names on Toxiproxy, the ``monsoon.io/run-id`` labels of Kubernetes objects) except
     the runs whose monsoon process is still alive (``live_runs``): those are only named in ``notes``.
     A run id given explicitly is healed whatever its owner does.
-    """
 
-    done: list[str] = []
-    notes: list[str] = []
-    own_tox = _toxiproxy_apis_of_runs()     # servers runs started: reaped with the run's processes
-    apis = list(dict.fromkeys([*toxiproxy_apis, *own_tox]))
-    tox = [ToxiproxyBackend(a) for a in apis]
-    kube = [KubeBackend("chaos-mesh", kube_namespaces()), LitmusBackend(kube_namespaces())] \
-        if cluster_configured() else []
-    if kube and not kube_namespaces():
-        notes.append(f"a Kubernetes cluster is configured but {KUBE_NAMESPACES_ENV} is empty: "
-                     "no Kubernetes object was looked for")
-    ids = {run_id} if run_id else run_ids_in_place(state_root)
-    if not run_id:
-        for b in tox:
-            try:
-                ids.update(run_ids_on(b))
-            except Exception as e:  # an unreachable Toxiproxy holds nothing any more
-                done.append(f"toxiproxy {b.client.api}: not reachable ({type(e).__name__})")
-        for b in kube:
-            try:
-                ids.update(b.run_ids())
-            except Exception as e:
-                notes.append(f"{b.name}: cannot list objects: {type(e).__name__}: {e}")
-        live = live_runs(process_owners())
-        owners = {**namespace_owners(), **container_owners()}
-        for rid, owner in owners.items():      # a container's or namespace's owner label: is that monsoon alive?
-            st = _proc_stat(owner) if owner else None
-            if rid not in live and st is not None and st[0] not in ("Z", "X"):
-                live[rid] = owner
-        for rid in sorted(ids & live.keys()):
-            notes.append(f"run {rid} is still live (owner pid {live[rid]}): skipped; use --run-id {rid} to force")
-        ids -= live.keys()
-    backends: list[Any] = [ProcessBackend(), CgroupBackend(state_dir=state_root), *tox, *kube]
+    A step that raises is recorded in ``failed`` (what, and why) and the heal goes on with the other
+    steps, backends and runs.
+    """
+    h = _Heal(toxiproxy_apis, reap_processes, state_root)
+    ids = {run_id} if run_id else _runs_to_heal(h)
+    backends = h.backends()
     for rid in sorted(ids):
-        for b in backends:
-            try:
-                done += [f"{rid} {b.name}: {x}" for x in b.heal_all(rid)]
-            except Exception as e:
-                done.append(f"{rid} {b.name}: FAILED {e}")
+        _heal_faults(h, rid, backends)
         if reap_processes:
-            for b in tox:
-                try:
-                    done += [f"{rid} toxiproxy: proxy {x} deleted" for x in b.unroute(rid)]
-                except Exception as e:   # said here; the census below names what is left
-                    done.append(f"{rid} toxiproxy: FAILED to delete the run's proxies on {b.client.api}: {e}")
-            pids = reap(rid)
-            if pids:
-                done.append(f"{rid}: killed {len(pids)} leftover process(es)")
-            gone = reap_containers(rid)
-            if gone:
-                done.append(f"{rid}: removed {len(gone)} leftover container(s): {', '.join(gone)}")
-            gone = reap_namespaces(rid)
-            if gone:
-                done.append(f"{rid}: deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
+            _reap_run(h, rid)
     if run_id is None and reap_processes:      # after the runs' namespaces: deleting them needs the cluster
-        why = cluster.left_behind()
-        if why:
-            done.append(f"monsoon's cluster ({why}): stopped " + ", ".join(cluster.down()))
-    census: dict[str, list[str]] = {}
-    if run_id is None and cluster.left_behind():
-        census["k8s-cluster"] = cluster.census()
-    for rid in sorted(ids):
-        for b in backends:
-            try:
-                left = b.census(rid, routed=True) if reap_processes and b in tox else b.census(rid)
-            except Exception as e:
-                if b in tox and reap_processes and b.client.api in own_tox and not _reachable(b):
-                    continue   # a run's own Toxiproxy, gone with its processes: it holds nothing any more
-                left = [f"census failed: {e}"]
-            if left:
-                census.setdefault(rid, []).extend(f"{b.name}: {x}" for x in left)
-        if reap_processes:
-            census.setdefault(rid, []).extend(f"docker: {x}" for x in container_census(rid))
-            census[rid].extend(f"kubernetes: {x}" for x in namespace_census(rid))
-            if not census[rid]:
-                del census[rid]
-    return HealReport(done, census, notes)
+        _stop_left_cluster(h)
+    census = _census(h, ids, backends, whole_machine=run_id is None)
+    return HealReport(h.done, census, h.notes, h.failed)

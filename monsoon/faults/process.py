@@ -133,7 +133,10 @@ class ProcessBackend:
         for pid in run_processes(run_id):
             if proc_state(pid) in ("T", "t") and _cont(pid):
                 healed.append(f"pid {pid} continued (SIGCONT)")
-        return healed + ctr.unpause_run(run_id)
+        try:
+            return healed + ctr.unpause_run(run_id)
+        except ctr.UnpauseFailed as e:     # raised with what was healed before it: the caller says both
+            raise ctr.UnpauseFailed(e.failed, [*healed, *e.healed]) from e
 
     def census(self, run_id: str) -> list[str]:
         left = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -337,8 +338,9 @@ class KubeJobFleet(NativeFleet):
         if self._created and self._kube is not None and self.namespace:
             try:
                 self._kube.delete_namespace(self.namespace, timeout=60)
-            except Exception:
-                pass
+            except Exception as e:   # said; the namespace carries the run's label: `monsoon heal` deletes it
+                logging.getLogger(__name__).warning("monsoon: the load job's namespace %s was not deleted: %s: %s",
+                                                    self.namespace, type(e).__name__, e)
             self._created = False
 
     def close(self, timeout: float = 30.0) -> None:

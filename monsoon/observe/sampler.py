@@ -1,6 +1,7 @@
 """The sampler: polls every collector about once a second into the timeline, on its own thread."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -87,13 +88,15 @@ class Sampler:
                 try:
                     self.timeline.add(SILENCE, collector=name, start=round(last, 3), end=round(now, 3),
                                       reason=self._why.get(name) or f"no answer for {now - last:.0f}s", open=True)
-                except Exception:
-                    pass
+                except Exception as e:   # the timeline cannot take it: said in the log instead
+                    logging.getLogger(__name__).warning("monsoon: the silence of collector %s was not recorded: %s: %s",
+                                                        name, type(e).__name__, e)
         for c in self.collectors:
             try:
                 c.close()
-            except Exception:
-                pass
+            except Exception as e:   # said; sampling is over, the collector's samples are written already
+                logging.getLogger(__name__).warning("monsoon: collector %s did not close: %s: %s",
+                                                    getattr(c, "name", c), type(e).__name__, e)
 
     def seq(self, collector: str) -> int:
         """How many samples ``collector`` has written: a reading is fresh when this has moved."""

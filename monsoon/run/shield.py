@@ -45,7 +45,7 @@ class TeardownShield:
         while (name := self._notes.get()) is not None:
             try:
                 self.say(self._note(name))
-            except Exception:
+            except Exception:   # safe to ignore: only a courtesy note; the signal itself is kept in self.received
                 pass
 
     def _note(self, name: str) -> str:

@@ -13,6 +13,7 @@ Every container carries the labels ``monsoon.run-id``, ``monsoon.owner-pid`` and
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import subprocess
 import threading
@@ -209,13 +210,14 @@ class ContainerProc:
                 c.unpause()
             if self.returncode is None:
                 c.stop(timeout=max(1, int(timeout)))
-        except Exception:
+        except Exception:   # safe to ignore: remove(force=True) below kills and removes it all the same
             pass
         self.poll()
         try:
             c.remove(force=True, v=True)
-        except Exception:
-            pass
+        except Exception as e:   # said; the container keeps the run's label: `monsoon heal` removes it
+            logging.getLogger(__name__).warning("monsoon: container %s was not removed: %s: %s",
+                                                getattr(c, "name", "?"), type(e).__name__, e)
 
 
 # ------------------------------------------------------------------ reaper
@@ -253,8 +255,9 @@ def reap_containers(run_id: str | None = None) -> list[str]:
                 c.unpause()
             c.remove(force=True, v=True)
             gone.append(c.name)
-        except Exception:
-            pass
+        except Exception as e:   # said; the next container is still tried, and container_census names this one
+            logging.getLogger(__name__).warning("monsoon: container %s of run %s was not removed: %s: %s",
+                                                c.name, run_id or "(any)", type(e).__name__, e)
     return gone
 
 

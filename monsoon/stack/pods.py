@@ -18,6 +18,7 @@ tell a dead run's namespace (deleted) from a live one's (skipped).
 """
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from contextlib import ExitStack, contextmanager
@@ -403,8 +404,9 @@ class PodProc:
         try:
             self.kube.apps.delete_namespaced_deployment(self.service, self.namespace, propagation_policy="Foreground",
                                                         grace_period_seconds=max(0, int(timeout)), _request_timeout=10)
-        except Exception:
-            pass
+        except Exception as e:   # said; the namespace's deletion (at stack stop, or `monsoon heal`) takes its pods
+            logging.getLogger(__name__).warning("monsoon: the Deployment %s/%s was not deleted: %s: %s",
+                                                self.namespace, self.service, type(e).__name__, e)
         deadline = time.monotonic() + timeout + 15
         while time.monotonic() < deadline:
             try:
@@ -486,8 +488,9 @@ def reap_namespaces(run_id: str | None = None, timeout: float = 120.0) -> list[s
         try:
             kube.delete_namespace(name, timeout)
             gone.append(name)
-        except Exception:
-            pass
+        except Exception as e:   # said; the next namespace is still tried, and namespace_census names this one
+            logging.getLogger(__name__).warning("monsoon: namespace %s was not deleted: %s: %s",
+                                                name, type(e).__name__, e)
     return gone
 
 

@@ -15,6 +15,7 @@ group, so a leftover can be found (``find_leftovers``) and killed as a group;
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -268,8 +269,9 @@ class Stack:
         if mirror is not None:
             try:
                 mirror.stop()
-            except Exception:
-                pass
+            except Exception as e:   # said; the stack goes on stopping: the namespace below is what holds the run
+                logging.getLogger(__name__).warning("monsoon: the cluster's port mirror did not stop: %s: %s",
+                                                    type(e).__name__, e)
         ns, self._namespace = self._namespace, None
         if self._kube is None or ns is None:
             return

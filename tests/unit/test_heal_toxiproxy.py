@@ -84,11 +84,16 @@ def test_a_proxy_the_server_refuses_to_delete_is_reported_and_the_exit_code_is_1
     servers, own, state = machine
     servers["http://shared:8474"] = FakeServer("http://shared:8474", refuse=True)
     rep = heal_everything(RUN, toxiproxy_apis=["http://shared:8474"], state_root=state)
-    assert any(d.startswith(f"{RUN} toxiproxy: FAILED to delete the run's proxies on http://shared:8474")
-               for d in rep.done), rep.done
+    assert [str(f) for f in rep.failed] == [
+        f"heal {RUN} toxiproxy: deleting the run's proxies on http://shared:8474 FAILED: ToxiproxyError: "
+        f"{ToxiproxyError(403, f'DELETE /proxies/{PROXY}: deleting proxies is not allowed here')}"]
+    assert not any("FAILED" in d for d in rep.done), rep.done
     assert rep.census == {RUN: [f"toxiproxy: proxy {PROXY} on http://shared:8474 not deleted"]}
     assert cli_main(["heal", "--run-id", RUN, "--toxiproxy-api", "http://shared:8474"]) == 1
-    assert f"STILL IN PLACE {RUN} toxiproxy: proxy {PROXY} on http://shared:8474 not deleted" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"STILL IN PLACE {RUN} toxiproxy: proxy {PROXY} on http://shared:8474 not deleted" in out
+    assert f"heal {RUN} toxiproxy: deleting the run's proxies on http://shared:8474 FAILED: ToxiproxyError" in out
+    assert "healed" not in out.split("FAILED")[0].splitlines()[-1]      # a failure is never printed as healed
 
 
 def test_a_proxy_that_comes_back_after_its_deletion_is_reported(machine):
