@@ -1,6 +1,10 @@
 """Accounting of every (device, seq) over a run's ``sent``, ``acked`` and ``stored`` datasets (Parquet parts,
 or an older run's CSV files): lost, duplicated, unexpected, reordered (numpy over int columns; one pass per
-dataset). Used by the checks (:mod:`monsoon.checks.base`, :mod:`monsoon.checks.faults`) only."""
+dataset). Used by the checks (:mod:`monsoon.checks.base`, :mod:`monsoon.checks.faults`) only.
+
+:func:`account` is four parts, each testable alone: :func:`read` (sent, acked, stored and the drain's read-back
+into one key space), :func:`join` (each key's outcome: lost, duplicated, never acked, late), :func:`tally` and
+:func:`tally_times` (the counts; reordering and latency), :func:`explain` (the keys a verdict names)."""
 from __future__ import annotations
 
 import csv
@@ -245,21 +249,6 @@ def _read_parts_columns(dir: Path, columns: list[str], optional: tuple[str, ...]
     return present, chunks()
 
 
-def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(code, row indices) for each device present in a chunk."""
-    if len(codes) == 0:
-        return
-    if (codes == codes[0]).all():
-        yield int(codes[0]), np.arange(len(codes))
-        return
-    # a stable sort of 16-bit keys is a radix sort: linear in the chunk
-    order = np.argsort(codes.astype(np.uint16) if len(codes) and codes.max() < 65536 else codes, kind="stable")
-    sc = codes[order]
-    cuts = np.flatnonzero(sc[1:] != sc[:-1]) + 1
-    for a, b in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(sc)]))):
-        yield int(sc[a]), order[a:b]
-
-
 @dataclass
 class Accounting:
     """The outcome of every (device, seq); ``None`` where the inputs cannot tell."""
@@ -392,28 +381,70 @@ def _read_sent(path: Path) -> dict[str, int] | None:
     return out
 
 
-def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -> Accounting:
-    """Account for every message of a saved run.  The acked and stored datasets must exist.
-    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample).
+# ------------------------------------------------------------------ read: the datasets into one key space
 
-    One vectorised pass, whatever the number of devices: every device's dense seq range ``0 ..
-    max(last sent, last acked)`` is laid end to end in one key space (``key = offset[device] + seq``), so
-    the acked intended times, the stored copy counts and the first stored times are flat numpy arrays
-    (4 B per key for the intended time, 2 for the copy count, 4 for the first stored time, 1 for "acked";
-    acked is read twice, so nothing per acked row is held, only chunk- and block-sized temporaries); stored rows
-    outside their device's range are kept sparse, as ``(device << 40 | seq)``."""
-    dir = Path(dir)
+@dataclass
+class Keys:
+    """The key space of a run: every device's dense seq range ``0 .. max(last sent, last acked)`` laid end to
+    end, so ``key = offset[device] + seq``, and what acked says of each key."""
+
+    names: _Names                       # device name <-> code (stored and the drain's read-back add codes)
+    sent: dict[str, int] | None         # each device's last sent seq, None without a sent dataset
+    ndev: int                           # devices with a code when the key space was laid (sent or acked)
+    bound: np.ndarray                   # last sent seq per device (-1: none), int64[ndev]
+    dense: np.ndarray                   # keys per device, int64[ndev]
+    offset: np.ndarray                  # first key of each device, int64[ndev + 1]; offset[-1] is the key count
+    acked: np.ndarray                   # bool per key: acked
+    timed: bool                         # stored has a stored_ms column: intended times are kept
+    intended_of: np.ndarray | None = None   # timed: each acked key's intended time, offset from ``base``
+    base: int = 0
+
+    @property
+    def nkeys(self) -> int:
+        return int(self.offset[-1])
+
+    def dev_of(self, keys: np.ndarray) -> np.ndarray:
+        """The device code of each dense key (a device with an empty range holds none)."""
+        return np.searchsorted(self.offset, keys, side="right") - 1
+
+
+@dataclass
+class Copies:
+    """What the stored dataset holds of each key: copy counts, first stored times, rows off the key space."""
+
+    rows: int                           # stored rows (copies)
+    timed_rows: int                     # ... with a stored time
+    count: np.ndarray | None            # copies per key, uint16 (:func:`join` releases it)
+    first_ms: np.ndarray | None         # earliest stored time per key, offset from s_base; the dtype's max: none
+    s_base: int
+    sparse: list[np.ndarray]            # ``code << 40 | seq`` of rows outside their device's dense range
+    sparse_bad: int                     # ... whose seq cannot be keyed (negative or huge)
+
+
+@dataclass
+class Reading:
+    """Everything :func:`read` takes from a run directory: the key space, the stored copies and the drain's
+    read-back (one bool per key, None when the run read storage only once; :func:`join` releases it)."""
+
+    keys: Keys
+    copies: Copies
+    early: np.ndarray | None
+
+
+def read_acked(dir: Path, sent: dict[str, int] | None, timed: bool) -> Keys:
+    """Lay out the key space from ``sent`` and the acked dataset, and mark each acked key.
+
+    Acked is read twice: first each device's highest seq (and the span of intended times), then each row
+    scattered straight into the key space (no per-row columns are held: 12 B per acked row saved).  Rows a
+    file still being written added between the two passes are not read.  A key acked twice keeps its last
+    intended time, as one scatter would.  ``timed``: keep intended times (4 B per key, 8 when they span more
+    than int32 can), else one bool per key."""
     names = _Names()
-    sent = _read_sent(dir / sent_file)
     if sent is not None:
         for name in sent:
             names.get(name)
     bound_of = {names.code[n]: last for n, last in (sent or {}).items()}
-    stored_cols, _ = read_columns(dir / STORED_DATA, ["seq"], ("stored_ms",))
-    timed = "stored_ms" in stored_cols
 
-    # --- acked, read twice: first each device's highest seq (and the span of intended times), then each
-    # row scattered straight into the key space (no per-row columns: 12 B per acked row saved)
     def acked_chunks():
         _, it = read_columns(dir / ACKED_DATA, ["seq", "intended_ms"], (), names)
         for codes, (seq, intended) in it:
@@ -451,8 +482,8 @@ def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -
     offset = np.zeros(ndev + 1, dtype=np.int64)
     np.cumsum(dense, out=offset[1:])
     nkeys = int(offset[-1])
-    # a key acked twice keeps its last intended time, as one scatter would
     base = base or 0
+    intended_of = None
     if timed:
         none = MISSING if wide else _INT32_MIN
         intended_of = np.full(nkeys, none, dtype=np.int64 if wide else np.int32)
@@ -466,19 +497,27 @@ def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -
             codes, seq, intended = codes[:left], seq[:left], intended[:left]
         left -= len(codes)
         key = offset[codes] + seq
-        if timed:
+        if intended_of is not None:
             intended_of[key] = intended - base
         else:
             acked[key] = True
-    if timed:
+    if intended_of is not None:
         acked = intended_of != none
+    return Keys(names=names, sent=sent, ndev=ndev, bound=bound, dense=dense, offset=offset, acked=acked,
+                timed=timed, intended_of=intended_of, base=base)
 
-    # --- stored: a copy count per key and, for timed rows, each key's first (earliest) stored time
+
+def read_stored(dir: Path, keys: Keys) -> Copies:
+    """A copy count per key and, when ``keys.timed``, each key's first (earliest) stored time, a chunk at a
+    time; rows outside their device's dense range (or of a device acked and sent never named) are kept
+    sparse, as ``code << 40 | seq``."""
+    names, ndev, dense, offset, timed = keys.names, keys.ndev, keys.dense, keys.offset, keys.timed
+    nkeys = keys.nkeys
     count = np.zeros(nkeys, dtype=np.uint16)
     first_ms: np.ndarray | None = None      # ms offsets from s_base; the dtype's max where none was stored
     s_base = 0
-    sparse: list[np.ndarray] = []       # (code << 40 | seq) of rows outside the dense range
-    sparse_bad = 0                      # ... whose seq cannot be keyed (negative or huge)
+    sparse: list[np.ndarray] = []
+    sparse_bad = 0
     n_stored = n_timed = 0
     _, it = read_columns(dir / STORED_DATA, ["seq"], ("stored_ms",) if timed else (), names)
     for codes, cols in it:
@@ -523,103 +562,211 @@ def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -
             f[1:] = key[1:] != key[:-1]
             key, off = key[f], off[f]
             first_ms[key] = np.minimum(first_ms[key], off)     # ... against the earliest so far
+    return Copies(rows=n_stored, timed_rows=n_timed, count=count, first_ms=first_ms, s_base=s_base,
+                  sparse=sparse, sparse_bad=sparse_bad)
 
-    # --- the drain's read-back, when the run read storage again after the platform stopped: what it lacked
-    # was stored late; what it had stays stored (the stored set only grows: a key once read back is not lost)
-    early = None
-    if run_file_exists(dir / STORED_AT_DRAIN_DATA):
-        early = np.zeros(nkeys, dtype=bool)
-        _, it = read_columns(dir / STORED_AT_DRAIN_DATA, ["seq"], (), names)
-        for codes, (seq,) in it:
-            known = codes < ndev
-            codes, seq = codes[known], seq[known]
-            inside = (seq >= 0) & (seq < dense[codes])
-            early[offset[codes[inside]] + seq[inside]] = True
 
-    acc = Accounting(stored=n_stored)
-    dev_names = names.names
-    rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order, for the samples
-    rank[sorted(range(len(dev_names)), key=dev_names.__getitem__)] = np.arange(len(dev_names))
+def read_drain(dir: Path, keys: Keys) -> np.ndarray | None:
+    """The drain's read-back (storage read at the drain's end, before the platform stopped), one bool per
+    dense key; None when the run has none (storage was read once).  Rows off the key space tell nothing
+    here and are skipped."""
+    if not run_file_exists(dir / STORED_AT_DRAIN_DATA):
+        return None
+    early = np.zeros(keys.nkeys, dtype=bool)
+    _, it = read_columns(dir / STORED_AT_DRAIN_DATA, ["seq"], (), keys.names)
+    for codes, (seq,) in it:
+        known = codes < keys.ndev
+        codes, seq = codes[known], seq[known]
+        inside = (seq >= 0) & (seq < keys.dense[codes])
+        early[keys.offset[codes[inside]] + seq[inside]] = True
+    return early
 
-    def dev_of(keys: np.ndarray) -> np.ndarray:
-        """The device code of each dense key (a device with an empty range holds none)."""
-        return np.searchsorted(offset, keys, side="right") - 1
 
-    def by_name(keys: np.ndarray, limit: int | None) -> list[tuple[str, int]]:
-        """(device, seq) of dense ``keys``, in device-name then seq order (the first ``limit``)."""
-        d = dev_of(keys)
-        order = np.lexsort((keys, rank[d]))
-        if limit is not None:
-            order = order[:limit]
-        return [(dev_names[int(x)], int(k - offset[x])) for x, k in zip(d[order].tolist(), keys[order].tolist())]
+def read(dir: Path, sent_file: str = SENT_DATA) -> Reading:
+    """Read a saved run: sent (which devices, their last seq), acked into the key space, then stored, then
+    the drain's read-back.  Only key-sized arrays and chunk-sized temporaries are held, never a row each."""
+    dir = Path(dir)
+    stored_cols, _ = read_columns(dir / STORED_DATA, ["seq"], ("stored_ms",))
+    keys = read_acked(dir, _read_sent(dir / sent_file), timed="stored_ms" in stored_cols)
+    copies = read_stored(dir, keys)
+    return Reading(keys, copies, read_drain(dir, keys))
 
+
+# ------------------------------------------------------------------ join: each key's outcome
+
+@dataclass
+class Joined:
+    """Each key's outcome, as the sets of keys the verdicts count and name (dense keys, ascending)."""
+
+    lost: np.ndarray                    # acked, in neither read of storage
+    dup: np.ndarray                     # stored more than once ...
+    dup_copies: np.ndarray              # ... with so many copies
+    unacked: np.ndarray                 # stored, never acked
+    beyond: np.ndarray | None           # of ``unacked``: past its device's last sent seq (None: no sent)
+    stored_late: int | None             # in the last read-back, not the drain's (None: no drain read-back)
+    stored_vanished: int | None         # in the drain's read-back, not the last one
+    sparse_keys: np.ndarray             # distinct ``code << 40 | seq`` stored outside the key space ...
+    sparse_copies: np.ndarray           # ... with so many copies
+    sparse_bad: int                     # stored rows whose seq cannot be keyed
+
+
+def join(reading: Reading) -> Joined:
+    """Join acked, stored, the drain's read-back and sent, key by key.
+
+    A key is stored when either read of storage had it (the stored set only grows: a key once read back
+    is not lost): lost = acked and not stored; unacked = stored and not acked, and of those, the ones past
+    their device's last sent seq were never sent (unexpected), the others recovered.  Stored late: in the
+    last read-back only; vanished: in the drain's only.  Keys off the key space are made distinct.
+
+    Releases ``reading.copies.count``, ``reading.early`` and ``reading.copies.sparse`` as soon as they are
+    folded in (two bytes and one bool a key, 8 B a row off the key space), so nothing is held twice; a
+    reading is joined once."""
+    keys, copies = reading.keys, reading.copies
+    count = copies.count
+    copies.count = None
     st = count > 0
-    if early is not None:
-        acc.stored_late = int(np.count_nonzero(st & ~early))
-        acc.stored_vanished = int(np.count_nonzero(early & ~st))
+    late = vanished = None
+    if reading.early is not None:
+        early = reading.early
+        reading.early = None
+        late = int(np.count_nonzero(st & ~early))
+        vanished = int(np.count_nonzero(early & ~st))
         st |= early
         del early
-    acc.acked = int(acked.sum())
-    lost = np.flatnonzero(acked & ~st)
-    acc.acked_lost = len(lost)
-    lost_s = by_name(lost, None if keep_lost else 5)
+    lost = np.flatnonzero(keys.acked & ~st)
     dup = np.flatnonzero(count > 1)
-    acc.duplicate_keys = len(dup)
-    acc.duplicates = int(count[dup].sum()) - len(dup)
-    dup_s = [(d, s_, int(count[offset[names.code[d]] + s_])) for d, s_ in by_name(dup, 5)]
-    unacked = np.flatnonzero(st & ~acked)
-    acc.stored_unacked = len(unacked)
-    del st, lost, dup
-    unexpected = recovered = 0
-    unexp_devs: set[int] = set()
-    unexp_s: list[tuple[str, int]] = []
-    if sent is not None and len(unacked):
-        d = dev_of(unacked)
-        beyond = (unacked - offset[d]) > bound[d]
-        ue = unacked[beyond]
-        unexpected = len(ue)
-        recovered = len(unacked) - unexpected
-        unexp_devs.update(np.unique(d[beyond]).tolist())
-        unexp_s = by_name(ue, 5)
-    del unacked, count
-    lat_v = lat_c = None
-    reordered = 0
-    if first_ms is not None:
-        reordered, lat_v, lat_c = _first_copies(first_ms, s_base, intended_of if timed else None, base, acked,
-                                                dev_of, ndev)
-        del first_ms
-    # rows outside the dense range: never acked; unexpected when sent says they were never sent
-    if sparse:
-        keys = np.concatenate(sparse)
-        uk, uc = np.unique(keys, return_counts=True)
-        acc.stored_unacked += len(uk)
-        dupk = uc > 1
-        acc.duplicate_keys += int(dupk.sum())
-        acc.duplicates += int(uc[dupk].sum() - dupk.sum())
-        if sent is not None:
-            unexpected += len(uk)
-            devs = (uk >> np.int64(40)).astype(np.int64)
-            unexp_devs.update(int(d) for d in np.unique(devs))
-            unexp_s.extend((dev_names[int(k >> 40)], int(k & ((1 << 40) - 1))) for k in uk[:5].tolist())
-    if sparse_bad:
-        acc.stored_unacked += sparse_bad
-        if sent is not None:
-            unexpected += sparse_bad
-    acc.devices = len(dev_names)
-    acc.lost_sample = sorted(lost_s)[:5]
-    if keep_lost:
-        acc.lost_keys = lost_s
-    acc.dup_sample = sorted(dup_s)[:5]
-    if sent is not None:
-        acc.sent = sum(max(0, v + 1) for v in sent.values())
-        acc.recovered, acc.unexpected = recovered, unexpected
-        acc.unexpected_devices = len(unexp_devs)
-        acc.unexpected_sample = sorted(unexp_s)[:5]
-    if timed and n_timed:       # a stored_ms column of NULLs tells nothing
-        acc.reordered = reordered
-        if lat_v is not None:
-            acc.e2e_samples = int(lat_c.sum())
-            acc.e2e_ms = {"p50": _pct_counts(lat_v, lat_c, 50), "p99": _pct_counts(lat_v, lat_c, 99),
-                          "p999": _pct_counts(lat_v, lat_c, 99.9), "max": float(lat_v[-1]),
-                          "min": float(lat_v[0])}
+    dup_copies = count[dup]
+    del count
+    unacked = np.flatnonzero(st & ~keys.acked)
+    del st
+    beyond = None
+    if keys.sent is not None:
+        d = keys.dev_of(unacked)
+        beyond = (unacked - keys.offset[d]) > keys.bound[d]
+        del d
+    if copies.sparse:
+        parts, copies.sparse = copies.sparse, []
+        flat = np.concatenate(parts)
+        del parts
+        sparse_keys, sparse_copies = np.unique(flat, return_counts=True)
+        del flat
+    else:
+        sparse_keys, sparse_copies = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return Joined(lost=lost, dup=dup, dup_copies=dup_copies, unacked=unacked, beyond=beyond, stored_late=late,
+                  stored_vanished=vanished, sparse_keys=sparse_keys, sparse_copies=sparse_copies,
+                  sparse_bad=copies.sparse_bad)
+
+
+# ------------------------------------------------------------------ tally: the counts
+
+def tally(reading: Reading, joined: Joined) -> Accounting:
+    """The counts of an :class:`Accounting` from the joined outcomes (its samples and times left empty).
+
+    Keys off the key space were never acked: each is stored unacked, unexpected when sent says it was never
+    sent, and its copies beyond the first are duplicates; a row whose seq cannot be keyed counts as one
+    stored unacked (unexpected) key.  Without a sent dataset, sent, recovered and unexpected are None."""
+    keys, j = reading.keys, joined
+    acc = Accounting(stored=reading.copies.rows, devices=len(keys.names.names))
+    acc.stored_late, acc.stored_vanished = j.stored_late, j.stored_vanished
+    acc.acked = int(keys.acked.sum())
+    acc.acked_lost = len(j.lost)
+    sparse_dup = j.sparse_copies > 1
+    acc.duplicate_keys = len(j.dup) + int(sparse_dup.sum())
+    acc.duplicates = (int(j.dup_copies.sum()) - len(j.dup)
+                      + int(j.sparse_copies[sparse_dup].sum() - sparse_dup.sum()))
+    acc.stored_unacked = len(j.unacked) + len(j.sparse_keys) + j.sparse_bad
+    if keys.sent is not None and j.beyond is not None:
+        dense_unexpected = int(np.count_nonzero(j.beyond))
+        acc.sent = sum(max(0, v + 1) for v in keys.sent.values())
+        acc.recovered = len(j.unacked) - dense_unexpected
+        acc.unexpected = dense_unexpected + len(j.sparse_keys) + j.sparse_bad
+        devs = set(np.unique(keys.dev_of(j.unacked[j.beyond])).tolist())
+        devs.update(np.unique(j.sparse_keys >> np.int64(40)).tolist())
+        acc.unexpected_devices = len(devs)
+    return acc
+
+
+def tally_times(reading: Reading) -> tuple[int | None, int, dict[str, float] | None]:
+    """``(reordered, e2e samples, e2e percentiles in ms)`` over each key's first stored copy
+    (:func:`_first_copies`): reordered counts first copies stored after a later seq of their device;
+    the send->stored latency is a first copy's stored time less its acked intended time.  ``(None, 0, None)``
+    when stored has no stored time (a column of NULLs tells nothing)."""
+    keys, copies = reading.keys, reading.copies
+    if not keys.timed or not copies.timed_rows or copies.first_ms is None:
+        return None, 0, None
+    reordered, lat_v, lat_c = _first_copies(copies.first_ms, copies.s_base, keys.intended_of, keys.base,
+                                            keys.acked, keys.dev_of, keys.ndev)
+    if lat_v is None:
+        return reordered, 0, None
+    return reordered, int(lat_c.sum()), {
+        "p50": _pct_counts(lat_v, lat_c, 50), "p99": _pct_counts(lat_v, lat_c, 99),
+        "p999": _pct_counts(lat_v, lat_c, 99.9), "max": float(lat_v[-1]), "min": float(lat_v[0])}
+
+
+# ------------------------------------------------------------------ explain: the keys a verdict names
+
+@dataclass
+class Explained:
+    """The (device, seq) a verdict quotes, in device-name then seq order."""
+
+    lost_sample: list[tuple[str, int]]
+    lost_keys: list[tuple[str, int]] | None           # every lost key (``keep_lost``), else None
+    dup_sample: list[tuple[str, int, int]]            # (device, seq, copies)
+    unexpected_sample: list[tuple[str, int]]
+
+
+def explain(reading: Reading, joined: Joined, *, keep_lost: bool = False, limit: int = 5) -> Explained:
+    """Name the keys behind the counts: the first ``limit`` lost, duplicated (with their copies) and
+    unexpected (device, seq), by device name then seq, and every lost key when ``keep_lost``.  These are
+    what ``no_acked_loss``, ``no_duplicates`` and ``no_unexpected`` quote after "e.g.".
+
+    The unexpected sample draws on the first ``limit`` keys within the key space by name and the first
+    ``limit`` off it by device code, then keeps the first ``limit`` by name; duplicates off the key space
+    are counted (:func:`tally`) but not sampled."""
+    keys, j = reading.keys, joined
+    dev_names = keys.names.names
+    rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order
+    rank[sorted(range(len(dev_names)), key=dev_names.__getitem__)] = np.arange(len(dev_names))
+
+    def by_name(ks: np.ndarray, n: int | None) -> tuple[np.ndarray, list[tuple[str, int]]]:
+        """(positions in ``ks``, (device, seq)) of dense keys ``ks`` in name then seq order (the first ``n``)."""
+        d = keys.dev_of(ks)
+        order = np.lexsort((ks, rank[d]))
+        if n is not None:
+            order = order[:n]
+        return order, [(dev_names[int(x)], int(k - keys.offset[x]))
+                       for x, k in zip(d[order].tolist(), ks[order].tolist())]
+
+    _, lost = by_name(j.lost, None if keep_lost else limit)
+    order, dups = by_name(j.dup, limit)
+    dup_s = [(d, s, int(c)) for (d, s), c in zip(dups, j.dup_copies[order].tolist())]
+    unexp: list[tuple[str, int]] = []
+    if keys.sent is not None:
+        if len(j.unacked):
+            unexp = by_name(j.unacked[j.beyond], limit)[1]
+        unexp.extend((dev_names[int(k >> 40)], int(k & ((1 << 40) - 1))) for k in j.sparse_keys[:limit].tolist())
+    return Explained(lost_sample=sorted(lost)[:limit], lost_keys=lost if keep_lost else None,
+                     dup_sample=sorted(dup_s)[:limit], unexpected_sample=sorted(unexp)[:limit])
+
+
+# ------------------------------------------------------------------ the accounting, composed
+
+def account(dir: Path, sent_file: str = SENT_DATA, *, keep_lost: bool = False) -> Accounting:
+    """Account for every message of a saved run.  The acked and stored datasets must exist.
+    ``keep_lost``: also list every lost (device, seq) in ``lost_keys`` (not only a sample).
+
+    :func:`read` lays every device's dense seq range end to end in one key space, so acked, the stored copy
+    counts, first stored times and the drain's read-back are flat numpy arrays (4 B per key for the intended
+    time, 2 for the copy count, 4 for the first stored time, 1 for "acked", 1 for the drain's read-back;
+    nothing per row); :func:`join` turns them into each key's outcome, :func:`tally` counts, :func:`explain`
+    names the keys a verdict quotes, and :func:`tally_times` takes reordering and latency from the first
+    copies, once the per-outcome key sets are dropped."""
+    reading = read(Path(dir), sent_file)
+    joined = join(reading)
+    acc = tally(reading, joined)
+    named = explain(reading, joined, keep_lost=keep_lost)
+    del joined
+    acc.lost_sample, acc.lost_keys = named.lost_sample, named.lost_keys
+    acc.dup_sample, acc.unexpected_sample = named.dup_sample, named.unexpected_sample
+    acc.reordered, acc.e2e_samples, acc.e2e_ms = tally_times(reading)
     return acc
