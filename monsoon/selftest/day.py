@@ -23,9 +23,9 @@ exactly as many rows as the engine counted acks.
 Every ``--every`` seconds (60) the ``day`` collector samples the RSS and CPU of every monsoon process (this
 Python process, which also writes the acked parts and the timeline; each engine worker; each sink process), the
 run directory's size on disk (allocated blocks: the workers' CSV shards have their consumed bytes punched out)
-and the bytes per acked message so far. ``rss_growth_pct`` is each process's growth from the sample at minute
-``--baseline-min`` (10; a third of the load when the load is shorter than three times that) to the last sample
-of the load. Progress goes to stderr; the last line on stdout is one JSON object.
+and the bytes per acked message so far. ``rss_growth_pct`` is each process's growth from its peak in the minute after
+``--baseline-min`` (10; a third of the load when the load is shorter than three times that) to its peak in the
+last minute of the load (peaks, because RSS saw-tooths with the 30 s cycle that turns the shards into parts). Progress goes to stderr; the last line on stdout is one JSON object.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ from monsoon.run.harness import LoadHarness, _totals_dict
 from monsoon.selftest.analyze_bench import analyze_in_child
 from monsoon.selftest.bench import Sinks, proc_cpu_s, proc_rss_mb
 from monsoon.stack.provision import Device
-from monsoon.timeline.columnar import PartWriter, fresh, parts_dir, write_rows
+from monsoon.timeline.columnar import FLUSH_S, PartWriter, fresh, parts_dir, write_rows
 from monsoon.timeline.store import Timeline
 
 DEFAULT_MESSAGES = 432_000_000        # a 24 h soak at ThingsBoard's 5,000 msg/s
@@ -134,20 +134,31 @@ def growth_pct(base: float | None, end: float | None) -> float | None:
     return round((end - base) / base * 100.0, 2)
 
 
-def rss_summary(samples: list[dict], base_at: float) -> dict[str, Any]:
+PEAK_WINDOW_S = 2 * FLUSH_S     # RSS saw-tooths with the 30 s shard-to-part cycle: compare peaks over two
+
+
+def rss_summary(samples: list[dict], base_at: float, window_s: float = PEAK_WINDOW_S) -> dict[str, Any]:
     """From the ``day`` samples (``t``: seconds into the load, ``procs``: name -> {rss_mb, cpu_s}): each
-    process's RSS at the baseline (the first sample at or after ``base_at``) and at the last sample, its growth,
-    and the largest growth."""
+    process's RSS at the baseline and at the end, its growth, and the largest growth. Each is the peak over a
+    window of ``window_s`` (the baseline's from the first sample at or after ``base_at``, the end's up to the
+    last sample): a single sample of a saw-tooth lands on a trough or a crest by chance."""
     if not samples:
         return {"rss_mb": {}, "rss_growth_pct": {}, "rss_growth_pct_max": None, "baseline_t_s": None}
     base = next((s for s in samples if s["t"] >= base_at), samples[-1])
     end = samples[-1]
+    first = [s for s in samples if base["t"] <= s["t"] < base["t"] + window_s] or [base]
+    last = [s for s in samples if end["t"] - window_s < s["t"] <= end["t"]] or [end]
+
+    def peak(window: list[dict], n: str) -> float | None:
+        vals = [s["procs"][n]["rss_mb"] for s in window if s["procs"].get(n, {}).get("rss_mb") is not None]
+        return max(vals) if vals else None
+
     names = list(dict.fromkeys(n for s in samples for n in s["procs"]))
     rss: dict[str, dict] = {}
     growth: dict[str, float | None] = {}
     for n in names:
-        b = base["procs"].get(n, {}).get("rss_mb")
-        e = end["procs"].get(n, {}).get("rss_mb")
+        b = peak(first, n)
+        e = end["procs"].get(n, {}).get("rss_mb") and peak(last, n)
         rss[n] = {"baseline": b, "end": e}
         growth[n] = growth_pct(b, e)
     known = [g for g in growth.values() if g is not None]

@@ -55,6 +55,17 @@ def test_rss_summary_takes_the_first_sample_at_the_baseline_and_the_last_one() -
     assert day.rss_summary([], 600.0)["rss_growth_pct_max"] is None
 
 
+def test_rss_growth_compares_peaks_so_a_saw_tooth_is_not_growth() -> None:
+    """bench-day's RSS rises and falls with the 30 s shard-to-part cycle: the sample at the baseline fell on a
+    trough (277) and the last on a crest (309), +11.5 % of nothing. Peaks over a minute at each end compare
+    like with like; a real rise still shows."""
+    tooth = [_sample(t, python=(309 if (t // 20) % 3 == 2 else 277)) for t in range(0, 600, 20)]
+    s = day.rss_summary(tooth, 100.0)
+    assert s["rss_mb"]["python"] == {"baseline": 309, "end": 309} and s["rss_growth_pct"]["python"] == 0.0
+    rising = [_sample(t, python=(309 if (t // 20) % 3 == 2 else 277) + t / 10) for t in range(0, 600, 20)]
+    assert day.rss_summary(rising, 100.0)["rss_growth_pct"]["python"] > 5
+
+
 def test_cpu_cores_and_the_curve_columns() -> None:
     samples = [_sample(0, python=100), _sample(60, python=110), _sample(120, python=111)]
     assert day.cpu_cores(samples) == {"python": 0.1}
