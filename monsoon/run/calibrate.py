@@ -27,6 +27,7 @@ from typing import Any
 from monsoon.load.shapes import Stage, Stages
 from monsoon.observe.progress import Progress
 from monsoon import settings
+from monsoon.run.shield import TeardownShield
 from monsoon.run.harness import LoadHarness, StackEvents
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.spec.stack import jar_sha256
@@ -523,7 +524,9 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
         try:
             progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())}), "
                      f"profile {profile}")
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile) as stack:
+            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
+            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
+                                                            profile=profile)) as stack:
                 finished[0] = ramp(stack, tl, params, out_dir, steps, label=label, progress=progress, stop=stop,
                                    exits=exits)
         except Exception as e:   # the stack failed: the record says so

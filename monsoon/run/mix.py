@@ -26,6 +26,7 @@ from monsoon.load.mix import MixClient, MixCriteria, MixDevice, judge_ops, ops_f
 from monsoon.observe.progress import Progress
 from monsoon.report import mix as mix_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, ramp
+from monsoon.run.shield import TeardownShield
 from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
 from monsoon.rundir import TIMELINE_FILE
@@ -169,8 +170,10 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
         try:
             progress(f"[{label}] starting stack {stack_spec.name}; mix {shares}")
             restart: dict[str, str] | None = dict(exp.restart) if exp.restart else None
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
-                       env_overrides=exp.env, restart_overrides=restart) as stack:
+            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
+            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
+                                                            profile=profile, env_overrides=exp.env,
+                                                            restart_overrides=restart)) as stack:
                 prov = stack_spec.provisioning
                 kafka = stack_spec.observe.kafka
                 devs = [MixDevice(n) for n, _ in device_names(exp.load.device_prefix, exp.load.devices)]

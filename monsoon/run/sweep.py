@@ -38,6 +38,7 @@ from monsoon.observe.collectors import KafkaLagCollector
 from monsoon.observe.progress import Progress
 from monsoon.report import sweep as sweep_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
+from monsoon.run.shield import TeardownShield
 from monsoon.run.harness import StackEvents
 from monsoon.run.validate import validate
 from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, experiment_dir_name, new_run_id, point_latest
@@ -162,8 +163,10 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
         on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
         try:
             progress(f"[{label}] starting stack {stack_spec.name}; sizes {', '.join(map(str, sizes))} bytes")
-            with Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event, profile=profile,
-                       env_overrides=exp.env, restart_overrides=exp.restart) as stack:
+            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
+            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
+                                                            profile=profile, env_overrides=exp.env,
+                                                            restart_overrides=exp.restart)) as stack:
                 bootstrap = stack.endpoint(obs_kafka.bootstrap) if obs_kafka else None
                 prev: dict | None = None
                 for k, size in enumerate(sizes):

@@ -254,3 +254,29 @@ def test_the_checklist_of_an_interrupted_session_names_the_signal_and_marks_the_
                                           "t": 80.0, "stage": "checks"})
     assert "**Decision: NO-GO**" in checklist(s2) and "(checks)" in checklist(s2)
     assert "interrupted" not in summary("r3", "quick", [whole])
+
+
+def test_every_course_that_starts_a_stack_stops_it_behind_the_teardown_shield():
+    """An experiment, a calibration, a sweep and a mix each start a stack; a second Ctrl-C during any one's
+    stop must not cut it short. No module of monsoon/ may enter a Stack except through shield.around_exit."""
+    import ast
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    bare, shielded = [], []
+    for p in sorted((repo / "monsoon").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, (ast.With, ast.AsyncWith)):
+                continue
+            for item in node.items:
+                call = item.context_expr
+                if not isinstance(call, ast.Call):
+                    continue
+                name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+                if name == "Stack":
+                    bare.append(f"{p.relative_to(repo)}:{node.lineno}")
+                elif name == "around_exit" and call.args and isinstance(call.args[0], ast.Call) and \
+                        getattr(call.args[0].func, "id", None) == "Stack":
+                    shielded.append(str(p.relative_to(repo)))
+    assert bare == [], f"a Stack entered without TeardownShield.around_exit: {bare}"
+    assert {"monsoon/run/experiment.py", "monsoon/run/calibrate.py", "monsoon/run/sweep.py",
+            "monsoon/run/mix.py"} <= set(shielded), shielded
