@@ -37,7 +37,8 @@ from monsoon.report.checklist import checklist
 from monsoon.run import calibrate
 from monsoon.run import sweep as size_sweep
 from monsoon.run.validate import load_checked, validate
-from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE, SWEEP_FILE, SWEEP_PLOT, new_run_id
+from monsoon.rundir import (CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE, SWEEP_FILE, SWEEP_PLOT, calibrate_dir_name,
+                            new_run_id)
 from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
@@ -554,7 +555,7 @@ def calibrate_cli(args) -> int:
         return 2
     runs = settings.runs_dir(args.runs_dir)
     run_id = args.run_id or new_run_id()
-    out = runs / run_id / f"calibrate-{stack_spec.name}"
+    out = runs / run_id / calibrate_dir_name(stack_spec.name)
     save = None if args.no_save else calibrate.calibration_file(calibrate.calibration_dir(), stack_spec.name)
     stop = threading.Event()
     rec = calibrate.calibrate(stack_spec, out, run_id=run_id, profile=args.profile, params=params,

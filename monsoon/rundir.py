@@ -63,6 +63,16 @@ def experiment_dir_name(stack: str, experiment: str, n: int = 1) -> str:
     return f"{stack}{EXPERIMENT_DIR_SEP}{experiment}" + (f"-{n}" if n > 1 else "")
 
 
+CALIBRATE_DIR_PREFIX = "calibrate-"  # runs/<run-id>/calibrate-<stack>[-N]/: a calibration's own run
+CALIBRATION_RECORD = "calibration.json"   # in it: the calibration's record (also saved to the user's cache)
+GC_LOG = "gc.log"                   # services/<service>/gc.log: a JVM's GC log (the stacks' -Xlog:gc*:file={dir}/gc.log)
+
+
+def calibrate_dir_name(stack: str, n: int = 1) -> str:
+    """``calibrate-<stack>``: a calibration's directory in a run directory (``-<n>`` for the n-th, n > 1)."""
+    return f"{CALIBRATE_DIR_PREFIX}{stack}" + (f"-{n}" if n > 1 else "")
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 

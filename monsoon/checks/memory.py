@@ -13,6 +13,7 @@ from pathlib import Path
 
 from monsoon.checks import impossible
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.rundir import GC_LOG
 from monsoon.timeline.views import counter_steps, fault_spans
 from monsoon.timeline.events import LOAD, OP, OP_LOAD_END, SAMPLE
 
@@ -79,15 +80,16 @@ def gc_log_files(run_dir: Path) -> dict[str, list[Path]]:
     """``services/<service>/gc.log`` and the files the JVM rotated away (``gc.log.0``, ``gc.log.001``, ...: at
     every restart and at the size limit), oldest first (by modification time: rotation reuses numbers)."""
     out: dict[str, list[Path]] = {}
-    for p in Path(run_dir).glob("services/*/gc.log*"):
-        if p.name == "gc.log" or (p.name.startswith("gc.log.") and p.name[7:].isdigit()):
+    rotated = GC_LOG + "."
+    for p in Path(run_dir).glob(f"services/*/{GC_LOG}*"):
+        if p.name == GC_LOG or (p.name.startswith(rotated) and p.name[len(rotated):].isdigit()):
             out.setdefault(p.parent.name, []).append(p)
 
     def age(p: Path) -> tuple[int, float]:
         try:
-            return (p.name == "gc.log", p.stat().st_mtime)
+            return (p.name == GC_LOG, p.stat().st_mtime)
         except OSError:
-            return (p.name == "gc.log", 0.0)
+            return (p.name == GC_LOG, 0.0)
     return {svc: sorted(ps, key=age) for svc, ps in sorted(out.items())}
 
 

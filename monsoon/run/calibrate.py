@@ -29,7 +29,7 @@ from monsoon.observe.progress import Progress
 from monsoon import settings
 from monsoon.run.shield import TeardownShield
 from monsoon.run.harness import LoadHarness, StackEvents
-from monsoon.rundir import TIMELINE_FILE
+from monsoon.rundir import CALIBRATION_RECORD, TIMELINE_FILE, calibrate_dir_name
 from monsoon.spec.stack import jar_sha256
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
@@ -552,7 +552,7 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     }
     if error:
         record["error"] = error
-    (out_dir / "calibration.json").write_text(json.dumps(record, indent=2))
+    (out_dir / CALIBRATION_RECORD).write_text(json.dumps(record, indent=2))
     if save_to is not None and dec.capacity_msg_s is not None and not error:
         save_to.parent.mkdir(parents=True, exist_ok=True)
         tmp = save_to.with_suffix(".json.tmp")
@@ -702,10 +702,10 @@ def resolve_experiment(stack_spec, exp, profile: str, out_dir: Path, *, run_id: 
         info = {"base_rate": rate if ok else None, "fraction": f, "source": "calibration-file" if ok else None,
                 "describe": describe_auto(f, stack_spec, cal_dir, profile)}
     else:
-        cdir = out_dir.parent / f"calibrate-{stack_spec.name}"
+        cdir = out_dir.parent / calibrate_dir_name(stack_spec.name)
         n = 2
         while cdir.exists():
-            cdir, n = out_dir.parent / f"calibrate-{stack_spec.name}-{n}", n + 1
+            cdir, n = out_dir.parent / calibrate_dir_name(stack_spec.name, n), n + 1
         info = resolve_auto(stack_spec, f, cal_dir=cal_dir, calibrate_dir=cdir, run_id=run_id, profile=profile,
                             progress=progress, stop=stop)
         rate = info["base_rate"]

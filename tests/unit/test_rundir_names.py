@@ -11,7 +11,8 @@ from monsoon.timeline.columnar import parts_dir
 
 NAMES = {rundir.SUMMARY_FILE, rundir.CHECKLIST_FILE, rundir.REPORT_FILE, rundir.TIMELINE_FILE, rundir.RESULT_FILE,
          rundir.SWEEP_FILE, rundir.SWEEP_PLOT, rundir.LATENCY_FILE, *rundir.DATASETS,
-         rundir.STORED_FINAL_TMP, *(rundir.legacy_csv(n).name for n in rundir.DATASETS)}
+         rundir.STORED_FINAL_TMP, *(rundir.legacy_csv(n).name for n in rundir.DATASETS),
+         rundir.CALIBRATION_RECORD, rundir.GC_LOG}
 # the Kubernetes load Job's pod reads the timeline of its own work directory (monsoon.load, not a run directory's
 # reader); its name is the same by choice
 ELSEWHERE = {"monsoon/load/kube_job.py": {rundir.TIMELINE_FILE}}
@@ -88,3 +89,19 @@ def test_an_experiment_directory_name_and_its_repeats():
     assert rundir.experiment_dir_name("tb", "burst-x10", 2) == "tb--burst-x10-2"
     tree = ast.parse('out = run_dir / f"{stack}--{exp}"\nok = f"{a}-{b}"')
     assert sorted(_builds_an_experiment_dir(n) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)) == [False, True]
+
+
+def test_no_module_but_rundir_builds_a_calibration_directory_name():
+    """``calibrate-<stack>`` has one owner too: an f-string starting with the prefix is spelled elsewhere."""
+    found = []
+    for p in sorted((REPO / "monsoon").rglob("*.py")):
+        rel = str(p.relative_to(REPO))
+        if rel == "monsoon/rundir.py" or "/_shipped/" in rel:
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant) \
+                    and str(n.values[0].value).startswith(rundir.CALIBRATE_DIR_PREFIX):
+                found.append(f"{rel}:{n.lineno}")
+    assert found == [], f"use monsoon.rundir.calibrate_dir_name: {found}"
+    assert rundir.calibrate_dir_name("kafka") == "calibrate-kafka"
+    assert rundir.calibrate_dir_name("kafka", 2) == "calibrate-kafka-2"
