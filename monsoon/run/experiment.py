@@ -26,7 +26,7 @@ from monsoon.report.checklist import describe_interruption
 from monsoon.report.result import ExperimentResult, RunInterrupted
 from monsoon.run.calibrate import x1_line
 from monsoon.run.drain import Drain
-from monsoon.run.harness import LoadHarness, StackEvents, _report_plan, _totals_dict
+from monsoon.run.harness import LoadHarness, StackEvents, report_plan, totals_dict
 from monsoon.run.plan import RunPlan
 from monsoon.run.shield import FinishFirst, TeardownShield
 from monsoon.rundir import RESULT_FILE, SENT_DATA, STORED_AT_DRAIN_DATA, STORED_DATA, STORED_FINAL_TMP, TIMELINE_FILE
@@ -119,11 +119,11 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                     # heals every fault on every exit path, then takes the census (shielded up to the stack's stop)
                     with shield.around_exit(fault_plan, hold=True), view:
                         totals = fleet.run(stop, on_second)
-                    _report_plan(fault_plan, label, progress)
+                    report_plan(fault_plan, label, progress)
                 else:
                     with view:
                         totals = fleet.run(stop, on_second)
-                tl.add(OP, op=OP_LOAD_END, **_totals_dict(totals))
+                tl.add(OP, op=OP_LOAD_END, **totals_dict(totals))
                 write_rows(out_dir / SENT_DATA, ("device", "last_seq"), totals.last_seq.items())   # what "never sent" means for the accounting
                 fleet.close()
                 where.update(stage="drain", phase=None)

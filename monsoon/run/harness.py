@@ -35,7 +35,8 @@ def provision(stack: Stack, device_prefix: str, n: int, *, created: list | None 
     return client.ensure_devices(wanted)
 
 
-def _report_plan(plan, label: str, progress: Progress) -> None:
+def report_plan(plan, label: str, progress: Progress) -> None:
+    """One progress line on a run's faults: injected, landed, heals verified, anything left in place or failed."""
     injected = [e for e in plan.events if e["phase"] == "inject"]
     landed = sum(1 for e in injected if e["landed"] is True)
     heals = [e for e in plan.events if e["phase"] == "heal"]
@@ -45,7 +46,9 @@ def _report_plan(plan, label: str, progress: Progress) -> None:
              + ("" if not plan.errors else f"; errors: {'; '.join(plan.errors)}"))
 
 
-def _totals_dict(totals) -> dict:
+def totals_dict(totals) -> dict:
+    """A fleet's totals as the ``load-end`` op's fields (without the per-device ``last_seq``, which goes to the
+    sent dataset)."""
     d = dict(vars(totals))
     d.pop("last_seq", None)
     return d

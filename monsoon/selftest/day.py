@@ -57,7 +57,7 @@ from monsoon.observe.sampler import Sampler
 from monsoon.rundir import (ACKED_DATA, LATENCY_FILE, RESULT_FILE, SENT_DATA, STORED_DATA, TIMELINE_FILE,
                             experiment_dir_name, new_run_id)
 from monsoon.run.drain import Drain
-from monsoon.run.harness import LoadHarness, _totals_dict
+from monsoon.run.harness import LoadHarness, totals_dict
 from monsoon.selftest.analyze_bench import analyze_in_child
 from monsoon.selftest.bench import Sinks, proc_cpu_s, proc_rss_mb
 from monsoon.stack.provision import Device
@@ -426,7 +426,7 @@ def run_day(a: argparse.Namespace, root: Path) -> dict[str, Any]:
                 with view:
                     totals = fleet.run(stop, on_second)
                 day.finish(tl.now() - t0)         # (already taken at the last second, unless the load stopped early)
-                tl.add("op", op="load-end", **_totals_dict(totals))
+                tl.add("op", op="load-end", **totals_dict(totals))
                 write_rows(exp / SENT_DATA, ("device", "last_seq"), totals.last_seq.items())
                 fleet.close()
                 log(f"load done in {time.monotonic() - t_load:.0f}s: sent={totals.sent:,} acked={totals.acked:,} "
