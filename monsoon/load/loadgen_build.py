@@ -1,17 +1,22 @@
-"""``ensure_loadgen``: the ``monsoon-loadgen`` binary (the native engine's Rust core, ``monsoon/load/loadgen``),
-built on first use; apart from the engine so that ``monsoon setup`` does not import it."""
+"""``ensure_loadgen``: the ``monsoon-loadgen`` binary (the native engine's Rust core, ``monsoon/load/loadgen``):
+the one monsoon's wheel brought (``setup.py``, issue 41), or built with cargo on first use; apart from the engine
+so that ``monsoon setup`` does not import it."""
 from __future__ import annotations
 
+import base64
 import fcntl
+import functools
+import hashlib
 import os
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 from monsoon import settings
 
 
-__all__ = ["BINARY_NAME", "CRATE_DIR", "LoadgenBuildError", "ensure_loadgen"]
+__all__ = ["BINARY_NAME", "CRATE_DIR", "LoadgenBuildError", "ensure_loadgen", "packaged_loadgen"]
 
 CRATE_DIR = Path(__file__).resolve().parent / "loadgen"
 BINARY_NAME = "monsoon-loadgen"
@@ -35,11 +40,43 @@ def _find_cargo() -> str | None:
     return str(home) if home.exists() else None
 
 
-def ensure_loadgen() -> Path:
-    """Path of the ``monsoon-loadgen`` binary; builds it (``cargo build --release --locked``)
-    into the crate's ``target/`` on first use or when its sources changed.
+def _record_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
 
-    ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary instead (e.g. in a container).
+
+@functools.cache
+def packaged_loadgen() -> Path | None:
+    """The ``monsoon-loadgen`` that monsoon's wheel installed (the environment's ``bin/``, found through the
+    distribution's RECORD, so ``--user``/``--prefix``/``--target`` installs too), if it is the very file that
+    wheel built from the sources beside this module (its RECORD hash); ``None`` for an editable install, a pure
+    wheel, another monsoon than the one imported, or a binary replaced since.
+    """
+    try:
+        dist = metadata.distribution("monsoon")
+    except metadata.PackageNotFoundError:
+        return None
+    if Path(str(dist.locate_file("monsoon"))).resolve() != CRATE_DIR.parent.parent:
+        return None                      # another monsoon than the one imported (e.g. a checkout on sys.path)
+    for f in dist.files or ():
+        if f.name != BINARY_NAME or f.hash is None:
+            continue
+        p = Path(str(dist.locate_file(f))).resolve()
+        if os.access(p, os.X_OK) and _record_hash(p) == f"{f.hash.mode}={f.hash.value}":
+            return p
+    return None
+
+
+def ensure_loadgen() -> Path:
+    """Path of the ``monsoon-loadgen`` binary.
+
+    ``MONSOON_LOADGEN=/path/to/binary`` uses a prebuilt binary (e.g. in a container); else the one monsoon's wheel
+    installed (:func:`packaged_loadgen`: no Rust needed); else it is built (``cargo build --release --locked``)
+    into the crate's ``target/`` (a checkout) or the cache (an install without it) on first use or when its
+    sources changed.
     """
     env = settings.env("MONSOON_LOADGEN")
     if env:
@@ -47,6 +84,9 @@ def ensure_loadgen() -> Path:
         if not os.access(p, os.X_OK):
             raise LoadgenBuildError(f"MONSOON_LOADGEN={env} is not an executable file")
         return p
+    packaged = packaged_loadgen()
+    if packaged is not None:
+        return packaged
     # the build: next to the crate in a checkout (make loadgen), in the cache when installed (never site-packages)
     target = CRATE_DIR / "target" if settings.CHECKOUT is not None else settings.cache_dir() / "loadgen"
     binary = target / "release" / BINARY_NAME

@@ -172,3 +172,102 @@ def user_door(repo: Path, env: dict) -> None:
     off = subprocess.run(["pytest", "-q", "-p", "no:cacheprovider", "--strict-config", "-p", "no:monsoon",
                           "tests/test_acme.py"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert off.returncode == 0 and "1 passed" in off.stdout, off.stdout + off.stderr
+
+
+# ------------------------------------------------------------------ the native engine inside the wheel (issue 41)
+# setuptools and setuptools-rust as wheels, kept beside the wheelhouse: the wheel is built in pip's own isolated
+# build environment (what pyproject.toml's [build-system] declares is all it gets), from this folder, offline
+BUILDHOUSE = WHEELHOUSE.parent / "buildhouse"
+BUILD_REQUIRES = ["setuptools>=70.1", "setuptools-rust>=1.9"]
+
+
+def _without_rust(path: str) -> str:
+    """``path`` without any folder that holds cargo or rustc."""
+    return os.pathsep.join(d for d in path.split(os.pathsep)
+                           if d and not any((Path(d) / t).exists() for t in ("cargo", "rustc", "rustup")))
+
+
+def test_the_wheel_brings_the_native_engine_prebuilt_and_it_runs_without_cargo(tmp_path):
+    """``pip wheel`` builds ``monsoon-loadgen`` (release) into a ``py3-none-<platform>`` wheel; installed into a
+    fresh virtualenv and run with no cargo, rustc or ~/.cargo anywhere, ``ensure_loadgen()`` returns the binary
+    the wheel installed (nothing built into the cache) and the native engine drives a small QoS 1 load against
+    ``monsoon-loadgen sink`` (the ack-only sink of ``make bench-load``): every scheduled message acked."""
+    import sysconfig
+    import zipfile
+
+    assert not tmp_path.resolve().is_relative_to(REPO)
+    src = tmp_path / "tree"
+    files = sh(["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml", "setup.py", "monsoon"],
+               REPO).stdout.split()
+    src.mkdir()
+    subprocess.run(f"tar -cf - -T - | tar -xf - -C {src}", shell=True, input="\n".join(files), text=True, cwd=REPO,
+                   check=True)
+    if not any(BUILDHOUSE.glob("setuptools_rust-*.whl")):
+        sh([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+            "-d", BUILDHOUSE, *BUILD_REQUIRES], tmp_path, timeout=300)
+    # cargo's target: the checkout's compiled dependencies (make setup / make loadgen built them), so only
+    # monsoon-loadgen itself is compiled again; the checkout's target/ is not written
+    target = tmp_path / "cargo-target"
+    crates = REPO / "monsoon" / "load" / "loadgen" / "target" / "release"
+    for sub in ("deps", "build", ".fingerprint"):
+        if (crates / sub).is_dir():
+            shutil.copytree(crates / sub, target / "release" / sub, symlinks=True)
+    build_env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
+    t0 = time.monotonic()
+    sh([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "--no-index",
+        "--find-links", BUILDHOUSE, "-w", tmp_path / "dist", src], tmp_path, build_env, timeout=900)
+    built = time.monotonic() - t0
+    wheel = next((tmp_path / "dist").glob("monsoon-*.whl"))
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert wheel.name.endswith(f"-py3-none-{plat}.whl"), wheel.name
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(".data/scripts/monsoon-loadgen") for n in names), names[-20:]
+    assert not [n for n in names if "/target/" in n], "cargo's target/ in the wheel"
+
+    venv = tmp_path / "venv"
+    sh([sys.executable, "-m", "venv", venv], tmp_path)
+    pins = (REPO / "requirements.txt").read_text()
+    if not (WHEELHOUSE / ".requirements").is_file() or (WHEELHOUSE / ".requirements").read_text() != pins:
+        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        sh([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+            "-w", WHEELHOUSE, "-r", REPO / "requirements.txt"], tmp_path, timeout=900)
+        (WHEELHOUSE / ".requirements").write_text(pins)
+    sh([venv / "bin" / "python", "-m", "pip", "-q", "--disable-pip-version-check", "install", "--no-index",
+        "--find-links", WHEELHOUSE, wheel], tmp_path)
+    installed = venv / "bin" / "monsoon-loadgen"
+    assert os.access(installed, os.X_OK)
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "MONSOON_", "VIRTUAL_ENV", "CARGO", "RUSTUP"))}
+    env.update(PATH=f"{venv / 'bin'}:{_without_rust(env['PATH'])}", MONSOON_CACHE=str(tmp_path / "cache"),
+               CARGO_HOME=str(tmp_path / "no-cargo"), RUSTUP_HOME=str(tmp_path / "no-rustup"),
+               HOME=str(tmp_path / "home"))
+    assert shutil.which("cargo", path=env["PATH"]) is None and shutil.which("rustc", path=env["PATH"]) is None
+    assert "ack-only sink" in sh(["monsoon-loadgen", "--help"], tmp_path, env).stdout
+    script = r"""
+import json, sys, threading
+from pathlib import Path
+from monsoon.load.loadgen_build import ensure_loadgen, packaged_loadgen
+from monsoon.load.native import NativeFleet
+from monsoon.load.shapes import Steady
+from monsoon.selftest.bench import Sinks
+from monsoon.stack.provision import Device
+binary = ensure_loadgen()
+sinks = Sinks(binary, 1)
+try:
+    devs = [Device(f"whl-{i:03d}", "") for i in range(20)]
+    with NativeFleet(devs, "127.0.0.1", sinks.port, shape=Steady(rate=2000, duration=2),
+                     acked_path=Path(sys.argv[1]) / "acked.parquet", workers=1) as f:
+        f.connect()
+        t = f.run(threading.Event())
+finally:
+    sinks.close()
+print(json.dumps({"binary": str(binary), "packaged": str(packaged_loadgen()), "scheduled": t.scheduled,
+                  "acked": t.acked, "failed": t.failed}))
+"""
+    out = sh([venv / "bin" / "python", "-c", script, tmp_path], tmp_path, env, timeout=120).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["binary"] == r["packaged"] == str(installed.resolve()), r
+    assert r["acked"] == r["scheduled"] >= 3_900 and r["failed"] == 0, r     # 2,000 msg/s for 2 s
+    assert not (tmp_path / "cache" / "loadgen").exists(), "built into the cache: the packaged binary was not used"
+    print(f"\nwheel with the native engine: {wheel.name}, {wheel.stat().st_size / 1e6:.2f} MB, built in {built:.0f} s")
