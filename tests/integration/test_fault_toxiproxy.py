@@ -23,7 +23,7 @@ import requests
 from monsoon.faults.base import FaultContext, FaultError
 from monsoon.faults.plan import FaultPlan
 from monsoon.spec.fault import FaultSpec
-from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, can_connect, median_rtt, proxy_name, run_prefix
+from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, can_connect, floor_rtt, proxy_name, run_prefix
 from monsoon.paths import REPO
 from monsoon.timeline.store import Timeline, read_events
 
@@ -132,9 +132,9 @@ def fault(kind, params, **sched):
 def test_latency_lands_measured_and_heals(routed):
     be, addr = routed
     ctx = FaultContext(run_id=RUN)
-    before = median_rtt(addr, ECHO)
+    before = floor_rtt(addr, ECHO)
     h = be.inject(fault("network-latency", {"latency_ms": 200}), ctx)
-    during = median_rtt(addr, ECHO)
+    during = floor_rtt(addr, ECHO)
     land = be.verify(h)
     print(f"\nlatency 200 ms: rtt before {before:.2f} ms, during {during:.2f} ms, "
           f"verify evidence {land.evidence}")
@@ -143,7 +143,7 @@ def test_latency_lands_measured_and_heals(routed):
     assert land.evidence["toxics_present"] and all(t.startswith(run_prefix(RUN)) for t in land.evidence["toxics_present"])
     assert be.census(RUN)
     be.heal(h)
-    after = median_rtt(addr, ECHO)
+    after = floor_rtt(addr, ECHO)
     heal_land = be.verify(h)
     print(f"after heal: rtt {after:.2f} ms; heal evidence {heal_land.evidence}")
     assert after < before + 50
@@ -153,12 +153,12 @@ def test_latency_lands_measured_and_heals(routed):
 def test_latency_both_ways_doubles_and_jitter_spreads(routed):
     be, addr = routed
     h = be.inject(fault("mongo-slowdown", {"latency_ms": 100, "stream": "both"}), FaultContext(run_id=RUN))
-    rtt = median_rtt(addr, ECHO)
+    rtt = floor_rtt(addr, ECHO)
     assert 195 <= rtt <= 300, rtt
     assert be.verify(h).landed is True
     be.heal(h)
     h = be.inject(fault("network-latency", {"latency_ms": 100, "jitter_ms": 80}), FaultContext(run_id=RUN))
-    samples = [median_rtt(addr, ECHO, n=1) for _ in range(12)]
+    samples = [floor_rtt(addr, ECHO, n=1) for _ in range(12)]
     be.heal(h)
     assert max(samples) - min(samples) > 30, samples        # jitter really varies the delay
     assert all(15 <= s <= 200 for s in samples), samples
@@ -184,7 +184,7 @@ def test_dependency_down_refuses_connects_until_healed(routed):
     assert land.landed is True and land.evidence["connect_ok"] is False
     assert any("disabled" in x for x in be.census(RUN))
     be.heal(h)
-    assert can_connect(addr) and median_rtt(addr, ECHO) < 50
+    assert can_connect(addr) and floor_rtt(addr, ECHO) < 50
     assert be.verify(h).landed is True and be.census(RUN) == []
 
 
@@ -292,7 +292,7 @@ def test_heal_all_after_a_crash_removes_everything_of_the_run_only(routed, echo_
     assert fresh.census(RUN) == []
     p = fresh.client.proxy(proxy_name(RUN, ("platform", "echo")))
     assert p.enabled and p.toxics == ()
-    assert median_rtt(addr, ECHO) < 50
+    assert floor_rtt(addr, ECHO) < 50
     assert len(fresh.census(other)) == 1                  # another run's fault is not touched
     assert fresh.unroute(RUN) == [proxy_name(RUN, ("platform", "echo"))]
     assert proxy_name(other, ("platform", "echo")) in fresh.client.proxies()
@@ -345,14 +345,14 @@ def test_sigterm_during_a_plan_heals_everything(routed, tmp_path):
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "the plan never injected"
             time.sleep(0.05)
-        assert median_rtt(addr, ECHO) >= 240
+        assert floor_rtt(addr, ECHO) >= 240
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert be.census(RUN) == []
-    assert median_rtt(addr, ECHO) < 50
+    assert floor_rtt(addr, ECHO) < 50
     evs = read_events(tl_path)
     assert [e["phase"] for e in evs if e["type"] == "fault"][-1] == "heal"
     census = [e for e in evs if e["type"] == "fault-census"]
