@@ -207,7 +207,7 @@ storage: {dsn: "postgresql://127.0.0.1:1/x", loss_query: "select 1"}
 
 def test_network_latency_on_a_container_hop_goes_through_toxiproxy(docker_daemon, tmp_path):
     """Network faults on a container stack are Toxiproxy's, as on processes: the proxy runs as a container too."""
-    from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, median_rtt
+    from monsoon.faults.toxiproxy import PROBE_PAYLOADS, ToxiproxyBackend, floor_rtt
     (tmp_path / "s.yaml").write_text(PROXIED)
     run_id = "ctr-proxy"
     stack = Stack(load_stack(tmp_path / "s.yaml"), tmp_path / "run", run_id=run_id)
@@ -219,17 +219,17 @@ def test_network_latency_on_a_container_hop_goes_through_toxiproxy(docker_daemon
         proxy = be.route(run_id, ("app", "echo"), listen, f"127.0.0.1:{stack.ports['echo']}")
         host, port = proxy.listen.rsplit(":", 1)
         addr, echo = (host, int(port)), PROBE_PAYLOADS["echo"]
-        before = median_rtt(addr, echo)
+        before = floor_rtt(addr, echo)
         h = be.inject(FaultSpec.model_validate({
             "name": "c-latency", "kind": "network-latency", "target": "app->echo", "backend": "toxiproxy",
             "params": {"latency_ms": 200, "probe": "echo"}, "schedule": {"at": 0, "duration": 30}}),
             FaultContext(run_id=run_id, stack=stack))
         landing = be.verify(h)
         assert landing.landed is True and 190 <= landing.evidence["added_ms"] <= 300, landing.evidence
-        assert 190 <= median_rtt(addr, echo) - before <= 300
+        assert 190 <= floor_rtt(addr, echo) - before <= 300
         be.heal(h)
         assert be.verify(h).landed is True and be.census(run_id) == []
-        assert median_rtt(addr, echo) < before + 50
+        assert floor_rtt(addr, echo) < before + 50
     assert run_containers(run_id) == []
 
 

@@ -254,7 +254,7 @@ def test_heal_reports_a_proxy_a_shared_toxiproxy_refused_to_delete_and_exits_1(t
     r = heal("--run-id", run_id, "--toxiproxy-api", api, state=tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
-    assert f"healed {run_id} toxiproxy: FAILED to delete the run's proxies on {api}" in r.stdout, out
+    assert f"heal {run_id} toxiproxy: deleting the run's proxies on {api} FAILED: " in r.stdout, out
     assert f"STILL IN PLACE {run_id} toxiproxy: proxy {pg} on {api} not deleted" in r.stdout, out
     assert pg in requests.get(real + "/proxies", timeout=5).json()      # it really is still there
 
