@@ -61,7 +61,7 @@ from monsoon.run.harness import LoadHarness, totals_dict
 from monsoon.selftest.analyze_bench import analyze_in_child
 from monsoon.selftest.bench import Sinks, proc_cpu_s, proc_rss_mb
 from monsoon.stack.provision import Device
-from monsoon.timeline.columnar import FLUSH_S, PartWriter, fresh, parts_dir, write_rows
+from monsoon.timeline.columnar import FLUSH_S, parts_dir, replacing, write_rows
 from monsoon.timeline.store import Timeline
 
 DEFAULT_MESSAGES = 432_000_000        # a 24 h soak at ThingsBoard's 5,000 msg/s
@@ -257,27 +257,16 @@ class StoredStandIn:
         pass
 
     def export(self, path: Path) -> int:
-        final = parts_dir(path)
-        tmp = final.with_name(final.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
         names = sorted(self.last_seq)
         last = np.array([int(self.last_seq[n]) for n in names], dtype=np.int64)
         n_dev, rounds = len(names), int(last.max()) + 1 if len(names) else 0
         step = max(1, self.chunk // max(1, n_dev))
-        w = PartWriter(tmp, ("device", "seq"), flush_s=float("inf"))
-        try:
+        with replacing(path, ("device", "seq")) as w:
             for a in range(0, rounds, step):   # in arrival order: round s is every device's seq s
                 seq = np.repeat(np.arange(a, min(rounds, a + step), dtype=np.int64), n_dev)
                 dev = np.tile(np.arange(n_dev, dtype=np.int32), len(seq) // max(1, n_dev))
                 keep = seq <= last[dev]
                 w.write_part(dev[keep], names, seq[keep])
-            w.close()
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        fresh(path)
-        os.replace(tmp, final)
         return w.rows
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,23 +354,31 @@ class CsvParts:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def write_rows(path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_ROWS) -> int:
-    """Rows (tuples in ``columns`` order: ``device`` first, then ints or None) as the dataset ``path``,
-    a part per ``batch`` rows, written beside it and renamed into place (all or nothing); returns the rows."""
+@contextmanager
+def replacing(path: Path, columns: tuple[str, ...], batch: int = FLUSH_ROWS) -> Iterator[PartWriter]:
+    """A writer of the dataset ``path`` that builds it beside the old one and renames it into place when the
+    block ends (all or nothing: an exception removes what was written, and the old dataset stays)."""
     final = parts_dir(path)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
         w = PartWriter(tmp, tuple(columns), flush_s=float("inf"), flush_rows=batch)
-        for row in rows:
-            w.append(str(row[0]), *(None if v is None else int(v) for v in row[1:]))
+        yield w
         w.close()
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fresh(path)
     os.replace(tmp, final)
+
+
+def write_rows(path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_ROWS) -> int:
+    """Rows (tuples in ``columns`` order: ``device`` first, then ints or None) as the dataset ``path``,
+    a part per ``batch`` rows, written beside it and renamed into place (all or nothing); returns the rows."""
+    with replacing(path, columns, batch) as w:
+        for row in rows:
+            w.append(str(row[0]), *(None if v is None else int(v) for v in row[1:]))
     return w.rows
 
 
