@@ -43,7 +43,7 @@ from monsoon.spec.base import FOLDERS
 from monsoon.spec.kinds import kind_of
 from monsoon.spec.experiment import check_fits, load_experiment
 from monsoon.spec.fault import load_fault
-from monsoon.spec.payload import _MASK, PAYLOAD_PROFILES
+from monsoon.spec.payload import POOL_MASK, PAYLOAD_PROFILES
 from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
 from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
@@ -399,9 +399,9 @@ def payload_example(transport: str, profile: str = "minimal", template: str | No
     pay = Payload(profile, template=template)
     render = pay.renderer(0, device)
     body = render(seq, ts, ts + 3)
-    # the same message with another seq and every other value unchanged (the pools repeat every _MASK + 1 seqs;
+    # the same message with another seq and every other value unchanged (the pools repeat every POOL_MASK + 1 seqs;
     # the minimal profile's readings every 150): the paths that moved with seq are where it is carried
-    other = seq + 150 * (_MASK + 1)
+    other = seq + 150 * (POOL_MASK + 1)
     doc, doc2 = json.loads(body), json.loads(render(other, ts, ts + 3))
     seq_at = [p for p in _paths_of(doc, seq) if p in _paths_of(doc2, other)]
     dev_at = _paths_of(doc, device)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from monsoon.spec.payload import DEFAULT_DATAPOINTS, MAX_DATAPOINTS, PAYLOAD_PROFILES, PayloadSpec, Renderer, _MASK, _POOL, _SEED, _Template, compile_template
+from monsoon.spec.payload import DEFAULT_DATAPOINTS, MAX_DATAPOINTS, PAYLOAD_PROFILES, PayloadSpec, Renderer, POOL_MASK, _POOL, _SEED, _Template, compile_template
 
 
 __all__ = ["Payload"]
@@ -85,7 +85,7 @@ class Payload:
         head = f'"values":{{"device":{name_json},"seq":'
 
         def render_tails(seq: int, ts: int, sent_ms: int) -> bytes:
-            return f'{{"ts":{ts},{head}{seq},"sent_ms":{sent_ms},{tails[(seq + off) & _MASK]}}}}}'.encode()
+            return f'{{"ts":{ts},{head}{seq},"sent_ms":{sent_ms},{tails[(seq + off) & POOL_MASK]}}}}}'.encode()
         return render_tails
 
     def render(self, idx: int, device: str, seq: int, ts: int, sent_ms: int) -> bytes:

@@ -80,7 +80,7 @@ Renderer = Callable[[int, int, int], bytes]  # (seq, ts_ms, sent_ms) -> payload 
 _POOL = 1024            # pre-rendered variants per profile (a power of two)
 
 
-_MASK = _POOL - 1
+POOL_MASK = _POOL - 1
 
 
 _SEED = 0x6D6F6E73      # "mons"
@@ -127,7 +127,7 @@ class _Template:
             elif isinstance(s, str):
                 args.append(s)                       # seq, ts, sent_ms: the closure's parameters
             else:
-                args.append(f"P{s}[(seq * 40503 + {idx * 9973 + s * 131}) & {_MASK}]")
+                args.append(f"P{s}[(seq * 40503 + {idx * 9973 + s * 131}) & {POOL_MASK}]")
         src = f"lambda seq, ts, sent_ms: (F % ({', '.join(args)},)).encode()"
         ns: dict[str, object] = {"F": self.fmt, "D": json.dumps(device)[1:-1]}
         ns.update({f"P{j}": pool for j, pool in enumerate(self.pools)})

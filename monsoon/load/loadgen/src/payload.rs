@@ -149,7 +149,7 @@ impl Composer {
 mod tests {
     //! The `*_SPEC` texts are `Payload(...).native_spec()` and the `*_GOLDEN` payloads are
     //! `Payload(...).render(idx, name, seq, ts, sent_ms)` from monsoon's payloads.py, with its
-    //! pool size patched from 1024 to 8 (`_POOL = 8; _MASK = 7`) to keep the literals short:
+    //! pool size patched from 1024 to 8 (`_POOL = 8; POOL_MASK = 7`) to keep the literals short:
     //! the parts and the pool indexing are the same code paths as with 1024.
     use super::*;
     use serde_json::Value;
