@@ -84,7 +84,6 @@ def kafka_throughput(bootstrap: str, size: int, seconds: float, *, drain_s: floa
         return res
     value = b"x" * size
     done_producing = threading.Event()
-    first_consumed = threading.Event()
     t_first: list[float] = []
     t_last = [0.0]
     t_done = [0.0]
@@ -102,7 +101,6 @@ def kafka_throughput(bootstrap: str, size: int, seconds: float, *, drain_s: floa
             if n:
                 res.consumed += n
                 t_last[0] = now
-                first_consumed.set()
                 idle_since = None
             elif done_producing.is_set():
                 idle_since = idle_since or now
