@@ -244,6 +244,9 @@ def test_the_wheel_brings_the_native_engine_prebuilt_and_it_runs_without_cargo(t
                HOME=str(tmp_path / "home"))
     assert shutil.which("cargo", path=env["PATH"]) is None and shutil.which("rustc", path=env["PATH"]) is None
     assert "ack-only sink" in sh(["monsoon-loadgen", "--help"], tmp_path, env).stdout
+    crate = (REPO / "monsoon" / "load" / "loadgen" / "Cargo.toml").read_text()
+    version = crate.split('version = "', 1)[1].split('"', 1)[0]           # [package]'s, the first in the file
+    assert sh(["monsoon-loadgen", "--version"], tmp_path, env).stdout.strip() == f"monsoon-loadgen {version}"
     script = r"""
 import json, sys, threading
 from pathlib import Path

@@ -54,6 +54,7 @@ use std::sync::Arc;
 const HELP: &str = "monsoon-loadgen — open-model MQTT 3.1.1 load generator and ack-only sink
 
 USAGE:
+  monsoon-loadgen --version
   monsoon-loadgen run --config FILE.json [--shard i/n | --shard auto/n] [--wait-start]
   monsoon-loadgen sink --port P [--threads N]
   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
@@ -68,6 +69,11 @@ schedule  print `k device intended_s` for the shard's messages (testing aid).
 floor     --port P [--connections 50] [--messages 1000000] [--batch 10]: the transport's cost alone
           (pre-encoded QoS 1 publishes, `batch` per write, against a sink); one JSON line with CPU/msg.
 ";
+
+/// `monsoon-loadgen <crate version>`: what `--version` prints (the crate's version, which monsoon's wheel carries).
+fn version_line() -> String {
+    format!("monsoon-loadgen {}", env!("CARGO_PKG_VERSION"))
+}
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     let (i, n) = s.split_once('/').ok_or_else(|| format!("--shard wants i/n, got {s:?}"))?;
@@ -87,6 +93,10 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
 
 fn real_main() -> Result<i32, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--version" || a == "-V") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
     if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
         print!("{HELP}");
         return Ok(if args.is_empty() { 2 } else { 0 });
@@ -186,7 +196,13 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_shard;
+    use super::{parse_shard, version_line};
+
+    #[test]
+    fn version() {
+        assert_eq!(version_line(), format!("monsoon-loadgen {}", env!("CARGO_PKG_VERSION")));
+        assert!(version_line().starts_with("monsoon-loadgen 0."));
+    }
 
     #[test]
     fn shard_argument() {
