@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow
 from hdrh.histogram import HdrHistogram
 
 from monsoon.load.base import FleetBase, FleetOptions
@@ -406,6 +407,9 @@ class NativeFleet(FleetBase):
             del blocks, data
             if not more:
                 break
+        # Arrow's allocator (mimalloc) keeps the freed pages of the slices' tables: hand them back, so the process's
+        # RSS between two parts is what it holds, not the high-water mark of the last burst of parsing
+        pyarrow.default_memory_pool().release_unused()
         if last:
             for w in self._workers:
                 w.shard_csv.unlink(missing_ok=True)
