@@ -13,11 +13,12 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
 
 import pytest
 
 from monsoon import hookspec, settings
+from monsoon import options as opt
 from monsoon.rundir import CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE
 from monsoon.settings import PROFILES
 
@@ -40,7 +41,7 @@ MARKERS = {
 }
 SESSION_KEY = pytest.StashKey["MonsoonSession"]()
 MAKE_SESSION = pytest.StashKey[Any]()        # builds the session on first use (the ``monsoon`` fixture)
-RESTORE = pytest.StashKey[list]()            # what pytest_unconfigure puts back: settings, the SIGTERM handler
+RESTORE = pytest.StashKey[list[Callable[[], Any]]]()            # what pytest_unconfigure puts back: settings, the SIGTERM handler
 DESELECTED = pytest.StashKey[dict]()   # mark -> scenarios a bare pytest left out (soak, sweep)
 ASKED_FOR = ("soak", "sweep")          # marks whose scenarios run only when asked for
 COMPARE_KEY = pytest.StashKey[tuple]()   # (baseline: "last" | run id, rules) of --monsoon-compare(-fail)
@@ -48,31 +49,31 @@ COMPARE_KEY = pytest.StashKey[tuple]()   # (baseline: "last" | run id, rules) of
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("monsoon", "monsoon chaos and soak testing")
-    g.addoption("--monsoon-profile", choices=PROFILES, default=None,
+    g.addoption(opt.PROFILE, choices=PROFILES, default=None,
                 help="durations profile of every experiment: quick (minutes), nightly, full (hours). "
                      "Default: ini monsoon_profile or quick.")
-    g.addoption("--monsoon-runs-dir", default=None,
+    g.addoption(opt.RUNS_DIR, default=None,
                 help="where run directories go (default: ini monsoon_runs_dir, else MONSOON_RUNS_DIR, else "
                      "<rootdir>/runs)")
-    g.addoption("--monsoon-specs", action="append", default=None, metavar="DIR",
+    g.addoption(opt.SPECS, action="append", default=None, metavar="DIR",
                 help="look stacks, experiments and fault profiles up by name in DIR (its stacks/, experiments/, "
                      "fault-profiles/, or DIR itself) before <rootdir>'s and monsoon's own; repeatable. "
                      "Default: ini monsoon_specs")
-    g.addoption("--monsoon-run-id", default=None, help="use this run id instead of a timestamped one")
-    g.addoption("--monsoon-dry-run", action="store_true", default=False,
+    g.addoption(opt.RUN_ID, default=None, help="use this run id instead of a timestamped one")
+    g.addoption(opt.DRY_RUN, action="store_true", default=False,
                 help="validate every stack, experiment and fault, print what would be started and injected "
                      "(Kubernetes manifests included), and skip the scenarios: nothing is started")
-    g.addoption("--monsoon-force", action="store_true", default=False,
+    g.addoption(opt.FORCE, action="store_true", default=False,
                 help="run experiments past monsoon's sanity ceilings (a multiplier above x100); the machine's "
                      "own limits (open files, ports, generator rate) still apply")
-    g.addoption("--monsoon-compare", default=None, metavar="last|RUN_ID",
+    g.addoption(opt.COMPARE, default=None, metavar="last|RUN_ID",
                 help="compare each result's figures with a baseline run from the history: the last comparable run "
-                     "of the same stack x experiment, or RUN_ID (same profile and host class unless --monsoon-force)")
-    g.addoption("--monsoon-compare-fail", default=None, metavar="EXPR",
-                help="with --monsoon-compare: fail on these regressions, e.g. 'recovery_s:+20%%,peak_lag:+50%%,"
+                     f"of the same stack x experiment, or RUN_ID (same profile and host class unless {opt.FORCE})")
+    g.addoption(opt.COMPARE_FAIL, default=None, metavar="EXPR",
+                help=f"with {opt.COMPARE}: fail on these regressions, e.g. 'recovery_s:+20%%,peak_lag:+50%%,"
                      "acked_lost:>0' (+P%%/-P%%: rose/fell more than P%% of the baseline; +N/-N: by more than N; "
                      ">N/<N: above/below N)")
-    g.addoption("--monsoon-no-history", action="store_true", default=False,
+    g.addoption(opt.NO_HISTORY, action="store_true", default=False,
                 help="do not record this session's results in the run history (MONSOON_HISTORY_URL or "
                      "<runs>/history.sqlite)")
     settings.pytest_addoption(parser)   # the ini keys: monsoon_profile, monsoon_runs_dir, monsoon_specs
@@ -81,18 +82,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS.values():
         config.addinivalue_line("markers", line)
-    profile = config.getoption("--monsoon-profile") or config.getini("monsoon_profile") or "quick"
+    profile = config.getoption(opt.PROFILE) or config.getini("monsoon_profile") or "quick"
     if profile not in PROFILES:
         raise pytest.UsageError(f"monsoon_profile = {profile!r}: choose one of {', '.join(PROFILES)}")
-    runs = config.getoption("--monsoon-runs-dir") or config.getini("monsoon_runs_dir") or None
-    specs = config.getoption("--monsoon-specs") or config.getini("monsoon_specs")
+    runs = config.getoption(opt.RUNS_DIR) or config.getini("monsoon_runs_dir") or None
+    specs = config.getoption(opt.SPECS) or config.getini("monsoon_specs")
     # the user's project is the root: specs, runs and the recorded commit (put back at pytest_unconfigure)
     project = settings.project_of(config.rootpath, config.inipath)   # the monsoon command's rule too
-    # B008: the default is evaluated here on purpose: configure() runs now and the lambda restores what it replaced
-    config.stash[RESTORE] = [lambda prev=settings.configure(project=project, specs=specs, runs=runs,  # noqa: B008
-                                                           inipath=config.inipath):
-                             settings.restore(prev)]
-    compare_to, fail_expr = config.getoption("--monsoon-compare"), config.getoption("--monsoon-compare-fail")
+    prev = settings.configure(project=project, specs=specs, runs=runs, inipath=config.inipath)
+    config.stash[RESTORE] = [lambda: settings.restore(prev)]   # what configure() replaced, put back
+    compare_to, fail_expr = config.getoption(opt.COMPARE), config.getoption(opt.COMPARE_FAIL)
     if compare_to is not None or fail_expr:
         from monsoon.history.compare import CompareError, parse_baseline, parse_rules
         try:   # a bad expression is one line before anything starts
@@ -151,10 +150,11 @@ def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
 
     checks = CheckRegistry()   # this session's: the built-in checks and those the hook registers
     config.pluginmanager.hook.pytest_monsoon_add_checks(register=checks.register)
-    session = MonsoonSession(profile=profile, run_id=config.getoption("--monsoon-run-id"), progress=progress,
-                             dry_run=config.getoption("--monsoon-dry-run"), live=Terminal(),
-                             on_result=on_result, force=config.getoption("--monsoon-force"), checks=checks)
-    session.no_history = config.getoption("--monsoon-no-history")
+    session = MonsoonSession(profile=profile, run_id=config.getoption(opt.RUN_ID), progress=progress,
+                             dry_run=config.getoption(opt.DRY_RUN),
+                             live=cast(TextIO, Terminal()),   # write, flush, isatty: all the live panel uses
+                             on_result=on_result, force=config.getoption(opt.FORCE), checks=checks)
+    session.no_history = config.getoption(opt.NO_HISTORY)
     note = settings.current().shadow_note()   # said once per session, before its first plan
     if note:
         progress(note)
@@ -168,7 +168,8 @@ def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Put back what the plugin changed: the SIGTERM handler of a run and the settings."""
-    for undo in reversed(config.stash.get(RESTORE, [])):
+    undos: list[Callable[[], Any]] = config.stash.get(RESTORE, [])
+    for undo in reversed(undos):
         undo()
     config.stash[RESTORE] = []
 
@@ -210,7 +211,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         try:
             found = check_regressions(session.runs_dir, session.run_id, session.results[before:],
                                       *pyfuncitem.config.stash[COMPARE_KEY],
-                                      force=pyfuncitem.config.getoption("--monsoon-force"), note=session.progress)
+                                      force=pyfuncitem.config.getoption(opt.FORCE), note=session.progress)
         except CompareError as e:
             found = [str(e)]
         if found:
@@ -254,7 +255,7 @@ def docker_daemon(pytestconfig: pytest.Config):
     """A Docker daemon for container stacks (provider: docker): DOCKER_HOST's, or monsoon's private one started
     for the session and stopped after it; the test skips in one line when there is none to start. A dry run
     (``--monsoon-dry-run``) starts none: it yields None (the scenarios only print what they would start)."""
-    if pytestconfig.getoption("--monsoon-dry-run"):
+    if pytestconfig.getoption(opt.DRY_RUN):
         yield None
         return
     from monsoon.stack import dockerd

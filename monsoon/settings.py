@@ -26,6 +26,8 @@ from typing import Iterator, Sequence
 from _pytest.config.argparsing import Parser
 from _pytest.config.findpaths import determine_setup   # pytest's ini finder (pytest has it loaded already)
 
+from monsoon import options as opt
+
 PROFILES = ("quick", "nightly", "full")
 
 PACKAGE = Path(__file__).resolve().parent
@@ -67,14 +69,14 @@ platform`` built the reference platform (nothing is written into site-packages).
 FOLDERS = {"stack": "stacks", "experiment": "experiments", "fault profile": "fault-profiles"}
 PROJECT_MARKERS = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 INI = {   # the keys monsoon reads from pytest's ini file: name -> (help, pytest's ini type, default)
-    "monsoon_profile": ("default --monsoon-profile", "string", "quick"),
-    "monsoon_runs_dir": ("default --monsoon-runs-dir", "string", ""),
-    "monsoon_specs": ("default --monsoon-specs: folders of specs, relative to the ini file", "paths", []),
+    "monsoon_profile": (f"default {opt.PROFILE}", "string", "quick"),
+    "monsoon_runs_dir": (f"default {opt.RUNS_DIR}", "string", ""),
+    "monsoon_specs": (f"default {opt.SPECS}: folders of specs, relative to the ini file", "paths", []),
 }
 RUNS_ENV, CACHE_ENV = "MONSOON_RUNS_DIR", "MONSOON_CACHE"
 ENV = {   # every environment setting monsoon reads, in one place (labels a run gives its processes are not settings)
     CACHE_ENV: "the cache of downloaded and built parts",
-    RUNS_ENV: "the runs directory (after --monsoon-runs-dir / monsoon_runs_dir)",
+    RUNS_ENV: f"the runs directory (after {opt.RUNS_DIR} / monsoon_runs_dir)",
     "MONSOON_HISTORY_URL": "postgresql://... : a shared run history instead of <runs>/history.sqlite",
     "MONSOON_SERVICE_CPUS": "a CPU quota in cores for every service a stack starts (a cgroup; the load stays outside)",
     "MONSOON_CALIBRATION_DIR": "calibration files (default ~/.cache/monsoon/calibration: the user's cache)",
@@ -83,6 +85,8 @@ ENV = {   # every environment setting monsoon reads, in one place (labels a run 
     "MONSOON_KUBE_NAMESPACES": "the namespaces Kubernetes faults may touch (a,b)",
     "MONSOON_DOCKERD_DIR": "monsoon's private Docker daemon's directory (default <cache>/dockerd)",
     "MONSOON_K8S_DIR": "monsoon's single-node cluster's directory (default <cache>/k8s)",
+    "MONSOON_CHAOS_CHARTS": "a clone of github.com/litmuschaos/chaos-charts that litmus: {chart: ...} names "
+                            "(default <cache>/litmus/chaos-charts)",
 }
 
 

@@ -25,7 +25,7 @@ def paused(name: str) -> bool | None:
     """Whether Docker says the container is paused (None when it is gone)."""
     try:
         c = client().containers.get(name)
-    except Exception:
+    except Exception:   # no such container, or no daemon to ask: either way it is gone (None, as documented)
         return None
     return bool((c.attrs.get("State") or {}).get("Paused"))
 
@@ -65,7 +65,7 @@ def memory(name: str) -> tuple[int, int] | None:
     """(Memory, MemorySwap) of a container's HostConfig in bytes (0 = no limit), None when it is gone."""
     try:
         c = client().containers.get(name)
-    except Exception:
+    except Exception:   # no such container, or no daemon to ask: either way it is gone (None, as documented)
         return None
     hc = c.attrs.get("HostConfig") or {}
     return int(hc.get("Memory") or 0), int(hc.get("MemorySwap") or 0)

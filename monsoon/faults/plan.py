@@ -157,8 +157,8 @@ class FaultPlan:
         if fut is not None:
             try:
                 fut.result(timeout=self._check_bound(fault))
-            except Exception:
-                pass   # the check writes its own event; a failed one is judged there
+            except Exception:   # the check writes its own event; a failed one is judged there
+                pass
 
     def _bound(self, a: Action) -> float:
         """How long the scheduler may be busy with one action."""

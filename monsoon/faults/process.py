@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from monsoon.faults import container as ctr
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing, wait_for
@@ -167,6 +167,7 @@ class ProcessBackend:
                 return Landing(up, ev)
             ev["restart_after_s"] = round(time.monotonic() - handle.data["t_kill"], 3) if ok else None
             return Landing(ok, ev)
+        p = cast(ProcessPauseParams, p)    # a pause: the only other fault this backend injects
         if handle.data.get("container"):
             name = handle.data["container"]
             want = not handle.healed

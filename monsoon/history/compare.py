@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from monsoon.history.store import EXPERIMENT, Row
+from monsoon import options as opt
 
 _TERM = re.compile(r"^\s*([A-Za-z_][\w.\[\]-]*)\s*:\s*([+\-<>])\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")
 
@@ -53,14 +54,14 @@ def parse_rules(text: str) -> list[Rule]:
     rules = []
     for term in (t for t in text.split(",")):
         if not term.strip():
-            raise CompareError(f"--monsoon-compare-fail: empty term in {text!r}")
+            raise CompareError(f"{opt.COMPARE_FAIL}: empty term in {text!r}")
         m = _TERM.match(term)
         if not m:
-            raise CompareError(f"--monsoon-compare-fail: {term.strip()!r} is not FIGURE:RULE (RULE: +20%, -10%, "
+            raise CompareError(f"{opt.COMPARE_FAIL}: {term.strip()!r} is not FIGURE:RULE (RULE: +20%, -10%, "
                                "+5, -5, >0 or <100)")
         fig, op, num, pct = m.groups()
         if pct and op in "<>":
-            raise CompareError(f"--monsoon-compare-fail: {term.strip()!r}: a bound ({op}N) takes no %")
+            raise CompareError(f"{opt.COMPARE_FAIL}: {term.strip()!r}: a bound ({op}N) takes no %")
         rules.append(Rule(fig, op, float(num), bool(pct)))
     return rules
 
@@ -68,7 +69,7 @@ def parse_rules(text: str) -> list[Rule]:
 def parse_baseline(text: str) -> str:
     text = (text or "").strip()
     if not text:
-        raise CompareError("--monsoon-compare: give last or a run id")
+        raise CompareError(f"{opt.COMPARE}: give last or a run id")
     return text
 
 
@@ -101,11 +102,11 @@ def pick_baseline(history: list[Row], *, stack: str, experiment: str, run_id: st
         return ok[-1], ""
     named = [r for r in mine if r.run_id == which]
     if not named:
-        raise CompareError(f"--monsoon-compare={which}: no run {which!r} of {stack}/{experiment} in the history")
+        raise CompareError(f"{opt.COMPARE}={which}: no run {which!r} of {stack}/{experiment} in the history")
     base = named[-1]
     if not force and (base.profile != profile or base.host_class != host_class):
-        raise CompareError(f"--monsoon-compare={which}: baseline has profile {base.profile} on {base.host_class}, "
-                           f"this run {profile} on {host_class}: not comparable (--monsoon-force compares anyway)")
+        raise CompareError(f"{opt.COMPARE}={which}: baseline has profile {base.profile} on {base.host_class}, "
+                           f"this run {profile} on {host_class}: not comparable ({opt.FORCE} compares anyway)")
     return base, ""
 
 

@@ -11,6 +11,7 @@ from monsoon.history import html as history_html
 from monsoon.history.compare import CompareError, Rule, compare, pick_baseline
 from monsoon.history.record import host_class, record_results
 from monsoon.history.store import HistoryStore, default_location
+from monsoon import options as opt
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def check_regressions(runs_dir: Path, run_id: str, results: list, which: str, ru
         lines, why = regressions(runs_dir, run_id, r.to_dict(), r.profile, which, rules, force=force)
         found += lines
         if why:
-            note(f"monsoon: --monsoon-compare: {why}")
+            note(f"monsoon: {opt.COMPARE}: {why}")
     return found
 
 

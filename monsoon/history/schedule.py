@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from monsoon.history.record import git_commit, host_class, record_not_run
 from monsoon.history.store import EXPERIMENT, HistoryStore, Row, default_location
+from monsoon import options as opt
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _EVERY = re.compile(r"^\s*([0-9]+)\s*([mhd])\s*$")
@@ -370,7 +371,7 @@ def scheduled_run(name: str, pytest_args: list[str], runs_dir: Path, *, cron: st
         fh.flush()
         location = default_location(runs_dir)
         _sync_kube_skips(location, name, log)
-        cmd = [sys.executable, "-m", "pytest", "--monsoon-runs-dir", str(runs_dir), *pytest_args]
+        cmd = [sys.executable, "-m", "pytest", opt.RUNS_DIR, str(runs_dir), *pytest_args]
         log(f"monsoon scheduled-run {name}: {shlex.join(cmd)}")
         rc = (run or subprocess.call)(cmd)
         if os.environ.get(ENV_CRONJOB):

@@ -327,7 +327,7 @@ class KubeJobFleet(NativeFleet):
         while time.monotonic() < deadline:
             try:
                 pods = self.pods()
-            except Exception:
+            except Exception:   # the cluster stopped answering: the pods seen last are read as they are
                 return pods
             if pods and all(p["phase"] in ("Succeeded", "Failed") for p in pods):
                 break

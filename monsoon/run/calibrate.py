@@ -27,14 +27,13 @@ from typing import Any
 from monsoon.load.shapes import Stage, Stages
 from monsoon.observe.progress import Progress
 from monsoon import settings
-from monsoon.run.shield import TeardownShield
-from monsoon.run.harness import LoadHarness, StackEvents
+from monsoon.run.course import Course
+from monsoon.run.harness import FleetPlan, LoadHarness
 from monsoon.rundir import CALIBRATION_RECORD, TIMELINE_FILE, calibrate_dir_name
 from monsoon.spec.stack import jar_sha256
-from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
 from monsoon.timeline.views import counter_steps
-from monsoon.timeline.events import CALIBRATION_STEP, META, OP, OP_ERROR, OP_LOAD_END, SAMPLE
+from monsoon.timeline.events import CALIBRATION_STEP, META, OP, OP_LOAD_END, SAMPLE
 
 
 CALIBRATION_DIR = "calibration"
@@ -436,8 +435,7 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
     mine: list[Step] = []
     load = LoadHarness(tl)
     try:
-        load.start(stack, device_prefix=params.device_prefix, devices=params.devices, shape=shape,
-                   qos=params.qos, out_dir=out_dir, payload=payload)
+        load.start(stack, FleetPlan(shape, params.devices, params.qos, params.device_prefix, payload), out_dir)
         fleet, sampler, t0 = load.fleet, load.sampler, load.t0
         backlog_key = ("kafka", "lag") if stack.spec.observe.kafka else ("metrics", "queue_depth")
         progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
@@ -510,7 +508,6 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
     rates = ladder_rates(params.start_rate, params.factor, params.max_rate)
     label = f"{stack_spec.name}/calibrate"
     steps: list[Step] = []
-    error: str | None = None
     finished = [False]
     started = time.time()
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
@@ -518,21 +515,13 @@ def calibrate(stack_spec, out_dir: Path, *, run_id: str, profile: str = "quick",
                stack_source=stack_spec.source, rates=rates,
                params={k: v for k, v in asdict(params).items() if k != "criteria"}, criteria=asdict(params.criteria))
 
-        on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
-        exits = on_event.exits
-
-        try:
-            progress(f"[{label}] starting stack {stack_spec.name} ({', '.join(stack_spec.start_order())}), "
-                     f"profile {profile}")
-            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
-            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
-                                                            profile=profile)) as stack:
+        course = Course(tl, label, progress, watch=stack_spec.observe.service)
+        with course.guarded():   # a signal goes on up: an interrupted calibration records nothing
+            with course.start_stack(stack_spec, out_dir, run_id=run_id, profile=profile,
+                                    detail=f" ({', '.join(stack_spec.start_order())}), profile {profile}") as stack:
                 finished[0] = ramp(stack, tl, params, out_dir, steps, label=label, progress=progress, stop=stop,
-                                   exits=exits)
-        except Exception as e:   # the stack failed: the record says so
-            error = f"{type(e).__name__}: {e}"
-            tl.add(OP, op=OP_ERROR, error=error)
-            progress(f"[{label}] ERROR {error}")
+                                   exits=course.events.exits)
+        error = course.error
 
     failed = next((s for s in steps if not s.ok), None)
     dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,

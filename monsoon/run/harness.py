@@ -1,11 +1,12 @@
 """What a run and a calibration share: device provisioning, the load harness, and the reports of a fault plan."""
 from __future__ import annotations
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 from pathlib import Path
 import time
 
 from monsoon.load.fleet import Fleet, FleetOptions, build_fleet
-from monsoon.load.payloads import Payload
+from monsoon.load.payloads import Payload, build_payload
 from monsoon.load.shapes import LoadShape
 from monsoon.load.stats import SecondStats
 from monsoon.observe.collectors import collectors_for
@@ -15,6 +16,7 @@ from monsoon.observe.sampler import Sampler
 from monsoon.observe.storage import stored_source
 from monsoon.observe.threaddump import ThreadDumper
 from monsoon.rundir import ACKED_DATA, LATENCY_FILE
+from monsoon.spec.experiment import LoadSpec
 from monsoon.stack.provision import Device, device_names, provisioner_for
 from monsoon.stack.supervisor import Stack
 from monsoon.timeline.store import Timeline
@@ -75,6 +77,33 @@ class StackEvents:
             self.progress(f"[{self.label}] service {fields['service']} restarted (#{fields.get('n')})")
 
 
+@dataclass(frozen=True)
+class FleetPlan:
+    """What one fleet sends, given once: an experiment's ``load`` (:meth:`of`) or a ramp's ladder."""
+    shape: LoadShape
+    devices: int
+    qos: int = 1
+    device_prefix: str = "monsoon"
+    payload: Payload | None = None            # None: the minimal payload
+    engine: str = "python"
+    workers: int = 1
+    legs: Mapping[str, float] | None = None   # Hono's command flow: weights of the message kinds
+    transport: str | None = None              # None: the stack's devices.transport
+
+    @classmethod
+    def of(cls, load: LoadSpec, shape: LoadShape) -> "FleetPlan":
+        """An experiment's ``load`` with its profile's ``shape`` (x1 settled)."""
+        return cls(shape, load.devices, load.qos, load.device_prefix, build_payload(load.payload),
+                   load.engine, load.workers, None if load.legs is None else {str(k): w for k, w in load.legs.items()},
+                   load.transport)
+
+    def options(self, out_dir: Path, topic: str) -> FleetOptions:
+        """The fleet's options: its acked and latency logs in ``out_dir``, publishing to ``topic``."""
+        return FleetOptions(shape=self.shape, acked_path=out_dir / ACKED_DATA, topic=topic, qos=self.qos,
+                            latency_log_path=out_dir / LATENCY_FILE, payload=self.payload, workers=self.workers,
+                            legs=self.legs)
+
+
 class LoadHarness:
     """What a run and a calibration do before their load, and undo after it: devices provisioned, the fleet
     connected, the sampler sampling (one baseline sample), the shape's phases on the timeline. ``close()``
@@ -90,9 +119,9 @@ class LoadHarness:
         self.facts: dict[str, str] = {}          # what the running platform says it is (observe.facts)
         self.created: list = []                  # (provisioner, device names) to delete when the run ends
 
-    def start(self, stack: Stack, *, device_prefix: str, devices: int, shape: LoadShape, qos: int, out_dir: Path,
-              payload: Payload | None = None, engine: str = "python", workers: int = 1,
-              legs: dict[str, float] | None = None, transport: str | None = None) -> "LoadHarness":
+    def start(self, stack: Stack, plan: FleetPlan, out_dir: Path) -> "LoadHarness":
+        """Preflight, provision ``plan.devices``, connect the fleet, start the sampler, put the phases on the
+        timeline: the fleet is ready to run ``plan.shape``."""
         tl, dev = self.tl, stack.spec.devices
         self.collectors = collectors = collectors_for(stack)
         # every declared endpoint answers before anything is sent; the platform's facts are read with them
@@ -102,20 +131,18 @@ class LoadHarness:
         if self.facts:
             tl.add(PLATFORM, **self.facts)
         t = time.monotonic()
-        devs = self.provision(stack, device_prefix, devices)
+        devs = self.provision(stack, plan.device_prefix, plan.devices)
         tl.add(OP, op=OP_PROVISIONED, devices=len(devs), seconds=round(time.monotonic() - t, 2))
-        options = FleetOptions(shape=shape, acked_path=out_dir / ACKED_DATA, topic=dev.topic, qos=qos,
-                               latency_log_path=out_dir / LATENCY_FILE, payload=payload, workers=workers,
-                               legs=legs)
-        transport, port_t = dev.port_of(transport)    # the stack's devices.transport, or load.transport
+        transport, port_t = dev.port_of(plan.transport)    # the stack's devices.transport, or load.transport
         host, port = stack.endpoint(dev.host), int(stack.endpoint(port_t))
-        self._fleet = fleet = build_fleet(transport, devs, host, port, options, engine=engine)
+        self._fleet = fleet = build_fleet(transport, devs, host, port, plan.options(out_dir, dev.topic),
+                                          engine=plan.engine)
         fleet.connect()
         tl.add(OP, op=OP_CONNECTED, devices=len(devs))
         self.sampler = Sampler(tl, collectors).start()
         time.sleep(1.0)  # one baseline sample before the load
         self.t0 = t0 = tl.now()
-        for ph in shape.phases():
+        for ph in plan.shape.phases():
             tl.add(PHASE, name=ph.name, start=round(t0 + ph.start, 3), end=round(t0 + ph.end, 3))
         return self
 

@@ -26,8 +26,8 @@ from monsoon.load.mix import MixClient, MixCriteria, MixDevice, judge_ops, ops_f
 from monsoon.observe.progress import Progress
 from monsoon.report import mix as mix_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, ramp
-from monsoon.run.shield import TeardownShield
-from monsoon.run.harness import StackEvents
+from monsoon.run.course import LOAD, Course
+from monsoon.run.plan import RunPlan
 from monsoon.run.validate import validate
 from monsoon.rundir import TIMELINE_FILE
 from monsoon.spec.experiment import ExperimentSpec
@@ -36,7 +36,8 @@ from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.provision import device_names
 from monsoon.stack.supervisor import Stack
-from monsoon.timeline.events import META, OP, OP_ERROR, OP_INTERRUPTED, OP_MIX_WARMUP
+from monsoon.timeline.events import META, OP, OP_MIX_WARMUP
+from monsoon.timeline.store import Timeline
 
 
 def plan_mix(stack_spec: StackSpec, exp: ExperimentSpec, profile: str, *, force: bool = False,
@@ -118,6 +119,38 @@ class RampMix:
         return ops_failures(step_mix["ops"], (first or step_mix)["ops"], self.crit)
 
 
+class WarmFirst(RampMix):
+    """A :class:`RampMix` that warms the entities up (every device found by name, read once; recorded apart as
+    ``mix-warmup``) once the fleet's devices exist, before the first step's operations."""
+
+    def __init__(self, client: MixClient, write_share: float, crit: MixCriteria, *, tl: Timeline,
+                 progress: Progress, label: str):
+        super().__init__(client, write_share, crit)
+        self.tl, self.progress, self.label = tl, progress, label
+
+    def start(self, shape) -> None:
+        t = time.monotonic()
+        w = self.client.warm_up()
+        self.tl.add(OP, op=OP_MIX_WARMUP, **{k: v for k, v in w.items() if k in ("entities", "found", "seconds")})
+        self.progress(f"[{self.label}] warm-up: {w['found']} of {w['entities']} entities found and read in "
+                      f"{time.monotonic() - t:.1f} s (read p99 {w['read'].get('p99_ms')} ms)")
+        super().start(shape)
+
+
+def mix_client(stack: Stack, plan: RunPlan) -> MixClient:
+    """The mix's client on the started ``stack``: its REST API (the provisioning's login), its Kafka topic."""
+    exp = plan.exp
+    mx = exp.load.mix
+    assert mx is not None
+    m = mx.resolved(plan.profile)
+    prov, kafka = plan.stack.provisioning, plan.stack.observe.kafka
+    devs = [MixDevice(n) for n, _ in device_names(exp.load.device_prefix, exp.load.devices)]
+    return MixClient(stack.endpoint(prov.url or ""), prov.username or "", prov.password or "", devs,
+                     shares=mx.shares(), keys=m["keys"], forms=m["requests"], range_s=float(m["range_s"]),
+                     kafka_bootstrap=stack.endpoint(kafka.bootstrap) if kafka else None,
+                     kafka_topic=kafka.topic if kafka else None, max_in_flight=int(m["max_in_flight"]))
+
+
 def mix_decision(steps: list[Step], finished: bool) -> dict:
     """Capacity (ops/s) = the highest step kept up before the first that was not; what stopped it."""
     best = None
@@ -150,58 +183,33 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
     assert mx is not None
     m = mx.resolved(profile)
     shares = mx.shares()
-    label = f"{stack_spec.name}/{exp.name}"
+    plan = RunPlan(stack_spec, exp, profile, checks=tuple(mix_checks(exp, profile)), registry=registry)
+    label, checks = plan.label, plan.checks
     started = time.time()
-    checks = mix_checks(exp, profile)
     steps: list[Step] = []
-    error: str | None = None
     finished = False
     client: MixClient | None = None
     params = Params(start_rate=float(exp.load.base_rate), factor=float(m["factor"]), max_rate=float(m["max_rate"]),
                     step_seconds=float(m["step_s"]), settle_seconds=float(m["settle_s"]),
-                    warmup_seconds=float(int(exp.durations(profile).warmup)), devices=exp.load.devices,
+                    warmup_seconds=float(int(plan.durations.warmup)), devices=exp.load.devices,
                     qos=exp.load.qos, device_prefix=exp.load.device_prefix,
                     criteria=Criteria(gc_fraction=m["gc_fraction"]))
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add(META, kind="request-mix", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
                mix=m, shares=shares, devices=exp.load.devices, stack_source=stack_spec.source,
                experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
-        on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
-        try:
-            progress(f"[{label}] starting stack {stack_spec.name}; mix {shares}")
+        course = Course(tl, label, progress, watch=stack_spec.observe.service)
+        with course.guarded(on_interrupt=course.interrupted):
             restart: dict[str, str] | None = dict(exp.restart) if exp.restart else None
-            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
-            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
-                                                            profile=profile, env_overrides=exp.env,
-                                                            restart_overrides=restart)) as stack:
-                prov = stack_spec.provisioning
-                kafka = stack_spec.observe.kafka
-                devs = [MixDevice(n) for n, _ in device_names(exp.load.device_prefix, exp.load.devices)]
-                client = MixClient(stack.endpoint(prov.url or ""), prov.username or "", prov.password or "", devs,
-                                   shares=shares, keys=m["keys"], forms=m["requests"], range_s=float(m["range_s"]),
-                                   kafka_bootstrap=stack.endpoint(kafka.bootstrap) if kafka else None,
-                                   kafka_topic=kafka.topic if kafka else None, max_in_flight=int(m["max_in_flight"]))
-                ramp_mix = RampMix(client, shares["write"], MixCriteria(error_fraction=float(m["error_fraction"])))
-
-                class _WarmFirst(RampMix):   # the entities' warm-up once the fleet's devices exist
-                    def start(self, shape) -> None:
-                        t = time.monotonic()
-                        w = client.warm_up()
-                        tl.add(OP, op=OP_MIX_WARMUP, **{k: v for k, v in w.items() if k in ("entities", "found",
-                                                                                              "seconds")})
-                        progress(f"[{label}] warm-up: {w['found']} of {w['entities']} entities found and read in "
-                                 f"{time.monotonic() - t:.1f} s (read p99 {w['read'].get('p99_ms')} ms)")
-                        super().start(shape)
-                warm = _WarmFirst(client, ramp_mix.write_share, ramp_mix.crit)
+            with course.start_stack(stack_spec, out_dir, run_id=run_id, profile=profile, env=exp.env,
+                                    restart=restart, detail=f"; mix {shares}") as stack:
+                course.enter(LOAD)
+                client = mix_client(stack, plan)
+                warm = WarmFirst(client, shares["write"], MixCriteria(error_fraction=float(m["error_fraction"])),
+                                 tl=tl, progress=progress, label=label)
                 finished = ramp(stack, tl, params, out_dir, steps, label=label, progress=progress, stop=stop,
-                                exits=on_event.exits, mix=warm)
-        except Exception as e:   # the stack failed: the record says so
-            error = f"{type(e).__name__}: {e}"
-            tl.add(OP, op=OP_ERROR, error=error)
-            progress(f"[{label}] ERROR {error}")
-        except KeyboardInterrupt:
-            error = "interrupted"
-            tl.add(OP, op=OP_INTERRUPTED)
+                                exits=course.events.exits, mix=warm)
+        error = course.error
     failed = any(not s.ok for s in steps)
     dec = mix_decision(steps, finished or failed)
     cap_step = next((s for s in reversed(steps) if s.ok and s.mix), None)
@@ -217,7 +225,7 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
         record["mix_error"] = client.error
     if error:
         record["error"] = error
-    verdicts = [v.to_dict() for v in registry.evaluate(out_dir, checks)]
+    verdicts = [v.to_dict() for v in course.judge(registry, out_dir, checks)]
     record["checks"] = verdicts
     (out_dir / mix_report.MIX_FILE).write_text(json.dumps(record, indent=2))
     mix_report.write(out_dir, record, verdicts + [mix_report.capacity_verdict(record).to_dict(),

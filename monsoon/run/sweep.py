@@ -33,13 +33,14 @@ from pathlib import Path
 
 from monsoon import settings
 from monsoon.checks.registry import BUILT_IN, CheckRegistry
+from monsoon.load.payloads import Payload
 from monsoon.load.sweep import kafka_throughput, sized_payload
 from monsoon.observe.collectors import KafkaLagCollector
 from monsoon.observe.progress import Progress
 from monsoon.report import sweep as sweep_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
-from monsoon.run.shield import TeardownShield
-from monsoon.run.harness import StackEvents
+from monsoon.run.course import LOAD, Course
+from monsoon.run.plan import RunPlan
 from monsoon.run.validate import validate
 from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, experiment_dir_name, new_run_id, point_latest
 from monsoon.spec.experiment import ExperimentSpec, load_experiment
@@ -47,7 +48,7 @@ from monsoon.spec.stack import StackSpec, load_stack
 from monsoon.spec.sweep import SweepSpec
 from monsoon.spec.yamlio import SpecError
 from monsoon.stack.supervisor import Stack
-from monsoon.timeline.events import META, OP, OP_ERROR, OP_INTERRUPTED, OP_SWEEP_SIZE, SWEEP_SIZE
+from monsoon.timeline.events import META, OP, OP_SWEEP_SIZE, SWEEP_SIZE
 
 MIN_RATE = 5.0        # msg/s: no ladder starts lower
 DRAIN_S = 30.0        # at most this long for the backlog to drain between sizes
@@ -148,71 +149,31 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
     stop = stop or threading.Event()
     sizes = list(exp.load.payload.sizes or ())
     sw = (exp.load.sweep or SweepSpec()).resolved(profile)
-    warm = int(exp.durations(profile).warmup)
-    label = f"{stack_spec.name}/{exp.name}"
+    plan = RunPlan(stack_spec, exp, profile, checks=tuple(sweep_checks(exp, profile)), registry=registry)
+    label, checks = plan.label, plan.checks
     started = time.time()
     entries: list[dict] = []
-    error: str | None = None
     obs_kafka = stack_spec.observe.kafka
     payloads = {size: sized_payload(size, exp.load.device_prefix) for size in sizes}   # ValueError before a start
-    checks = sweep_checks(exp, profile)
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add(META, kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
                profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
                experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
-        on_event = StackEvents(tl, label, progress, watch=stack_spec.observe.service)
-        try:
-            progress(f"[{label}] starting stack {stack_spec.name}; sizes {', '.join(map(str, sizes))} bytes")
-            # the stack's stop runs to the end whatever signals arrive meanwhile, as an experiment's does
-            with TeardownShield(progress).around_exit(Stack(stack_spec, out_dir, run_id=run_id, on_event=on_event,
-                                                            profile=profile, env_overrides=exp.env,
-                                                            restart_overrides=exp.restart)) as stack:
+        course = Course(tl, label, progress, watch=stack_spec.observe.service)
+        with course.guarded(on_interrupt=course.interrupted):
+            with course.start_stack(stack_spec, out_dir, run_id=run_id, profile=profile, env=exp.env,
+                                    restart=exp.restart, detail=f"; sizes {', '.join(map(str, sizes))} bytes") as stack:
+                course.enter(LOAD)
                 bootstrap = stack.endpoint(obs_kafka.bootstrap) if obs_kafka else None
                 prev: dict | None = None
                 for k, size in enumerate(sizes):
                     if stop.is_set():
                         break
-                    start, top = ladder_for(size, prev, float(exp.load.base_rate), float(sw["max_rate"]))
-                    params = Params(start_rate=start, factor=float(sw["factor"]), max_rate=max(top, start),
-                                    step_seconds=float(sw["step_s"]), settle_seconds=float(sw["settle_s"]),
-                                    warmup_seconds=float(warm if k == 0 else 0), devices=exp.load.devices,
-                                    qos=exp.load.qos, device_prefix=exp.load.device_prefix,
-                                    criteria=Criteria(gc_fraction=sw["gc_fraction"],
-                                                      latency_k=sw["latency_k"] or math.inf))
-                    sdir = out_dir / f"size-{size}"
-                    sdir.mkdir(exist_ok=True)
-                    tl.add(OP, op=OP_SWEEP_SIZE, size=size, start_rate=start, max_rate=top)
-                    steps: list[Step] = []
-                    slabel = f"{label} {size}B"
-                    finished = ramp(stack, tl, params, sdir, steps, label=slabel, progress=progress, stop=stop,
-                                    exits=on_event.exits, payload=payloads[size],
-                                    phase_prefix=f"{size}B-")
-                    failed = any(not s.ok for s in steps)
-                    dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria,
-                                 finished=finished or failed)
-                    entry = {"size": size, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
-                             "reason": dec.reason, "lower_bound": dec.lower_bound,
-                             "generator_bound": dec.generator_bound, "result": dec.line(),
-                             "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
-                    progress(f"[{slabel}] {dec.line()}")
-                    entry["backlog_after"] = _drain(bootstrap, obs_kafka.group if obs_kafka else None,
-                                                    obs_kafka.topic if obs_kafka else None,
-                                                    dec.capacity_msg_s or start, stop, progress, slabel)
-                    if bootstrap and float(sw["transport_s"]) > 0 and not stop.is_set():
-                        tr = kafka_throughput(bootstrap, size, float(sw["transport_s"]), stop=stop)
-                        entry["transport"] = tr.to_dict()
-                        progress(f"[{slabel}] transport alone (Kafka produce+consume): {tr.msg_s:,.0f} msg/s, "
-                                 f"{tr.mb_s:,.2f} MB/s" + (f" ({tr.error})" if tr.error else ""))
-                    tl.add(SWEEP_SIZE, **{k: v for k, v in entry.items() if k != "steps"})
+                    entry = sweep_size(course, stack, plan, size, prev, first=k == 0, bootstrap=bootstrap,
+                                       payload=payloads[size], out_dir=out_dir, stop=stop)
                     entries.append(entry)
                     prev = entry
-        except Exception as e:   # the stack failed: the record says so
-            error = f"{type(e).__name__}: {e}"
-            tl.add(OP, op=OP_ERROR, error=error)
-            progress(f"[{label}] ERROR {error}")
-        except KeyboardInterrupt:
-            error = "interrupted"
-            tl.add(OP, op=OP_INTERRUPTED)
+        error = course.error
     record = {"kind": "size-sweep", "stack": stack_spec.name, "experiment": exp.name, "profile": profile,
               "run_id": run_id, "host": socket.gethostname(), "cpu_count": os.cpu_count(),
               "date": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
@@ -222,11 +183,51 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
         record["error"] = error
     record["trends"] = sweep_report.trends(record)
     record["rows"] = sweep_report.rows(record)
-    verdicts = [v.to_dict() for v in registry.evaluate(out_dir, checks)]
+    verdicts = [v.to_dict() for v in course.judge(registry, out_dir, checks)]
     record["checks"] = verdicts
     (out_dir / sweep_report.SWEEP_FILE).write_text(json.dumps(record, indent=2))
     sweep_report.write(out_dir, record, verdicts)
     return record
+
+
+def sweep_size(course: Course, stack: Stack, plan: RunPlan, size: int, prev: dict | None, *, first: bool,
+               bootstrap: str | None, payload: Payload, out_dir: Path, stop: threading.Event) -> dict:
+    """One size of a sweep on the started ``stack``: its ladder ramped (from the capacity found before it), its
+    capacity decided, the backlog drained, the transport alone measured; its entry in ``sweep.json``."""
+    exp, tl, progress = plan.exp, course.tl, course.progress
+    sw = (exp.load.sweep or SweepSpec()).resolved(plan.profile)
+    obs_kafka = plan.stack.observe.kafka
+    start, top = ladder_for(size, prev, float(exp.load.base_rate), float(sw["max_rate"]))
+    params = Params(start_rate=start, factor=float(sw["factor"]), max_rate=max(top, start),
+                    step_seconds=float(sw["step_s"]), settle_seconds=float(sw["settle_s"]),
+                    warmup_seconds=float(int(plan.durations.warmup) if first else 0), devices=exp.load.devices,
+                    qos=exp.load.qos, device_prefix=exp.load.device_prefix,
+                    criteria=Criteria(gc_fraction=sw["gc_fraction"], latency_k=sw["latency_k"] or math.inf))
+    sdir = out_dir / f"size-{size}"
+    sdir.mkdir(exist_ok=True)
+    tl.add(OP, op=OP_SWEEP_SIZE, size=size, start_rate=start, max_rate=top)
+    steps: list[Step] = []
+    slabel = f"{plan.label} {size}B"
+    assert isinstance(tl, RecordingTimeline)
+    finished = ramp(stack, tl, params, sdir, steps, label=slabel, progress=progress, stop=stop,
+                    exits=course.events.exits, payload=payload, phase_prefix=f"{size}B-")
+    failed = any(not s.ok for s in steps)
+    dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria, finished=finished or failed)
+    entry = {"size": size, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
+             "reason": dec.reason, "lower_bound": dec.lower_bound,
+             "generator_bound": dec.generator_bound, "result": dec.line(),
+             "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
+    progress(f"[{slabel}] {dec.line()}")
+    entry["backlog_after"] = _drain(bootstrap, obs_kafka.group if obs_kafka else None,
+                                    obs_kafka.topic if obs_kafka else None,
+                                    dec.capacity_msg_s or start, stop, progress, slabel)
+    if bootstrap and float(sw["transport_s"]) > 0 and not stop.is_set():
+        tr = kafka_throughput(bootstrap, size, float(sw["transport_s"]), stop=stop)
+        entry["transport"] = tr.to_dict()
+        progress(f"[{slabel}] transport alone (Kafka produce+consume): {tr.msg_s:,.0f} msg/s, "
+                 f"{tr.mb_s:,.2f} MB/s" + (f" ({tr.error})" if tr.error else ""))
+    tl.add(SWEEP_SIZE, **{k: v for k, v in entry.items() if k != "steps"})
+    return entry
 
 
 # ------------------------------------------------------------------------ CLI

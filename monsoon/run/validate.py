@@ -17,6 +17,7 @@ from monsoon.spec.experiment import AUTO_STAND_INS, ExperimentSpec, check_fits, 
 from monsoon.spec.fault import FaultSpec
 from monsoon.spec.stack import StackSpec
 from monsoon.spec.yamlio import SpecError
+from monsoon import options as opt
 
 
 def check_experiment(spec: ExperimentSpec, *, force: bool = False, registry: CheckRegistry = BUILT_IN) -> ExperimentSpec:
@@ -115,7 +116,7 @@ def limits(exp: ExperimentSpec, profile: str, *, force: bool = False, peak: floa
     mults += [s.multiplier for s in shape.steps or ()]
     if not force and mults and max(mults) > MULTIPLIER_CEILING:
         raise exp.fail(("load", "shape"), f"a multiplier of x{max(mults):g} is above monsoon's ceiling of "
-                       f"x{MULTIPLIER_CEILING:g}; if you mean it, run with --monsoon-force (monsoon validate --force)")
+                       f"x{MULTIPLIER_CEILING:g}; if you mean it, run with {opt.FORCE} (monsoon validate --force)")
     ceiling = PROFILE_CEILING_S[profile]
     if d.total > ceiling:
         raise exp.fail(("profiles", profile), f"the {profile} load lasts {d.total:,.0f} s, past the {profile} "

@@ -241,17 +241,17 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> 
     cache: dict[bytes, str] = {}
     for s in sorted(hist_by_sec):
         counts = hist_by_sec[s]
-        key = counts.tobytes()
-        enc = cache.get(key)
+        hkey = counts.tobytes()
+        enc = cache.get(hkey)
         if enc is None:
             h = new_histogram()
             for v, c in zip(lat_all.tolist(), counts.tolist()):
                 if c:
                     h.record_value(v, c)
-            enc = cache[key] = h.encode().decode("ascii")
+            enc = cache[hkey] = h.encode().decode("ascii")
             mx = h.get_max_value()
-            cache[key + b"max"] = str(mx)
-        hlog._fh.write(f"{s:.3f},1.000,{int(cache[key + b'max']) / 1000.0:.3f},{enc}\n")
+            cache[hkey + b"max"] = str(mx)
+        hlog._fh.write(f"{s:.3f},1.000,{int(cache[hkey + b'max']) / 1000.0:.3f},{enc}\n")
     hlog.close()
     _write_timeline(exp, plan, per_sec, hist_by_sec, windows)
 

@@ -30,6 +30,7 @@ from monsoon.paths import REPO
 from monsoon.rundir import SUMMARY_FILE
 from monsoon.settings import RUNS_ENV
 from monsoon.stack import cpubudget
+from monsoon import options as opt
 
 NEIGHBOUR = "neighbour"
 DEFAULT = "0.5,1,2,neighbour"
@@ -39,7 +40,7 @@ HEARTBEAT_S = 60.0
 STOP_WAIT_S = 180.0       # a demo told to stop tears its stacks down: give it time before killing it
 
 RUN_DIR_RE = re.compile(r"Run directory: (\S+)")
-RUN_ID_RE = re.compile(r"--monsoon-run-id\s+(\S+)")
+RUN_ID_RE = re.compile(re.escape(opt.RUN_ID) + r"\s+(\S+)")
 
 
 @dataclass(frozen=True)

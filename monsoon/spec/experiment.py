@@ -12,6 +12,7 @@ from pydantic import PrivateAttr, Field, field_validator, model_validator
 
 import math
 
+from monsoon import options as opt
 from monsoon import settings
 from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
 from monsoon.spec.payload import PayloadProfile, PayloadSpec
@@ -200,7 +201,7 @@ class ExperimentSpec(_Frozen):
     marks: tuple[str, ...] = Field((), description="labels for selecting experiments, e.g. burst, chaos, defect")
     load: LoadSpec = Field(description="the load")
     profiles: dict[Literal["quick", "nightly", "full"], Durations] = Field(
-        description="phase durations (seconds) per profile; a run uses one profile (--monsoon-profile)")
+        description=f"phase durations (seconds) per profile; a run uses one profile ({opt.PROFILE})")
     checks: tuple[CheckSpec, ...] = Field(description="each a check name, {name: {params}}, or "
                                           "{name, params, profiles}")
     faults: tuple[FaultRef, ...] = Field((), description="faults to inject, each a fault profile with overrides")
@@ -242,7 +243,7 @@ class ExperimentSpec(_Frozen):
     def _checks(cls, v: Any) -> Any:
         if not isinstance(v, list):
             return v
-        out = []
+        out: list[Any] = []
         for item in v:
             if isinstance(item, str):
                 out.append({"name": item})

@@ -107,7 +107,7 @@ class ContainerProc:
         """A container of the same name left by an earlier start of this run id (a crashed run): removed."""
         try:
             old = client().containers.get(self.name)
-        except Exception:
+        except Exception:   # no container of that name (or no daemon to ask): nothing stale to remove
             return
         if (old.labels or {}).get(RUN_ID_LABEL) == self.tc._kwargs["labels"].get(RUN_ID_LABEL):
             old.remove(force=True, v=True)
@@ -202,7 +202,7 @@ class ContainerProc:
         """Stop (its stop signal, SIGKILL after ``timeout``) and remove the container."""
         try:
             c = self.container
-        except Exception:
+        except Exception:   # never created, or already removed: nothing to stop
             return
         try:
             c.reload()

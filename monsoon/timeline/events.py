@@ -127,13 +127,18 @@ SWEEP_SIZE = event("sweep-size", "One payload size of a size sweep measured: its
                    ["backlog_after", "transport"])
 
 # --- ops: the run's course (type "op", field "op") -------------------------------------------------------------
+OP_COURSE = op("course", "The run enters a stage of its course (monsoon.run.course): starting the stack, load, "
+               "drain, read-back or teardown.", ["stage"])
 OP_STACK_START = op("stack-start", "The stack starts, on these ports (attempt: a retry on new ports counts up).",
                     ["stack", "ports", "attempt"])
 OP_STACK_RETRY = op("stack-retry", "A service found its port taken: the stack stops and starts again.",
                     ["stack", "attempt", "reason"])
 OP_IMAGE_IMPORT = op("image-import", "An image imported into the cluster for the run.", ["image", "seconds"])
-OP_NAMESPACE = op("namespace", "The run's Kubernetes namespace: created, deleted, delete-failed or still-there.",
-                  ["namespace", "event"], ["error", "seconds"])
+OP_NAMESPACE = op("namespace", "The run's Kubernetes namespace: created, deleted, delete-failed or still-there; "
+                  "service: a ClusterIP Service made in it (pods on the pod network).",
+                  ["namespace", "event"], ["error", "seconds", "service", "cluster_ip", "ports"])
+OP_HELM_RELEASE = op("helm-release", "The stack's Helm release: installed, found (not monsoon's: never touched), "
+                     "uninstalled or uninstall-failed.", ["release", "namespace", "event"], ["error", "seconds"])
 OP_PREFLIGHT = op("preflight", "Every declared endpoint answered before anything was sent.", ["ok"])
 OP_PROVISIONED = op("provisioned", "The run's devices provisioned.", ["devices", "seconds"])
 OP_CONNECTED = op("connected", "The fleet connected.", ["devices"])
@@ -158,7 +163,8 @@ OP_INTERRUPTED = op("interrupted", "A signal cut the run short: which, when and 
 
 # --- service events (type "service", field "event") -----------------------------------------------------------
 SVC_START = service_event("start", "A service (process, container or pod) started; n: its start count.",
-                          ["pid", "n"], ["container", "image", "pod", "uid", "restart_count"])
+                          ["pid", "n"], ["container", "image", "pod", "uid", "restart_count",
+                                         "ip"])      # a pod's IP (its own on the pod network)
 SVC_READY = service_event("ready", "A service answered its readiness probe, after_s after its start.", ["after_s"])
 SVC_DONE = service_event("done", "A one-shot service (a setup job) finished with its exit code.", ["code", "after_s"])
 SVC_EXIT = service_event("exit", "A service died while the stack ran: its code and cause, whether OOM-killed.",

@@ -1,6 +1,8 @@
-"""Hand-made run directories for check tests (a saved timeline, acked and stored logs)."""
+"""Hand-made run directories for check tests (a saved timeline, acked and stored logs), and the string
+constants of a module's code (for the tests that keep a name with its one owner)."""
 from __future__ import annotations
 
+import ast
 import csv
 import json
 from pathlib import Path
@@ -84,3 +86,13 @@ class RunBuilder:
             for e in sorted(self.events, key=lambda e: e["t"]):
                 fh.write(json.dumps(e) + "\n")
         return self.dir
+
+
+def code_strings(path: Path) -> set[str]:
+    """The string constants of a module's code: docstrings (of the module, its classes and functions) left out."""
+    tree = ast.parse(Path(path).read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs}

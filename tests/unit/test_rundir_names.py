@@ -8,6 +8,7 @@ from pathlib import Path
 from monsoon import rundir
 from monsoon.paths import REPO
 from monsoon.timeline.columnar import parts_dir
+from tests.unit.helpers import code_strings
 
 NAMES = {rundir.SUMMARY_FILE, rundir.CHECKLIST_FILE, rundir.REPORT_FILE, rundir.TIMELINE_FILE, rundir.RESULT_FILE,
          rundir.SWEEP_FILE, rundir.SWEEP_PLOT, rundir.LATENCY_FILE, *rundir.DATASETS,
@@ -20,12 +21,7 @@ ELSEWHERE = {"monsoon/load/kube_job.py": {rundir.TIMELINE_FILE}}
 
 def literals(path: Path) -> set[str]:
     """String constants of a module that are whole run-directory names (docstrings are not code)."""
-    tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
-            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and n.value in NAMES and id(n) not in docs}
+    return code_strings(path) & NAMES
 
 
 def test_no_module_but_rundir_spells_a_run_directory_name():
