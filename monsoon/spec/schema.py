@@ -313,7 +313,8 @@ def _section(kind: str, checks: Sequence[CheckInfo]) -> list[str]:
         out += ["", "### Placeholders", "",
                 "Any string of a stack may hold these; `monsoon validate` refuses any other.", ""]
         out += _table(("placeholder", "stands for"),
-                      [("`{port:NAME}`" if n == "port" else f"`{{{n}}}`", what) for n, what in PLACEHOLDERS.items()])
+                      [(f"`{{{n}:NAME}}`" if n in ("port", "host") else f"`{{{n}}}`", what)
+                       for n, what in PLACEHOLDERS.items()])
     if kind == "experiment" and checks:
         out += ["", "### Checks", "",
                 "What `checks:` may name (more may be added by a plugin's `pytest_monsoon_add_checks`). A parameter "

@@ -34,6 +34,8 @@ PLACEHOLDERS = {
     "stack_file_dir": "the folder of the stack's YAML file (for launchers and configs shipped beside it)",
     "dir": "inside a service only: that service's work dir (<run_dir>/services/<service>/, its cwd)",
     "port": "a free 127.0.0.1 port for NAME (the same everywhere in the stack), or the one fixed under ports:",
+    "host": "inside a service only: where the stack's services reach service NAME: its Service's name (NAME) for "
+            "pods on the pod network (kubernetes.host_network: false), else 127.0.0.1",
 }
 
 
@@ -74,7 +76,7 @@ class RequireSpec(_Frozen):
         return self
 
 
-Provider = Literal["process", "docker", "kubernetes"]
+Provider = Literal["process", "docker", "kubernetes", "helm"]
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 #: the label every pod of a Kubernetes-form stack carries with its service name (what observe.kubernetes selects)
 SERVICE_POD_LABEL = "monsoon.io/service"
@@ -89,8 +91,8 @@ class ServiceSpec(_Frozen):
     same path, ``mem_limit`` as ``resources.limits.memory``, kubelet restarting it)."""
     command: tuple[str, ...] = Field((), description="the command: a list of arguments, or one string split like a "
                                      "shell would (no shell runs it); a container's default is its image's")
-    provider: Provider | None = Field(None, description="process, docker or kubernetes (default: the stack's "
-                                     "provider)")
+    provider: Provider | None = Field(None, description="process, docker, kubernetes or helm (default: the "
+                                     "stack's provider)")
     image: str | None = Field(None, description="docker: the image, e.g. monsoon/platform (make images builds "
                               "monsoon's)")
     mem_limit: str | dict[Profile, str] | None = Field(
@@ -437,6 +439,9 @@ class KubeStackSpec(_Frozen):
                                   "monsoon-<stack name>); fault profiles and MONSOON_KUBE_NAMESPACES name it")
     ready_timeout: float = Field(120.0, gt=0, description="seconds a pod may take to be scheduled and its container "
                                  "to start (before the service's own ready timeout)")
+    host_network: bool = Field(True, description="true: pods on the node's network, on 127.0.0.1 ports; false: pods "
+                               "on the pod network, each service behind a ClusterIP Service of its name for the ports "
+                               "it listens on ({host:NAME} renders that name), mirrored to 127.0.0.1 on this host")
 
     @field_validator("namespace")
     @classmethod
@@ -444,6 +449,73 @@ class KubeStackSpec(_Frozen):
         if v is not None and not DNS_LABEL.match(v):
             raise ValueError(f"{v!r} is not a valid namespace name (lower-case DNS label)")
         return v
+
+
+# ------------------------------------------------------------------ helm: a stack that is a Helm release
+#: the labels that find a service's pods in a release by default: the release's instance and the service as component
+HELM_INSTANCE_LABEL = "app.kubernetes.io/instance"
+HELM_COMPONENT_LABEL = "app.kubernetes.io/component"
+#: what a helm service may not set: the chart says how its pods run
+HELM_CHART_KEYS = ("command", "mem_limit", "cpus", "volumes", "env")
+
+
+class HelmPodsSpec(_Frozen):
+    """How one service's pods are found in the release (``matchLabels`` semantics) and which container is it."""
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    label_selector: dict[str, str] = Field(alias="labelSelector", min_length=1,
+                                           description="labels the service's pods carry, all of them")
+    container: str | None = Field(None, description="the container that is the service (default: the service's "
+                                  "name)")
+
+
+class HelmSpec(_Frozen):
+    """``provider: helm``: the stack is a Helm release. With ``install: true`` (the default) monsoon installs
+    ``chart`` (a chart directory or .tgz on this machine) with ``values_files`` and then ``values`` (placeholders
+    rendered; a value that is only ``{port:NAME}`` becomes a number) into ``namespace`` (created for the run, like
+    ``provider: kubernetes``'s), labels the release with the run id and its own PID, waits until it is ready and
+    uninstalls it when the stack stops, on every exit path. With ``install: false`` the release is someone's own:
+    monsoon only finds its pods by label, never upgrades, uninstalls or deletes anything of it."""
+    chart: str | None = Field(None, description="install: the chart: a directory or .tgz, relative to the stack file "
+                              "(placeholders {repo} {cache} {stack_file_dir}); fetch a remote one first with "
+                              "helm pull --untar")
+    release: str | None = Field(None, description="the release's name (default: the stack's name); install: false "
+                                "needs it")
+    namespace: str | None = Field(None, description="its namespace (default monsoon-<stack name>); install: false "
+                                  "needs it")
+    install: bool = Field(True, description="false: a release monsoon did not install (it is found, never touched)")
+    values: dict[str, Any] = Field({}, description="inline values, over values_files (placeholders allowed)")
+    values_files: tuple[str, ...] = Field((), description="values files, relative to the stack file, applied in order")
+    timeout: float = Field(300.0, gt=0, description="seconds helm install --wait may take (and helm uninstall)")
+    pods: dict[str, HelmPodsSpec] = Field({}, description="service -> how its pods are found: {labelSelector, "
+                                          "container} (default: app.kubernetes.io/instance=<release>, "
+                                          "app.kubernetes.io/component=<service>)")
+
+    @field_validator("release", "namespace")
+    @classmethod
+    def _dns(cls, v: str | None) -> str | None:
+        if v is not None and (not DNS_LABEL.match(v) or len(v) > 53):
+            raise ValueError(f"{v!r} is not a valid name (a lower-case DNS label of at most 53 characters)")
+        return v
+
+    @model_validator(mode="after")
+    def _installed_or_found(self) -> "HelmSpec":
+        if self.install and not self.chart:
+            raise _invalid("install: true needs chart (a chart directory or .tgz)")
+        if not self.install:
+            given = [k for k in ("chart", "values", "values_files") if getattr(self, k)]
+            if given:
+                raise _invalid(f"install: false: monsoon installs nothing, so {', '.join(given)} cannot apply")
+            missing = [k for k in ("release", "namespace") if not getattr(self, k)]
+            if missing:
+                raise _invalid(f"install: false needs {' and '.join(missing)} (the release that runs)")
+        return self
+
+    def selector_of(self, service: str, release: str) -> dict[str, str]:
+        """The labels of ``service``'s pods: ``pods.<service>.labelSelector``, else instance + component."""
+        p = self.pods.get(service)
+        if p is not None:
+            return dict(p.label_selector)
+        return {HELM_INSTANCE_LABEL: release, HELM_COMPONENT_LABEL: service}
 
 
 class StackSpec(_Frozen):
@@ -468,6 +540,8 @@ class StackSpec(_Frozen):
     chaos: ChaosSpec = Field(ChaosSpec(), description="the stack's fault tooling")
     kubernetes: KubeStackSpec | None = Field(None, description="provider: kubernetes: the namespace of the stack's "
                                              "pods (monsoon deploys them into the cluster of KUBECONFIG)")
+    helm: HelmSpec | None = Field(None, description="provider: helm: the Helm release the stack is (installed by "
+                                  "monsoon, or found: install: false)")
     provider: Provider = Field("process", description="how services run: process (local processes), docker "
                                "(containers through testcontainers, on the host network) or kubernetes (pods in "
                                "the cluster monsoon starts, `monsoon cluster up`); a service may say otherwise")
@@ -482,6 +556,9 @@ class StackSpec(_Frozen):
     def _runnable(self) -> "StackSpec":
         for name, svc in self.services.items():
             provider = self.provider_of(name)
+            if provider == "helm":      # the chart runs it: only image (imported into the cluster) and ready apply
+                _helm_service(name, svc)
+                continue
             if provider in ("docker", "kubernetes"):
                 if not svc.image:
                     raise _invalid(f"services.{name}: a {provider} service needs image")
@@ -505,7 +582,36 @@ class StackSpec(_Frozen):
             # no_oom reads the pod's own word (lastState.terminated.reason: OOMKilled) on the service under test
             kube = KubeObserveSpec(namespace=self.kube_namespace(), labelSelector={SERVICE_POD_LABEL: obs.service})
             object.__setattr__(self, "observe", obs.model_copy(update={"kubernetes": kube}))
+        self._helm_release()
         return self
+
+    def _helm_release(self) -> None:
+        """provider: helm and the helm section go together; observe.kubernetes: the service under test's pods."""
+        helm_services = self.releases()
+        if self.helm is None:
+            if helm_services:
+                raise _invalid(f"services {', '.join(helm_services)} have provider: helm: give the helm section "
+                               "(chart, or release and namespace with install: false)")
+            return
+        if not helm_services:
+            raise _invalid("helm: no service has provider: helm (set provider: helm on the stack)")
+        if self.kubernetes is not None:
+            raise _invalid("helm and kubernetes: a stack is one Helm release or monsoon's own Deployments, not both")
+        obs = self.observe     # (helm.pods naming no helm service: _check_helm, at its line)
+        if obs.kubernetes is None and obs.service in helm_services:
+            kube = KubeObserveSpec(namespace=self.kube_namespace(),
+                                   labelSelector=self.helm.selector_of(obs.service, self.helm_release()))
+            object.__setattr__(self, "observe", obs.model_copy(update={"kubernetes": kube}))
+
+    def releases(self) -> list[str]:
+        """The services that are pods of the stack's Helm release (``provider: helm``)."""
+        return [n for n in self.services if self.provider_of(n) == "helm"]
+
+    def helm_release(self) -> str:
+        """The release's name: ``helm.release``, else the stack's name as a DNS label (at most 53 characters)."""
+        if self.helm is not None and self.helm.release:
+            return self.helm.release
+        return re.sub(r"[^a-z0-9-]+", "-", self.name.lower()).strip("-")[:53].rstrip("-") or "monsoon"
 
     def pods(self) -> list[str]:
         """The services that run as pods (``provider: kubernetes``)."""
@@ -515,6 +621,8 @@ class StackSpec(_Frozen):
         """The namespace the stack's pods run in: ``kubernetes.namespace``, else ``monsoon-<stack name>``."""
         if self.kubernetes is not None and self.kubernetes.namespace:
             return self.kubernetes.namespace
+        if self.helm is not None and self.helm.namespace:
+            return self.helm.namespace
         return ("monsoon-" + re.sub(r"[^a-z0-9-]+", "-", self.name.lower())).strip("-")[:63].rstrip("-")
 
     def provider_of(self, service: str) -> str:
@@ -550,6 +658,76 @@ class StackSpec(_Frozen):
         return sorted(names)
 
 
+def _helm_service(name: str, svc: ServiceSpec) -> None:
+    """A service of a Helm release: the chart says how it runs (command, env, limits, volumes), kubelet restarts
+    it; what monsoon may know of it is its image (imported into the cluster before the install) and ready."""
+    given = [k for k in HELM_CHART_KEYS if getattr(svc, k)]
+    if given:
+        raise _invalid(f"services.{name}: {', '.join(given)}: the chart says how a provider: helm service runs "
+                       "(set it in helm.values)")
+    if svc.oneshot:
+        raise _invalid(f"services.{name}: a oneshot service cannot be part of a Helm release: give it "
+                       "provider: process")
+
+
+def _check_helm(doc: LocatedDoc, spec: "StackSpec") -> None:
+    """The helm section's files exist (a chart directory with Chart.yaml, or a .tgz; the values files), and its
+    pods name helm services: at their lines, before anything starts."""
+    if spec.helm is None:
+        return
+    ctx = _known_now(doc)
+    for name in spec.helm.pods:
+        if name not in spec.services or spec.provider_of(name) != "helm":
+            raise _fail(doc, ("helm", "pods", name), "no service of this name has provider: helm")
+    if spec.helm.chart:
+        path = helm_path(spec.helm.chart, doc.path, ctx)
+        if path is None:
+            raise _fail(doc, ("helm", "chart"), "only {repo}, {cache} and {stack_file_dir} are known before the "
+                        "run: the chart is a file on this machine")
+        if path.is_dir() and not (path / "Chart.yaml").is_file():
+            raise _fail(doc, ("helm", "chart"), f"{path} has no Chart.yaml: not a chart directory")
+        if not path.exists():
+            raise _fail(doc, ("helm", "chart"), f"no such chart: {path} (a chart directory or .tgz; fetch a remote "
+                        "chart first: helm pull REPO/CHART --untar)")
+    for i, f in enumerate(spec.helm.values_files):
+        path = helm_path(f, doc.path, ctx)
+        if path is None or not path.is_file():
+            raise _fail(doc, ("helm", "values_files", i), f"no such values file: {path or f}")
+
+
+def _check_helm_doc(doc: LocatedDoc) -> None:
+    """Before the model: a provider: helm service that sets what the chart decides, at that key's line."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    if data.get("provider") == "helm" and not data.get("helm"):
+        raise _fail(doc, ("provider",), "a provider: helm stack needs the helm section (chart, or release and "
+                    "namespace with install: false)")
+    if data.get("helm") and data.get("kubernetes"):
+        raise _fail(doc, ("kubernetes",), "helm and kubernetes: a stack is one Helm release or monsoon's own "
+                    "Deployments, not both")
+    services = data.get("services") if isinstance(data.get("services"), dict) else {}
+    for name, svc in services.items():
+        svc = svc if isinstance(svc, dict) else {}
+        if (svc.get("provider") or data.get("provider")) != "helm":
+            continue
+        for k in HELM_CHART_KEYS + ("oneshot",):
+            if svc.get(k):
+                raise _fail(doc, ("services", name, k), "the chart says how a provider: helm service runs (set it "
+                            "in helm.values)" if k != "oneshot" else "a oneshot service cannot be part of a Helm "
+                            "release: give it provider: process")
+
+
+def helm_path(value: str, stack_file: Path | str, ctx: dict[str, str] | None = None) -> Path | None:
+    """A helm section's path (chart, values file) with {repo} {cache} {stack_file_dir} filled in, relative to the
+    stack file's folder; None when it names a placeholder only known once the run starts."""
+    ctx = ctx or {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
+                  "stack_file_dir": str(Path(stack_file).resolve().parent)}
+    text = _render_known(value, ctx)
+    if text is None:
+        return None
+    p = Path(text).expanduser()
+    return p if p.is_absolute() else Path(stack_file).resolve().parent / p
+
+
 def _check_templates(doc: LocatedDoc) -> None:
     def walk(x: Any, path: tuple) -> None:
         if isinstance(x, dict):
@@ -561,16 +739,22 @@ def _check_templates(doc: LocatedDoc) -> None:
         elif isinstance(x, str):
             for m in TEMPLATE_RE.finditer(x):
                 name, arg = m.group(1), m.group(2)
-                bad = name not in TEMPLATE_NAMES or (name == "port") != (arg is not None)
-                if name == "dir" and (len(path) < 2 or path[0] != "services"):
+                bad = name not in TEMPLATE_NAMES or (name in ("port", "host")) != (arg is not None)
+                if name in ("dir", "host") and (len(path) < 2 or path[0] != "services"):
                     bad = True
+                if name == "host" and arg is not None and not bad and arg not in services:
+                    raise SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)),
+                                    f"{m.group(0)}: no service {arg!r} in this stack")
                 if bad:
                     raise SpecError(doc.path, doc.line_of(path), ".".join(map(str, path)),
                                     f"unknown placeholder {m.group(0)} (use {{repo}}, {{cache}}, {{python}}, {{run_dir}}, "
-                                    "{stack_dir}, {stack_file_dir}, {dir} inside a service, or {port:NAME})")
+                                    "{stack_dir}, {stack_file_dir}, {dir} or {host:SERVICE} inside a service, or "
+                                    "{port:NAME})")
                 if name == "port":
                     uses.setdefault(arg, []).append(path)
     uses: dict[str, list[tuple]] = {}
+    services = doc.data.get("services") if isinstance(doc.data, dict) else None
+    services = set(services) if isinstance(services, dict) else set()
     walk(doc.data, ())
     declared = doc.data.get("ports") if isinstance(doc.data, dict) else None
     declared = set(declared) if isinstance(declared, dict) else set()
@@ -727,6 +911,7 @@ def load_stack(name_or_path: str | Path, *, commands: bool = False) -> StackSpec
         _merge_compose(doc)
     _check_templates(doc)
     _check_images(doc)
+    _check_helm_doc(doc)
     if isinstance(doc.data, dict):
         doc.data.setdefault("source", str(doc.path))
     spec = validate(doc, StackSpec)
@@ -741,6 +926,7 @@ def load_stack(name_or_path: str | Path, *, commands: bool = False) -> StackSpec
     except ValueError as e:
         raise _fail(doc, ("services",), str(e)) from None
     _check_queries(doc, spec)
+    _check_helm(doc, spec)
     if commands:
         _check_commands(doc, spec)
     return spec

@@ -33,7 +33,10 @@ NODE_IP = "10.200.0.1"
 SERVICE_IP = "10.96.0.1"
 SERVICE_CIDR = "10.96.0.0/24"
 POD_CIDR = "10.244.0.0/24"
+DNS_IP = "10.96.0.10"       # the kube-dns Service's ClusterIP (kubelet's clusterDNS): kube-proxy -> CoreDNS on NODE_IP:53
+CLUSTER_DOMAIN = "cluster.local"
 K8S_VERSION = "v1.33.13"
+COREDNS_VERSION = "v1.15.0"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.6"
 BUSYBOX_IMAGE = "monsoon.local/busybox:1"
 CHAOS_NAMESPACE = "chaos-mesh"
@@ -43,11 +46,17 @@ API_PORT = 16443            # the host forwarder's port for the API server; any 
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # kubelet writes these whatever its --root-dir; removed at down when they were not there before up
 HOST_PATHS = ("/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/log/containers", "/var/lib/cni")
-KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
 SUN_PATH_MAX = 107
 # stop order: kubelet first (it would restart containers), the API server and etcd last
-DAEMONS = ("kubelet", "containerd", "chaos-controller-manager", "chaos-daemon", "chaos-operator",
-           "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd")
+DAEMONS = ("kubelet", "containerd", "coredns", "kube-proxy", "chaos-controller-manager", "chaos-daemon",
+           "chaos-operator", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd")
+# kube-proxy (iptables mode) and CoreDNS run as daemons in the namespace, like the control plane
+KUBE_PROXY_HEALTHZ = 10256  # kube-proxy's healthz and metrics, on the namespace's 127.0.0.1
+KUBE_PROXY_METRICS = 10249
+COREDNS_HEALTH = 10054      # CoreDNS's health and ready plugins, on the namespace's 127.0.0.1 (not :8080/:8181,
+COREDNS_READY = 10055       # which a hostNetwork pod may want)
+BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"   # br_netfilter's switch, per network namespace
 # chaos-operator: Litmus's (monsoon.stack.litmus starts it); chaos-daemon: Chaos Mesh's (ensure_chaos_daemon)
 CHAOS_DAEMON_PORT = 31767   # its gRPC port (the controller's CHAOS_DAEMON_SERVICE_PORT default), in the namespace
 CHAOS_DAEMON_SLICE = "chaos-daemon-monsoon"   # the controller finds the daemon by this EndpointSlice's node name
@@ -126,9 +135,52 @@ def kubelet_config(d: Path) -> dict:
         "podLogsDir": str(d / "pod-logs"),
         "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
                          "nodefs.inodesFree": "1%"},
-        "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
+        "clusterDomain": CLUSTER_DOMAIN, "clusterDNS": [DNS_IP], "resolvConf": "/etc/resolv.conf",
         "serializeImagePulls": False, "registerNode": True,
     }
+
+
+def corefile(kubeconfig_path: Path) -> str:
+    """CoreDNS's config: the cluster's zone (Services, pods, reverse) from the API on NODE_IP:53; every other name
+    NXDOMAIN (no upstream: nothing is forwarded outside the namespace)."""
+    return f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {NODE_IP}
+    errors
+    health 127.0.0.1:{COREDNS_HEALTH}
+    ready 127.0.0.1:{COREDNS_READY}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig_path} monsoon-k8s
+        pods insecure
+        ttl 5
+    }}
+    cache 5
+    loadbalance
+}}
+.:53 {{
+    bind {NODE_IP}
+    errors
+    template ANY ANY {{
+        rcode NXDOMAIN
+    }}
+}}
+"""
+
+
+def dns_objects() -> list[tuple[str, dict]]:
+    """(API path, object): the ``kube-dns`` Service in kube-system on DNS_IP (no selector: CoreDNS is no pod) and
+    its EndpointSlice, CoreDNS on the node's IP."""
+    labels = {"k8s-app": "kube-dns", "app.kubernetes.io/managed-by": "monsoon"}
+    ports = [{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]
+    svc = {"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
+           "spec": {"clusterIP": DNS_IP, "ports": [{**p, "targetPort": 53} for p in ports]}}
+    eps = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": "kube-dns-monsoon", "namespace": "kube-system",
+                        "labels": {**labels, "kubernetes.io/service-name": "kube-dns"}},
+           "addressType": "IPv4", "ports": ports,
+           "endpoints": [{"addresses": [NODE_IP], "nodeName": NODE, "conditions": {"ready": True}}]}
+    return [("/api/v1/namespaces/kube-system/services", svc),
+            ("/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices", eps)]
 
 
 def kubeconfig(server: str, d: Path, user: str) -> dict:
@@ -152,8 +204,9 @@ APISERVER_SANS = (f"IP:{SERVICE_IP}", f"IP:{NODE_IP}", "IP:127.0.0.1", "DNS:kube
                   "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local", "DNS:localhost")
 
 
-def daemon_argv(name: str, d: Path, bindir: Path) -> tuple[list[str], dict[str, str]]:
-    """argv and extra environment of one daemon (all of them run inside the namespace)."""
+def daemon_argv(name: str, d: Path, bindir: Path, masquerade_all: bool = False) -> tuple[list[str], dict[str, str]]:
+    """argv and extra environment of one daemon (all of them run inside the namespace). ``masquerade_all``: kube-proxy
+    SNATs all Service traffic (used where br_netfilter is not in the namespace)."""
     pki, kc = d / "pki", d / "kubeconfigs"
     if name == "etcd":
         return [shutil.which("etcd") or "/usr/bin/etcd", "--name", NODE, "--data-dir", str(d / "etcd"),
@@ -188,6 +241,20 @@ def daemon_argv(name: str, d: Path, bindir: Path) -> tuple[list[str], dict[str, 
                 "--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false"], {}
     if name == "containerd":
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(d / "containerd.toml")], {}
+    if name == "kube-proxy":
+        # iptables mode in the namespace. It writes no sysctl and no /sys file: conntrack limits and timeouts left
+        # as they are (0), no route_localnet (no NodePorts on 127.0.0.1). Pod -> Service -> pod on the one bridge
+        # is un-NATed by br_netfilter (bridge-nf-call-iptables, per namespace); without it, --masquerade-all
+        masq = ["--masquerade-all"] if masquerade_all else []
+        return [str(bindir / name), f"--kubeconfig={d / 'kubeconfig.inside'}", f"--hostname-override={NODE}",
+                "--proxy-mode=iptables", f"--cluster-cidr={POD_CIDR}", f"--bind-address={NODE_IP}",
+                f"--healthz-bind-address=127.0.0.1:{KUBE_PROXY_HEALTHZ}",
+                f"--metrics-bind-address=127.0.0.1:{KUBE_PROXY_METRICS}",
+                "--conntrack-max-per-core=0", "--conntrack-min=0", "--conntrack-tcp-timeout-established=0",
+                "--conntrack-tcp-timeout-close-wait=0", "--iptables-localhost-nodeports=false",
+                f"--nodeport-addresses={NODE_IP}/32", *masq], {}
+    if name == "coredns":
+        return [str(bindir / name), "-conf", str(d / "Corefile")], {}
     if name == "kubelet":
         return [str(bindir / name), f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kc / 'kubelet'}",
                 f"--hostname-override={NODE}", f"--node-ip={NODE_IP}", f"--root-dir={d / 'kubelet'}",
@@ -454,11 +521,14 @@ class Forward:
 
     def __init__(self, pid: int, ports: dict[int, tuple[str, int]], pidfile: Path | None):
         self.pid, self.ports, self.pidfile = pid, ports, pidfile
+        self.also: Forward | None = None      # a second forwarder stopped with this one (the node's side)
 
     def alive(self) -> bool:
-        return _alive(self.pid)
+        return _alive(self.pid) and (self.also is None or self.also.alive())
 
     def stop(self) -> None:
+        if self.also is not None:
+            self.also.stop()
         _kill(self.pid, 3.0)
         if self.pidfile is not None:
             try:
@@ -473,21 +543,32 @@ class Forward:
         self.stop()
 
 
-def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, keep_run: bool = False) -> Forward:
+def _listeners(mapping: list[tuple[int, str, int]], where: str) -> list[socket.socket]:
+    socks: list[socket.socket] = []
+    for hport, _thost, _tport in mapping:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", hport))
+        except OSError as e:
+            s.close()
+            for x in socks:
+                x.close()
+            raise ClusterError(f"cluster forwarder: cannot bind 127.0.0.1:{hport}{where}: {e.strerror}") from None
+        s.listen(128)
+        socks.append(s)
+    return socks
+
+
+def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, keep_run: bool = False,
+                    inside: bool = False) -> Forward:
     """Bind each host port on 127.0.0.1 here (0 = any free port), then hand the sockets to a forwarder process that
-    enters the namespace and relays to (host, port) there. The bound ports are known before it runs."""
+    enters the namespace and relays to (host, port) there. The bound ports are known before it runs. ``inside``:
+    the ports are bound on the namespace's own 127.0.0.1 instead (for what runs on the node's network)."""
     socks, args, ports = [], [], {}
     try:
-        for hport, thost, tport in mapping:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", hport))
-            except OSError as e:
-                s.close()
-                raise ClusterError(f"cluster forwarder: cannot bind 127.0.0.1:{hport}: {e.strerror}") from None
-            s.listen(128)
-            socks.append(s)
+        socks = _in_netns(lambda: _listeners(mapping, " in the node's namespace")) if inside else _listeners(mapping, "")
+        for s, (_hport, thost, tport) in zip(socks, mapping):
             args.append(f"{s.fileno()}={thost}:{tport}")
             ports[s.getsockname()[1]] = (thost, tport)
         (d / "pids").mkdir(parents=True, exist_ok=True)
@@ -533,13 +614,27 @@ class Cluster:
             raise ClusterError("the cluster is not running: monsoon cluster up")
         return Api(self.dir, port)
 
-    def forward(self, ports: list[int]) -> Forward:
-        """Mirror each port: host 127.0.0.1:P -> the namespace's 127.0.0.1:P (where hostNetwork pods listen).
-        The forwarder keeps the caller's MONSOON_RUN_ID label (a run's reaper ends it) and ``down`` ends it too."""
+    def forward(self, ports: list[int], targets: dict[int, str] | None = None) -> Forward:
+        """Mirror each port: host 127.0.0.1:P -> the namespace's 127.0.0.1:P (where hostNetwork pods listen), or
+        ``targets[P]``:P (a Service's ClusterIP: kube-proxy's OUTPUT rules there take it to the pod, whichever it
+        is now). The forwarder keeps the caller's MONSOON_RUN_ID label (a run's reaper ends it) and ``down`` ends
+        it too."""
         if not Path(netns_path(self.netns)).exists():
             raise ClusterError("the cluster is not running: monsoon cluster up")
-        return start_forwarder(self.dir, [(p, "127.0.0.1", p) for p in ports],
-                               f"forward-{os.getpid()}-{'-'.join(map(str, ports))}", keep_run=True)
+        if not targets:
+            return start_forwarder(self.dir, [(p, "127.0.0.1", p) for p in ports],
+                                   f"forward-{os.getpid()}-{'-'.join(map(str, ports))}", keep_run=True)
+        # Services: the same ports on the node's own 127.0.0.1 too, for what runs on the node's network (the load as
+        # a Job, hostNetwork pods), as with hostNetwork services
+        mapping = [(p, targets.get(p, "127.0.0.1"), p) for p in ports if p in targets]
+        tag = f"{os.getpid()}-{'-'.join(str(p) for p, _, _ in mapping)}"
+        host = start_forwarder(self.dir, mapping, f"forward-{tag}", keep_run=True)
+        try:
+            host.also = start_forwarder(self.dir, mapping, f"forward-node-{tag}", keep_run=True, inside=True)
+        except BaseException:
+            host.stop()
+            raise
+        return host
 
     def answers_inside(self, host: str, port: int, timeout: float = 2.0) -> bool:
         """True when a TCP connection to ``host:port`` as the namespace sees it is accepted (a hostNetwork pod's
@@ -712,6 +807,8 @@ def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], Non
     t0 = time.monotonic()
     with _locked(d):
         if running(c):
+            if _pid(d, "kube-proxy") is None or _pid(d, "coredns") is None:   # a cluster started before they were
+                _start_service_network(c, c.api(), lambda n: _spawn(d, n, *daemon_argv(n, d, c.bindir)), say)
             if chaos_mesh and _pid(d, "chaos-controller-manager") is None:
                 _start_chaos_mesh(c, say)
             if chaos_daemon and _pid(d, "chaos-daemon") is None:
@@ -780,6 +877,46 @@ def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
     _wait("kube-controller-manager (the default service account)",
           lambda: api.get("/api/v1/namespaces/default/serviceaccounts/default") is not None, 30, d,
           "kube-controller-manager", _pid(d, "kube-controller-manager"))
+    _start_service_network(c, api, start, say)
+
+
+def _bridge_nf_ok() -> bool:
+    """br_netfilter is there and on in the namespace (its sysctl is per namespace; a new one starts at 1)."""
+    def read() -> str:
+        try:
+            return Path(BRIDGE_NF).read_text().strip()
+        except OSError:
+            return ""
+    return bool(Path(netns_path()).exists() and _in_netns(read) == "1")
+
+
+def _iptables_has(chain: str, needle: str) -> bool:
+    r = subprocess.run(["nsenter", f"--net={netns_path()}", "iptables", "-t", "nat", "-S", chain],
+                       capture_output=True, timeout=10)
+    return r.returncode == 0 and needle.encode() in r.stdout
+
+
+def _start_service_network(c: Cluster, api: Api, start: Callable[[str], int], say: Callable[[str], None]) -> None:
+    """kube-proxy (Services' ClusterIPs as iptables rules in the namespace) and CoreDNS (their names), with the
+    kube-dns Service on DNS_IP; ready when the rules of kube-dns are in place and CoreDNS has read the API."""
+    d = c.dir
+    t0 = time.monotonic()
+    (d / "Corefile").write_text(corefile(c.kubeconfig_inside))
+    if shutil.which("iptables-restore") is None and not Path("/usr/sbin/iptables-restore").exists():
+        raise ClusterError("kube-proxy: iptables-restore is not installed (apt-get install iptables)")
+    for path, obj in dns_objects():
+        code, body = api.call("POST", path, obj)
+        if code not in (201, 409):
+            raise ClusterError(f"{obj['kind']} {obj['metadata']['name']}: HTTP {code}: {str(body)[:200]}")
+    bridge_nf = _bridge_nf_ok()
+    argv, extra = daemon_argv("kube-proxy", d, c.bindir, masquerade_all=not bridge_nf)
+    ppid = _pid(d, "kube-proxy") or _spawn(d, "kube-proxy", argv, extra)
+    dpid = _pid(d, "coredns") or start("coredns")
+    _wait("kube-proxy (iptables rules of kube-dns)", lambda: _iptables_has("KUBE-SERVICES", f"{DNS_IP}/32"), 60,
+          d, "kube-proxy", ppid)
+    _wait("coredns (ready)", lambda: _http_inside(COREDNS_READY, "/ready", b" 200 "), 60, d, "coredns", dpid)
+    say(f"kube-proxy (iptables{'' if bridge_nf else ', --masquerade-all: no br_netfilter'}) and CoreDNS on {DNS_IP} "
+        f"in {time.monotonic() - t0:.1f}s")
 
 
 def install_crds(c: Cluster, path: Path, what: str) -> list[str]:
@@ -1076,7 +1213,8 @@ def status() -> list[tuple[str, bool, str]]:
     out = [("netns", Path(netns_path()).exists(), netns_path() if Path(netns_path()).exists() else "absent")]
     for name in reversed(DAEMONS):
         pid = _pid(d, name)
-        out.append((name, pid is not None, f"pid {pid}" if pid else "not running"))
+        what = {"kube-proxy": " (iptables, Services' ClusterIPs)", "coredns": f" (DNS on {DNS_IP})"}.get(name, "")
+        out.append((name, pid is not None, f"pid {pid}{what}" if pid else "not running"))
     fpid = _pid(d, "forward-api")
     port = c.api_port()
     out.append(("api forwarder", fpid is not None,

@@ -8,10 +8,15 @@ goes (deleted: a pod kill; the Deployment makes a new pod with a new UID). Kubel
 (``restartPolicy: Always``): after an exit the supervisor waits for the next instance (:meth:`PodProc.resume`)
 and writes the same exit/start/restart events it writes for processes and containers.
 
-The pods run with ``hostNetwork: true`` on the cluster's node, so they bind 127.0.0.1 ports inside the node's
-network namespace, on the ports the stack allocated; the cluster's port mirror makes each reachable at the same
-127.0.0.1 port on the host (the load, the collectors, provisioning and the read-back do not change). The
-service's work dir is a hostPath at its own path, so ``{dir}`` means the same inside and out.
+By default the pods run with ``hostNetwork: true`` on the cluster's node, so they bind 127.0.0.1 ports inside the
+node's network namespace, on the ports the stack allocated; the cluster's port mirror makes each reachable at the
+same 127.0.0.1 port on the host (the load, the collectors, provisioning and the read-back do not change). With
+``kubernetes.host_network: false`` they run on the pod network (an IP of their own from the CNI bridge, a new one
+for each new pod): each service gets a ClusterIP Service of its name (:func:`service_manifest`) for the ports it
+listens on (:func:`port_owners`), the services reach each other by that name (``{host:NAME}``, resolved by the
+cluster's CoreDNS), and the mirror maps host 127.0.0.1:P to the Service's ClusterIP:P (kube-proxy's rules in the
+node's namespace). The service's work dir is a hostPath at its own path, so ``{dir}`` means the same inside and
+out.
 
 Everything carries ``monsoon.io/run-id``; the namespace also the owner's PID, so ``monsoon heal --all`` can
 tell a dead run's namespace (deleted) from a live one's (skipped).
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from contextlib import ExitStack, contextmanager
 import threading
@@ -55,19 +61,61 @@ def k8s_quantity(size: str) -> str:
     return f"{n >> 20}Mi" if n % (1 << 20) == 0 else str(n)
 
 
-def readiness_probe(ready: ReadySpec | None, render: Callable[[str], str]) -> dict | None:
+def readiness_probe(ready: ReadySpec | None, render: Callable[[str], str], host_network: bool = True) -> dict | None:
     """The pod's readiness probe from the stack's ``ready:`` (rendered): tcp/cql -> tcpSocket, http -> httpGet;
-    a log pattern has no probe (monsoon reads the log it follows)."""
+    a log pattern has no probe (monsoon reads the log it follows). On the pod network the probe has no host:
+    kubelet probes the pod's own IP (the ``127.0.0.1`` of ``ready:`` would be the node's)."""
     if ready is None or ready.log:
         return None
     base = {"periodSeconds": 1, "timeoutSeconds": 2, "failureThreshold": 3}
     if ready.http:
         u = urlsplit(render(ready.http))
         path = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        return {"httpGet": {"host": u.hostname or "127.0.0.1", "port": u.port or (443 if u.scheme == "https" else 80),
-                            "path": path, "scheme": (u.scheme or "http").upper()}, **base}
+        get = {"host": u.hostname or "127.0.0.1", "port": u.port or (443 if u.scheme == "https" else 80),
+               "path": path, "scheme": (u.scheme or "http").upper()}
+        if not host_network:
+            del get["host"]
+        return {"httpGet": get, **base}
     host, _, port = render(ready.tcp or ready.cql or "").rpartition(":")
-    return {"tcpSocket": {"host": host or "127.0.0.1", "port": int(port)}, **base}
+    sock: dict[str, Any] = {"host": host or "127.0.0.1", "port": int(port)}
+    if not host_network:
+        del sock["host"]
+    return {"tcpSocket": sock, **base}
+
+
+_HOST_PORT_RE = re.compile(r"\{host:([A-Za-z0-9_.-]+)\}:\{port:([A-Za-z0-9_.-]+)\}")
+_PORT_RE = re.compile(r"\{port:([A-Za-z0-9_.-]+)\}")
+
+
+def port_owners(texts: dict[str, list[str]]) -> dict[str, str]:
+    """Which service listens on each ``{port:NAME}``, from each pod service's strings (command, env values,
+    ready): ``{host:S}:{port:NAME}`` says S listens on NAME; a ``{port:NAME}`` not so prefixed, that the service
+    itself does. A port two services claim is an error (one line); a port nobody claims has no owner."""
+    owners: dict[str, str] = {}
+
+    def claim(port: str, service: str) -> None:
+        if owners.setdefault(port, service) != service:
+            raise PodError(f"{{port:{port}}} is claimed by services {owners[port]!r} and {service!r}: on the pod "
+                           f"network one service listens on a port (write {{host:SERVICE}}:{{port:{port}}} where "
+                           "another service connects to it)")
+    for service, strings in texts.items():
+        for text in strings:
+            for m in _HOST_PORT_RE.finditer(text):
+                claim(m.group(2), m.group(1))
+            for m in _PORT_RE.finditer(_HOST_PORT_RE.sub("", text)):
+                claim(m.group(1), service)
+    return owners
+
+
+def service_manifest(*, namespace: str, run_id: str, service: str, ports: dict[str, int]) -> dict:
+    """A ClusterIP Service named after the stack's service, selecting its pod, for the ports it listens on (port and
+    targetPort the same number, named after the port with ``_`` as ``-``)."""
+    labels = labels_for(run_id, service)
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": service, "namespace": namespace, "labels": labels},
+            "spec": {"type": "ClusterIP", "selector": {RUN_LABEL: labels[RUN_LABEL], SERVICE_POD_LABEL: service},
+                     "ports": [{"name": name.replace("_", "-").lower()[:15].strip("-"), "port": p, "targetPort": p,
+                                "protocol": "TCP"} for name, p in sorted(ports.items(), key=lambda x: x[1])]}}
 
 
 def image_ref(image: str) -> str:
@@ -93,8 +141,10 @@ def namespace_manifest(namespace: str, run_id: str, owner_pid: int | None = None
 
 def deployment_manifest(*, namespace: str, run_id: str, service: str, image: str, command: list[str],
                         env: dict[str, str], workdir: Path, mem_limit: str | None = None, cpus: float | None = None,
-                        volumes: list[str] = (), probe: dict | None = None, stop_timeout: float = 15.0) -> dict:
-    """A one-replica Deployment (Recreate: never two instances at once) of one stack service."""
+                        volumes: list[str] = (), probe: dict | None = None, stop_timeout: float = 15.0,
+                        host_network: bool = True) -> dict:
+    """A one-replica Deployment (Recreate: never two instances at once) of one stack service; on the node's network
+    (``host_network``), else on the pod network with the cluster's DNS (``ClusterFirst``)."""
     labels = labels_for(run_id, service)
     selector = {RUN_LABEL: labels[RUN_LABEL], SERVICE_POD_LABEL: service}
     mounts = [{"name": "workdir", "mountPath": str(workdir)}]
@@ -124,7 +174,8 @@ def deployment_manifest(*, namespace: str, run_id: str, service: str, image: str
             "metadata": {"name": service, "namespace": namespace, "labels": labels},
             "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": selector},
                      "template": {"metadata": {"labels": labels},
-                                  "spec": {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
+                                  "spec": {"hostNetwork": host_network,
+                                           "dnsPolicy": "ClusterFirstWithHostNet" if host_network else "ClusterFirst",
                                            "restartPolicy": "Always", "enableServiceLinks": False,
                                            "terminationGracePeriodSeconds": max(1, int(stop_timeout)),
                                            "containers": [container], "volumes": vols}}}}
@@ -265,6 +316,7 @@ class PodProc:
         self.terminations: list[dict] = []
         self.instance: tuple[str, int] | None = None
         self.name = ""                     # the current pod's name
+        self.ip: str | None = None         # the current pod's IP (the node's with hostNetwork)
         self._pod: dict | None = None
         self._checked = 0.0
         self._pid: int | None = None
@@ -305,6 +357,7 @@ class PodProc:
                 if state.get("running") and new(inst):
                     with self._lock:
                         self.instance, self.name, self._pod = inst, pod["metadata"]["name"], pod
+                        self.ip = (pod.get("status") or {}).get("podIP")
                         self.returncode, self._pid, self._checked = None, None, time.monotonic()
                     self._follow(pod["metadata"]["name"])
                     return True

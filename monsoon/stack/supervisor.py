@@ -39,6 +39,7 @@ from monsoon.stack import containers as ctr
 from monsoon.stack import cpubudget
 from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
+from monsoon.stack import helm as khelm
 from monsoon.timeline.events import (OP, OP_BEFORE_STOP, OP_IMAGE_IMPORT, OP_NAMESPACE, OP_STACK_RETRY,
                                      OP_STACK_START, SERVICE, SVC_DONE, SVC_EXIT, SVC_READY, SVC_RESTART,
                                      SVC_RESTART_FAILED, SVC_START, SVC_STOP)
@@ -65,6 +66,8 @@ def render(value: str, ctx: dict[str, str], ports: dict[str, int]) -> str:
         name, arg = m.group(1), m.group(2)
         if name == "port":
             return str(ports[arg])
+        if name == "host":     # a Service's name on the pod network (ctx["host:NAME"]), else this host's loopback
+            return ctx.get(f"host:{arg}", "127.0.0.1")
         return ctx[name]
     return TEMPLATE_RE.sub(sub, value)
 
@@ -165,6 +168,7 @@ class Stack:
         self._kube: "kpods.Kube | None" = None      # provider: kubernetes: the cluster's API
         self._mirror: Any = None                     # the cluster's port mirror (host 127.0.0.1:P -> node 127.0.0.1:P)
         self._namespace: str | None = None           # the namespace this stack created (stop deletes only that)
+        self._release: "khelm.Release | None" = None  # provider: helm: the stack's release (stop uninstalls it)
         self._before_stop: list[Callable[[], None]] = []   # before_stop(): run once while the services still run
 
     # --- templates
@@ -184,8 +188,40 @@ class Stack:
         this stack's directory in the run; {stack_file_dir} is the folder of the stack's YAML file (the current
         directory for a spec built in code, which has no file)."""
         stack_file_dir = Path(self.spec.source).resolve().parent if self.spec.source else Path.cwd()
-        return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir),
-                "stack_dir": str(self.dir), "stack_file_dir": str(stack_file_dir)}
+        ctx = {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable, "run_dir": str(self.dir),
+               "stack_dir": str(self.dir), "stack_file_dir": str(stack_file_dir)}
+        if self._pod_network():    # {host:NAME}: the Service of that name (pods reach it through the cluster's DNS)
+            ctx.update({f"host:{n}": n for n in self.spec.pods()})
+        return ctx
+
+    def _pod_network(self) -> bool:
+        """provider: kubernetes with kubernetes.host_network: false (pods on the pod network, behind Services)."""
+        return bool(self.spec.pods()) and self.spec.kubernetes is not None and not self.spec.kubernetes.host_network
+
+    def _services_on_pod_network(self, ns: str) -> dict[int, str]:
+        """A ClusterIP Service per pod service for the ports it listens on; {port: its Service's ClusterIP}."""
+        texts = {}
+        for n in self.spec.pods():
+            sp = self.spec.services[n]
+            ready = [v for v in (sp.ready.tcp, sp.ready.http, sp.ready.cql) if v] if sp.ready else []
+            texts[n] = [*sp.command, *[str(v) for v in sp.env_for(self.profile).values()], *ready]
+        owners = kpods.port_owners(texts)
+        targets: dict[int, str] = {}
+        for n in self.spec.pods():
+            ports = {p: self.ports[p] for p, o in owners.items() if o == n and p in self.ports}
+            if not ports:
+                continue
+            body = kpods.service_manifest(namespace=ns, run_id=self.run_id, service=n, ports=ports)
+            try:
+                svc = self._kube.core.create_namespaced_service(ns, body, _request_timeout=10)
+            except Exception as e:
+                raise StackError(f"service {n!r}: its Service cannot be created: {type(e).__name__}: "
+                                 f"{str(e)[:200]}") from None
+            ip = svc.spec.cluster_ip
+            targets.update({p: ip for p in ports.values()})
+            self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="service", service=n, cluster_ip=ip,
+                          ports=sorted(ports.values()))
+        return targets
 
     def preflight(self) -> None:
         """Check every declared requirement before touching anything."""
@@ -199,6 +235,8 @@ class Stack:
                     problems.append(f"service {name!r} needs {render(req.path, ctx, {})}: {req.hint or 'missing'}")
         problems += self._preflight_containers()
         problems += self._preflight_pods()
+        if self.spec.helm is not None:       # provider: helm: Helm built, the chart there, the cluster answering
+            problems += self._helm_release().problems()
         problems += cpubudget.problems()     # MONSOON_SERVICE_CPUS: its cgroup made (once) before anything starts
         if problems:
             raise StackError(f"stack {self.spec.name!r} cannot start:\n  " + "\n  ".join(problems))
@@ -218,7 +256,7 @@ class Stack:
             image = self.spec.services[n].image
             try:
                 cl.images.get(image)
-            except Exception:
+            except Exception:   # not there (or not readable): the finding is that the image is missing
                 problems.append(f"service {n!r} needs image {image}: build monsoon's images with `make images`")
         return problems
 
@@ -234,8 +272,16 @@ class Stack:
             return [f"services {', '.join(names)} run as pods but {why}; start the cluster with `monsoon cluster up`"]
         return []
 
+    def _helm_release(self) -> "khelm.Release":
+        return khelm.Release(self.spec, self.dir, run_id=self.run_id, render=self.render,
+                             ports=list(self.ports.values()), on_event=self.on_event, scale=self.scale)
+
     def _start_pods(self) -> None:
         """Images into the cluster, the run's namespace, and the port mirror for every port of the stack."""
+        if self.spec.helm is not None:       # a Helm release: installed (or found) here, uninstalled by _stop_pods
+            self._release = self._helm_release()
+            self._release.start()
+            return
         if not self.spec.pods():
             return
         c = cluster.Cluster()       # the cluster monsoon starts (monsoon cluster up)
@@ -258,13 +304,17 @@ class Stack:
         except Exception as e:
             raise StackError(f"namespace {ns} cannot be created: {type(e).__name__}: {e}") from None
         self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="created")
+        targets = self._services_on_pod_network(ns) if self._pod_network() else None
         try:
-            self._mirror = c.forward(sorted(self.ports.values()))
+            self._mirror = c.forward(sorted(self.ports.values()), targets)
         except Exception as e:
             raise StackError(f"the ports {sorted(self.ports.values())} cannot be mirrored into the cluster's node: "
                              f"{e}") from None
 
     def _stop_pods(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release.stop()
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             try:
@@ -322,7 +372,7 @@ class Stack:
         sdir = self.dir / "services" / name
         sdir.mkdir(parents=True, exist_ok=True)
         container = self.spec.provider_of(name) == "docker"
-        pod = self.spec.provider_of(name) == "kubernetes"
+        pod = self.spec.provider_of(name) in ("kubernetes", "helm")
         env = {} if container or pod else dict(os.environ)    # a container has its image's environment, not ours
         if env:   # a process's (not a container's or pod's): stacks/bin/run-* find monsoon's cache here, installed or not
             env.setdefault("MONSOON_CACHE", str(CACHE))
@@ -345,12 +395,15 @@ class Stack:
             raise StackError(f"service {svc.name!r}: unknown placeholder in volumes: {e}") from None
 
     def _podproc(self, svc: Service) -> "kpods.PodProc":
+        if self._release is not None and self.spec.provider_of(svc.name) == "helm":
+            return self._release.podproc(svc.name, svc.log_path)     # the release's pod, found by its labels
         spec, volumes = svc.spec, self._volumes(svc)
         ns = self.spec.kube_namespace()
         manifest = kpods.deployment_manifest(
             namespace=ns, run_id=self.run_id, service=svc.name, image=spec.image, command=svc.command, env=svc.env,
             workdir=svc.dir, mem_limit=spec.mem_limit_for(self.profile), cpus=spec.cpus, volumes=volumes,
-            probe=kpods.readiness_probe(spec.ready, lambda v: self.render(v, svc.dir)), stop_timeout=spec.stop_timeout)
+            probe=kpods.readiness_probe(spec.ready, lambda v: self.render(v, svc.dir), not self._pod_network()),
+            stop_timeout=spec.stop_timeout, host_network=not self._pod_network())
         timeout = self.spec.kubernetes.ready_timeout if self.spec.kubernetes else 120.0
         return kpods.PodProc(kube=self._kube, namespace=ns, run_id=self.run_id, service=svc.name, manifest=manifest,
                              log_path=svc.log_path, start_timeout=timeout * self.scale)
@@ -397,7 +450,7 @@ class Stack:
         svc.sent = None
         extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
         if svc.pod:
-            extra = {"pod": svc.proc.name, "uid": svc.proc.uid, "image": svc.spec.image}
+            extra = {"pod": svc.proc.name, "uid": svc.proc.uid, "ip": svc.proc.ip, "image": svc.spec.image}
         self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, **extra)
 
     def _start_service(self, name: str) -> None:
@@ -523,7 +576,7 @@ class Stack:
         svc.started = time.monotonic()
         svc.sent = None
         self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, pod=svc.proc.name,
-                      uid=svc.proc.uid, restart_count=svc.proc.instance[1], image=svc.spec.image)
+                      uid=svc.proc.uid, ip=svc.proc.ip, restart_count=svc.proc.instance[1], image=svc.spec.image)
         self.on_event(SERVICE, service=svc.name, event=SVC_RESTART, n=svc.starts, by="kubelet")
         self._wait_ready(svc, first=False)
 
@@ -536,10 +589,12 @@ class Stack:
         if svc.proc and svc.proc.poll() is None:
             if sig not in (signal.SIGSTOP, signal.SIGCONT):
                 svc.sent = int(sig)
-            if not svc.container:
+            if svc.pod:                     # first: a pod is not a container either, and its pid may be 0
+                svc.proc.signal(sig)        # (not found): os.killpg(0, ...) would signal monsoon's own group
+            elif not svc.container:
+                if svc.proc.pid <= 0:
+                    raise StackError(f"service {service!r}: no process to signal (pid {svc.proc.pid})")
                 os.killpg(svc.proc.pid, sig)
-            elif svc.pod:
-                svc.proc.signal(sig)
             elif sig == signal.SIGSTOP:     # a container is frozen whole (the cgroup freezer), not signalled
                 svc.proc.pause()
             elif sig == signal.SIGCONT:

@@ -260,6 +260,7 @@ def test_down_leaves_nothing_behind(kube_cluster):
     host_sys_created = (cluster.state_dir() / "host-sys.created").exists()
     done = cluster.down()
     assert "kubelet" in done and "kube-apiserver" in done
+    assert "kube-proxy" in done and "coredns" in done, done
     if daemon is not None:
         assert "chaos-daemon" in done and not Path(f"/proc/{daemon}").exists(), done
         assert cluster.daemon_pid("chaos-daemon") is None

@@ -50,7 +50,7 @@ def test_apiserver_and_chaos_controller_arguments():
     assert env["ENABLE_LEADER_ELECTION"] == "false" and env["CERTS_DIR"] == f"{D}/chaos-certs"
     assert env["POD_FAILURE_PAUSE_IMAGE"] == cluster.PAUSE_IMAGE
     with pytest.raises(ValueError):
-        cluster.daemon_argv("kube-proxy", D, Path("/b"))
+        cluster.daemon_argv("kube-nonesuch", D, Path("/b"))
 
 
 def test_kubeconfig_points_at_the_server_with_the_users_certificate():
