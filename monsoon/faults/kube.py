@@ -17,6 +17,7 @@ from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, P
 from monsoon.stack.cluster import Cluster, ClusterError, chaos_daemon_missing, daemon_pid, ensure_chaos_daemon
 from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
+from monsoon.stack.litmus import engine_experiment as litmus_engine_experiment
 from monsoon.stack.pods import kubeconfig_path
 from monsoon.stack.reaper import RUN_LABEL, _dns_name, _short, check_run_id
 from monsoon.timeline.views import KILL_KINDS
@@ -228,22 +229,11 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
     """The ChaosEngine; its ``chaosServiceAccount`` is named as the engine unless given (faults/litmus.py makes
     that ServiceAccount, its Role and the ChaosExperiment)."""
     check_namespace(fault, allowed_namespaces)
-    p, k, sch = fault.params, fault.target.kube, fault.schedule
-    env: dict[str, Any] = {"TOTAL_CHAOS_DURATION": _whole_seconds(sch.duration)}
-    if fault.kind in KILL_KINDS:
-        exp = "pod-delete"
-        env.update(CHAOS_INTERVAL=_whole_seconds(sch.repeat_every or sch.duration),
-                   FORCE="true" if p.grace_period == 0 else "false")
-    elif fault.kind in LATENCY_KINDS:
-        exp = "pod-network-latency"
-        env.update(NETWORK_LATENCY=p.latency_ms, JITTER=p.jitter_ms)
-    elif fault.kind == "memory-pressure":
-        exp = "pod-memory-hog"
-        env.update(MEMORY_CONSUMPTION=p.hog_mb, NUMBER_OF_WORKERS=p.workers)
-    else:
-        raise FaultError(f"{fault.name}: litmus cannot render {fault.kind}")
-    if k.container:
-        env["TARGET_CONTAINER"] = k.container
+    k = fault.target.kube
+    try:   # the experiment (the profile's litmus:, else the kind's) and its env; the node's containerd socket
+        exp, env = litmus_engine_experiment(fault, str(Cluster().socket) if local_cluster() else None)
+    except ValueError as e:
+        raise FaultError(str(e)) from None
     group, version = LITMUS
     meta = _meta(fault, run_id, exp)
     return [{"apiVersion": f"{group}/{version}", "kind": "ChaosEngine", "metadata": meta,
@@ -305,7 +295,7 @@ class KubeBackend:
         self.clock = clock
         self.sleep = sleep
         self._api = None
-        self._core = None     # CoreV1Api: the pods a kill selects, before and after (its landing by effect)
+        self._core: Any = None     # CoreV1Api: the pods a kill selects, before and after (its landing by effect)
         self._handles: dict[str, Handle] = {}
 
     def _custom(self):

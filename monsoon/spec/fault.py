@@ -210,6 +210,87 @@ class MemoryPressureParams(_Frozen):
         return self
 
 
+# litmus-go 3.18.0's experiments (bin/experiment/experiment.go: `./experiments -name <one of these>`)
+LITMUS_EXPERIMENTS = frozenset("""
+container-kill disk-fill kafka-broker-pod-failure kubelet-service-kill docker-service-kill node-cpu-hog node-drain
+node-io-stress node-memory-hog node-taint pod-autoscaler pod-cpu-hog-exec pod-delete pod-io-stress
+pod-memory-hog-exec pod-network-corruption pod-network-duplication pod-network-latency pod-network-loss
+pod-network-partition pod-memory-hog pod-cpu-hog cassandra-pod-delete aws-ssm-chaos-by-id aws-ssm-chaos-by-tag
+ec2-terminate-by-id ec2-terminate-by-tag ebs-loss-by-id ebs-loss-by-tag node-restart pod-dns-error pod-dns-spoof
+pod-http-latency pod-http-status-code pod-http-modify-header pod-http-modify-body pod-http-reset-peer vm-poweroff
+azure-instance-stop azure-disk-loss gcp-vm-disk-loss pod-fio-stress gcp-vm-instance-stop redfish-node-restart
+gcp-vm-instance-stop-by-label gcp-vm-disk-loss-by-label spring-boot-cpu-stress k6-loadgen""".split())
+# which Litmus experiments a kind may run (the first: the kind's default): monsoon judges each by its kind's effect
+LITMUS_KIND_EXPERIMENTS: dict[str, tuple[str, ...]] = {
+    "pod-kill": ("pod-delete",), "kafka-broker-restart": ("pod-delete",), "container-kill": ("container-kill",),
+    "memory-pressure": ("pod-memory-hog",), "network-latency": ("pod-network-latency",),
+    "mongo-slowdown": ("pod-network-latency",), "infinispan-slowdown": ("pod-network-latency",),
+    "cassandra-slowdown": ("pod-network-latency",)}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# set by monsoon from the fault (the window, the image built here): a profile may not set them
+LITMUS_OWN_ENV = ("TOTAL_CHAOS_DURATION", "LIB_IMAGE", "LIB_IMAGE_PULL_POLICY")
+
+
+class LitmusSpec(_Frozen):
+    """``backend: litmus`` only: which Litmus experiment runs the fault. ``chart`` names a ChaosHub chart's
+    ``fault.yaml`` (applied unchanged apart from its image), else monsoon writes the ChaosExperiment for the
+    litmus-go ``experiment`` itself; ``env`` is given to the experiment through the ChaosEngine."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    chart: str | None = Field(None, description="a chaos-charts fault: its name (container-kill: "
+                              "faults/kubernetes/<name>/fault.yaml of the chaos-charts directory, "
+                              "MONSOON_CHAOS_CHARTS) or a path to a fault.yaml (relative: to the chaos-charts "
+                              "directory)")
+    experiment: str | None = Field(None, description="the litmus-go experiment (./experiments -name <it>); "
+                                   "default: the chart's name, else the kind's (pod-kill: pod-delete, "
+                                   "container-kill: container-kill, memory-pressure: pod-memory-hog)")
+    env: dict[str, str] = Field({}, description="more environment for the experiment (the ChaosEngine's "
+                                "experiments[].spec.components.env; over the chart's and monsoon's own)")
+
+    @field_validator("chart")
+    @classmethod
+    def _chart(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("empty chart (give a chaos-charts fault name or a path to its fault.yaml)")
+        if v is not None and "/" not in v and not v.endswith((".yaml", ".yml")) and not KEBAB.match(v):
+            raise ValueError(f"chart {v!r} is neither a chaos-charts fault name (kebab-case, e.g. "
+                             f"container-kill) nor a path to a fault.yaml")
+        return v
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment(cls, v: str | None) -> str | None:
+        if v is not None and v not in LITMUS_EXPERIMENTS:
+            raise ValueError(f"unknown litmus-go experiment {v!r} (litmus-go 3.18.0 has e.g. pod-delete, "
+                             f"container-kill, pod-memory-hog, pod-cpu-hog)")
+        return v
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for k, val in v.items():
+            if not ENV_NAME.match(str(k)):
+                raise ValueError(f"{k!r} is not an environment variable name")
+            if k in LITMUS_OWN_ENV:
+                raise ValueError(f"{k} is monsoon's to set (TOTAL_CHAOS_DURATION: schedule.duration; LIB_IMAGE*: "
+                                 f"the image tools/build-litmus made)")
+            if isinstance(val, (dict, list)) or val is None:
+                raise ValueError(f"env {k}: give a string or a number, not {type(val).__name__}")
+            out[str(k)] = str(val).lower() if isinstance(val, bool) else str(val)
+        return out
+
+    def chart_name(self) -> str | None:
+        """The chart as a chaos-charts fault name (``container-kill``), or None when it is a path."""
+        c = self.chart
+        return c if c is not None and "/" not in c and not c.endswith((".yaml", ".yml")) else None
+
+    def experiment_for(self, kind: str) -> str:
+        """The litmus-go experiment this fault runs."""
+        return self.experiment or self.chart_name() or LITMUS_KIND_EXPERIMENTS.get(kind, ("",))[0]
+
+
 class KindInfo(BaseModel):
     params: type[BaseModel]
     backends: tuple[str, ...]
@@ -222,7 +303,7 @@ KINDS: dict[str, KindInfo] = {
     "kafka-broker-restart": KindInfo(params=KafkaBrokerRestartParams, backends=("process", "chaos-mesh", "litmus"),
                                      targets=("service", "kube")),
     "pod-failure": KindInfo(params=PodFailureParams, backends=("chaos-mesh",), targets=("kube",)),
-    "container-kill": KindInfo(params=PodKillParams, backends=("chaos-mesh",), targets=("kube",)),
+    "container-kill": KindInfo(params=PodKillParams, backends=("chaos-mesh", "litmus"), targets=("kube",)),
     "process-pause": KindInfo(params=ProcessPauseParams, backends=("process",), targets=("service",)),
     "network-latency": KindInfo(params=LatencyParams, backends=("toxiproxy", "chaos-mesh", "litmus"),
                                 targets=("hop", "kube")),
@@ -253,6 +334,9 @@ class FaultSpec(_Frozen):
     params: SerializeAsAny[BaseModel] = Field(default=None, validate_default=True,
                                               description="the kind's parameters (below)")
     schedule: Schedule = Field(description="when: seconds from the load start")
+    litmus: LitmusSpec | None = Field(None, description="backend litmus: the chaos-charts chart or litmus-go "
+                                      "experiment that runs it, and its env (default: the kind's experiment, "
+                                      "written by monsoon)")
     source: str = Field("", description="set by monsoon: the file the profile was read from")
 
     @field_validator("name", "kind")
@@ -268,8 +352,9 @@ class FaultSpec(_Frozen):
         if v not in KINDS:
             raise ValueError(f"unknown kind {v!r} (known: {', '.join(sorted(KINDS))})")
         path = (info.context or {}).get("path")
-        if path is not None and Path(path).stem != v:
-            raise ValueError(f"kind {v!r} must match the file name ({Path(path).name}: kind {Path(path).stem!r})")
+        if path is not None and Path(path).stem != v and not Path(path).stem.startswith(f"{v}-"):
+            raise ValueError(f"kind {v!r} must match the file name ({Path(path).name}: kind {Path(path).stem!r}, "
+                             f"or a variant {v}-<name>.yaml)")
         return v
 
     @field_validator("params", mode="before")
@@ -296,6 +381,14 @@ class FaultSpec(_Frozen):
             raise ValueError(f"backend {self.backend!r} needs a "
                              f"{'Kubernetes selector {namespace, labelSelector}' if not kube_target else 'stack service or hop'}"
                              f" as target (got {self.target})")
+        if self.litmus is not None:
+            if self.backend != "litmus":
+                raise ValueError(f"litmus: is for backend litmus, not {self.backend!r}")
+            exp = self.litmus.experiment_for(self.kind)
+            allowed = LITMUS_KIND_EXPERIMENTS.get(self.kind, ())
+            if exp not in allowed:
+                raise ValueError(f"litmus: {self.kind} runs Litmus experiment {' or '.join(allowed)}, not {exp!r} "
+                                 f"(monsoon judges a fault by its kind's effect)")
         if isinstance(self.params, MemoryPressureParams):
             if self.backend == "cgroup" and self.params.limit_mb is None:
                 raise ValueError("memory-pressure on the cgroup backend needs params.limit_mb")
@@ -335,5 +428,6 @@ def check_target(spec: FaultSpec, services: set[str], *, doc_path: str | Path = 
 
 
 def load_profiles(folder: Path = PROFILES_DIR) -> dict[str, FaultSpec]:
-    """Every profile in ``folder`` by kind; the first invalid one raises."""
-    return {p.stem: load_fault(p) for p in sorted(folder.glob("*.yaml"))}
+    """Every kind's own profile in ``folder`` (``<kind>.yaml``; a variant ``<kind>-<name>.yaml`` is loaded by its
+    name, :func:`load_fault`) by kind; the first invalid one raises."""
+    return {p.stem: load_fault(p) for p in sorted(folder.glob("*.yaml")) if p.stem in KINDS}

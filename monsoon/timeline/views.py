@@ -77,8 +77,9 @@ def explained_by_kill(events, slack: float = 3.0) -> set[tuple[str, str, float]]
             continue
         # the first exit after the injection: SIGKILL is instant, a SIGTERM'd broker may take its time
         within = slack if w.evidence.get("signal", "SIGKILL") == "SIGKILL" else KILL_EXIT_WITHIN_S
-        if w.evidence.get("killed_uids"):   # a pod kill landed by its effect (a Litmus Job kills seconds after its
-            # engine is created): the pod was gone by the time the landing check saw it, no later
+        if w.evidence.get("killed_uids") or w.evidence.get("restarted"):   # a pod (container) kill landed by its
+            # effect (a Litmus Job kills seconds after its engine is created): gone (restarted) by the time the
+            # landing check saw it, no later
             within = max(within, float(w.evidence.get("waited_s") or 0) + float(w.evidence.get("effect_waited_s") or 0)
                          + slack)
         exit_ = next((e for e in events.of(SERVICE, event=SVC_EXIT, service=w.target)

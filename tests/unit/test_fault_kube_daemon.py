@@ -34,10 +34,12 @@ def test_container_kill_without_a_container_is_refused_naming_the_key():
         render(fault("container-kill", {}, target=whole_pod), "r1", ["iot"])
 
 
-def test_container_kill_is_chaos_mesh_only():
+def test_container_kill_is_chaos_mesh_or_litmus_only():
     with pytest.raises(Exception, match="container-kill"):
-        FaultSpec(name="c", kind="container-kill", target=POD, backend="litmus", params={},
+        FaultSpec(name="c", kind="container-kill", target="platform", backend="process", params={},
                   schedule={"at": 1, "duration": 1})
+    assert FaultSpec(name="c", kind="container-kill", target=POD, backend="litmus", params={},
+                     schedule={"at": 1, "duration": 1}).backend == "litmus"
 
 
 def test_memory_stress_is_a_stresschaos_in_the_container():

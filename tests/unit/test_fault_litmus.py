@@ -41,11 +41,11 @@ def test_pod_delete_experiment_runs_the_built_image_without_pulling():
     assert d["labels"]["name"] == "pod-delete" and d["labels"][RUN_LABEL] == "run-3"
 
 
-def test_kinds_without_a_built_experiment_are_refused_in_one_line():
+def test_network_experiments_are_refused_in_one_line_before_anything_is_made():
     assert refusal(spec("pod-kill")) is None
-    why = refusal(spec("memory-pressure", {"hog_mb": 64}))
-    assert why and "helper image" in why and "\n" not in why
-    with pytest.raises(FaultError, match="only pod-delete"):
+    why = refusal(spec("network-latency", {"latency_ms": 50}), where=False)
+    assert why and "sch_netem" in why and "tc" in why and "toxiproxy" in why and "\n" not in why
+    with pytest.raises(FaultError, match="pod-network-latency needs tc"):
         LitmusBackend(["iot"], apply=False).inject(spec("network-latency", {"latency_ms": 50}),
                                                    FaultContext(run_id="r"))
 
