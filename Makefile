@@ -46,7 +46,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 kafka postgres debs platform toxiproxy ferretdb infinispan cassandra docker images: venv
 	@$(SETUP) $@
 
-# a single-node Kubernetes v1.33.13 + Chaos Mesh's controller and chaos-daemon, built from Go modules (monsoon
+# a single-node Kubernetes v1.33.13 + Chaos Mesh's controller and chaos-daemon + Helm v3.22.0, built from Go modules (monsoon
 # cluster up|down); tools/build-k8s builds the daemon (cgo) last: ~13 s with a warm Go build cache, 3-7 min cold
 k8s:
 	@tools/build-k8s

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import subprocess
 
@@ -49,8 +50,10 @@ from monsoon.spec.stack import load_stack
 from monsoon.spec.yamlio import SpecError, load_located
 from monsoon.stack import cluster, dockerd, schedule_kube, selfimage
 from monsoon.stack.containers import reap_containers
+from monsoon.stack.helm import reap_releases
 from monsoon.stack.pods import PodError, reap_namespaces
 from monsoon.stack.reaper import reap
+from monsoon import options as opt
 
 
 #: What ``make demo`` runs: the two x10 cases of the reference story (the x3 cases: ``pytest -m burst``).
@@ -93,9 +96,9 @@ def story_problems(summary: dict, stacks: tuple[str, str] = ("inmemory", "kafka"
 def _runs_dir_arg(args: list[str]) -> str | None:
     """The ``--monsoon-runs-dir`` among pytest arguments (``=DIR`` or ``DIR`` next), or None."""
     for i, a in enumerate(args):
-        if a.startswith("--monsoon-runs-dir="):
+        if a.startswith(f"{opt.RUNS_DIR}="):
             return a.split("=", 1)[1]
-        if a == "--monsoon-runs-dir" and i + 1 < len(args):
+        if a == opt.RUNS_DIR and i + 1 < len(args):
             return args[i + 1]
     return None
 
@@ -111,7 +114,7 @@ def demo(extra: list[str]) -> int:
     # said to pytest: the checkout's ini (monsoon_runs_dir) would win over $MONSOON_RUNS_DIR, which the demo honours
     runs = settings.runs_dir(_runs_dir_arg(extra) or settings.env(settings.RUNS_ENV))
     cmd = [sys.executable, "-m", "pytest", *(f"{scenario}::{case}" for case in DEMO_CASES),
-           "-p", "no:cacheprovider", "--monsoon-run-id", run_id, *extra, f"--monsoon-runs-dir={runs}"]
+           "-p", "no:cacheprovider", opt.RUN_ID, run_id, *extra, f"{opt.RUNS_DIR}={runs}"]
     print("monsoon demo:", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=REPO)
     run_dir = runs / run_id
@@ -180,11 +183,12 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka", "storage-compare"), ("kafka-cassandra", "storage-compare"),
     ("inmemory-k8s", "burst-x10"), ("kafka-k8s", "burst-x10"), ("kafka-k8s", "pod-kill-chaos-mesh"),
     ("kafka-k8s", "network-latency-chaos-mesh"), ("kafka-k8s", "burst-x10-load-job"),
-    ("kafka-k8s", "pod-kill-litmus"), ("inmemory-k8s", "pod-failure-chaos-mesh"),
+    ("kafka-k8s", "pod-kill-litmus"), ("kafka-k8s", "charts-litmus"), ("inmemory-k8s", "pod-failure-chaos-mesh"),
     ("kafka-k8s", "container-kill-chaos-mesh"), ("inmemory-k8s", "memory-stress-chaos-mesh"),
 )
 
-LOADERS = {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
+LOADERS: dict[str, Callable[[Path], object]] = {"stack": load_stack, "experiment": load_checked,
+                                                "fault profile": load_fault}
 
 
 def shipped_spec_files() -> list[Path]:
@@ -723,7 +727,11 @@ def schedule_cli(args) -> int:
             return _schedule_kube(args, name, "", pytest_args)
         if not (args.every or args.cron):
             raise sched.ScheduleError("give --every INTERVAL or --cron EXPR")
-        cron = sched.every_to_cron(args.every) if args.every else (sched.parse_cron(args.cron) and args.cron)
+        if args.every:
+            cron = sched.every_to_cron(args.every)
+        else:
+            sched.parse_cron(args.cron)   # a bad expression: ScheduleError
+            cron = args.cron
         if args.deadline <= 0:
             raise sched.ScheduleError(f"--deadline {args.deadline}: must be > 0 seconds")
         if args.target == "kubernetes":
@@ -851,6 +859,9 @@ def reap_cli(args) -> int:
     gone = reap_containers(args.run_id)
     if gone:
         print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
+    gone = reap_releases(args.run_id)
+    if gone:
+        print(f"uninstalled {len(gone)} leftover Helm release(s): {', '.join(gone)}")
     gone = reap_namespaces(args.run_id)
     if gone:
         print(f"deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
@@ -908,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--profile", choices=("quick", "nightly", "full"),
                    help="with --stack/--experiment: only this profile (default: each of the experiment's)")
     v.add_argument("--force", action="store_true",
-                   help="accept what is past monsoon's sanity ceilings (a multiplier above x100), as --monsoon-force")
+                   help=f"accept what is past monsoon's sanity ceilings (a multiplier above x100), as {opt.FORCE}")
     sc = sub.add_parser("schema", help="print the JSON Schema of a kind of spec file (for YAML language servers), "
                         "or the format reference (--markdown)",
                         description="Prints the JSON Schema (draft 2020-12) of stack, experiment or fault-profile "
@@ -1034,7 +1045,7 @@ def add_project_arguments(p: argparse.ArgumentParser, default) -> None:
                    "of its ini file, else upwards to a pyproject.toml, pytest.ini, setup.cfg or tox.ini)")
     p.add_argument("--specs", type=Path, action="append", default=default, metavar="DIR",
                    help="look stacks, experiments and fault profiles up by name in DIR (its stacks/, experiments/, "
-                   "fault-profiles/, or DIR itself) before the project's and monsoon's own, as --monsoon-specs; "
+                   f"fault-profiles/, or DIR itself) before the project's and monsoon's own, as {opt.SPECS}; "
                    "repeatable (default: the ini file's monsoon_specs)")
 
 

@@ -14,6 +14,7 @@ from monsoon.faults.resolve import KUBE_NAMESPACES_ENV, ProcStat, kube_namespace
 from monsoon.faults.toxiproxy import ToxiproxyBackend, run_ids_on
 from monsoon.stack import cluster
 from monsoon.stack.containers import container_census, container_owners, reap_containers
+from monsoon.stack.helm import reap_releases, release_census, release_owners
 from monsoon.stack.pods import namespace_census, namespace_owners, reap_namespaces
 from monsoon.stack.reaper import find_leftovers, labelled_processes, process_owners, reap
 
@@ -41,7 +42,8 @@ def _toxiproxy_apis_of_runs() -> list[str]:
 
 def run_ids_in_place(state_root: Path | None = None) -> set[str]:
     """Run ids that still have something in place: labelled processes or cgroup records."""
-    ids: set[str] = set(labelled_processes().values()) | set(container_owners()) | set(namespace_owners())
+    ids: set[str] = set(labelled_processes().values()) | set(container_owners()) | set(namespace_owners()) \
+        | set(release_owners())
     rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
     if rec_root.exists():
         ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
@@ -159,8 +161,8 @@ def _runs_to_heal(h: _Heal) -> set[str]:
     for k in h.kube:
         ids |= h.attempt(f"listing the runs' {k.name} objects", k.run_ids) or set()
     live = live_runs(process_owners())
-    owners = {**namespace_owners(), **container_owners()}
-    for rid, owner in owners.items():      # a container's or namespace's owner label: is that monsoon alive?
+    owners = {**release_owners(), **namespace_owners(), **container_owners()}
+    for rid, owner in owners.items():      # a container's, namespace's or release's owner label: is monsoon alive?
         st = _proc_stat(owner) if owner else None
         if rid not in live and st is not None and st[0] not in ("Z", "X"):
             live[rid] = owner
@@ -190,6 +192,9 @@ def _reap_run(h: _Heal, rid: str) -> None:
     gone = h.attempt(f"{rid}: removing the run's containers", reap_containers, rid) or []
     if gone:
         h.done.append(f"{rid}: removed {len(gone)} leftover container(s): {', '.join(gone)}")
+    gone = h.attempt(f"{rid}: uninstalling the run's Helm releases", reap_releases, rid) or []
+    if gone:
+        h.done.append(f"{rid}: uninstalled {len(gone)} leftover Helm release(s): {', '.join(gone)}")
     gone = h.attempt(f"{rid}: deleting the run's namespaces", reap_namespaces, rid) or []
     if gone:
         h.done.append(f"{rid}: deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
@@ -223,7 +228,8 @@ def _census(h: _Heal, ids: set[str], backends: list[Any], whole_machine: bool) -
                 mine = [f"census failed: {e}"]
             left += [f"{b.name}: {x}" for x in mine]
         if h.reap_processes:
-            for name, look in (("docker", container_census), ("kubernetes", namespace_census)):
+            for name, look in (("docker", container_census), ("kubernetes", namespace_census),
+                               ("helm", release_census)):
                 try:
                     left += [f"{name}: {x}" for x in look(rid)]
                 except Exception as e:   # recorded in the census, as above

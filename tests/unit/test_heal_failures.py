@@ -51,6 +51,9 @@ def machine(monkeypatch, tmp_path):
     monkeypatch.setattr(chaos, "container_census", lambda rid: [])
     monkeypatch.setattr(chaos, "namespace_census", lambda rid: [])
     monkeypatch.setattr(chaos.cluster, "left_behind", lambda: None)
+    monkeypatch.setattr(chaos, "release_owners", lambda: {})        # Helm releases: none (never a real one)
+    monkeypatch.setattr(chaos, "reap_releases", lambda rid=None: [])
+    monkeypatch.setattr(chaos, "release_census", lambda rid: [])
     return backends, reaped, monkeypatch
 
 
