@@ -24,7 +24,10 @@ from monsoon.spec.yamlio import MAX_BYTES
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "hostile"
 LINE = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<rest>.+)$")
 
-CPU_S, RSS_MB, WALL_S = 2.0, 200, 30.0   # the bounds (issue 39); WALL_S only catches a hang
+RSS_MB, WALL_S = 200, 30.0               # the bounds (issue 39); WALL_S only catches a hang
+# No bound on the command's CPU seconds alone: most of them are its imports, which a busy machine stretches past any
+# fixed figure (2.5 s for a valid file beside another job). What the file adds is measured against a valid file
+# validated at the same time, on the same machine: OWN_CPU_S.
 OWN_CPU_S, OWN_RSS_MB = 1.0, 50          # what the file may cost beyond validating a small valid one
 VALID = """\
 name: valid
@@ -151,7 +154,6 @@ def test_monsoon_validate_refuses_it_in_one_line_naming_the_file_and_line(name, 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_monsoon_validate_refuses_it_in_bounded_time_and_memory(name, measured):
     r, base = measured[name], measured[None]
-    assert r["cpu"] < CPU_S, f"{name}: {r['cpu']:.2f} s of CPU"
     assert r["wall"] < WALL_S, f"{name}: {r['wall']:.2f} s"
     assert r["rss_mb"] < RSS_MB, f"{name}: {r['rss_mb']:.0f} MB peak RSS"
     # the command's own start (imports) is most of both: what the file adds is small
