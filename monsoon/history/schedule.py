@@ -358,8 +358,14 @@ def scheduled_run(name: str, pytest_args: list[str], runs_dir: Path, *, cron: st
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
+            holder, until = "", time.monotonic() + 2   # the holder writes its pid just after taking the lock
+            while True:
+                fh.seek(0)
+                holder = fh.read().strip()
+                if holder or time.monotonic() > until:
+                    break
+                time.sleep(0.02)
+            holder = holder or "?"
             why = f"another run of schedule {name} is still running ({holder}); concurrency policy Forbid"
             with HistoryStore(default_location(runs_dir)) as store:
                 record_not_run(store, run_id + f"-skipped-{os.getpid()}", name, "skipped", why, now=t)

@@ -91,6 +91,7 @@ class Service:
     supervisor: threading.Thread | None = None
     sent: int | None = None     # the last terminating signal monsoon sent the running process (Stack.kill)
     started: float | None = None  # time.monotonic() of the last spawn (the kernel log is read from there on)
+    started_pid: int = 0        # the host pid it started with (a container's reads 0 once it has exited)
     container: bool = False     # provider: docker (proc is a containers.ContainerProc)
     pod: bool = False           # provider: kubernetes (proc is a pods.PodProc; kubelet restarts it)
     stopped: bool = False       # monsoon stopped it (Stack.stop_service or Stack.stop): no restart, no second stop
@@ -447,6 +448,7 @@ class Stack:
                     raise StackError(f"service {svc.name!r}: not executable: {svc.command[0]}") from None
         svc.starts += 1
         svc.started = time.monotonic()
+        svc.started_pid = svc.proc.pid
         svc.sent = None
         extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
         if svc.pod:
@@ -529,12 +531,15 @@ class Stack:
             code = _norm(proc.wait())
             if self._stopping.is_set() or svc.stopped:
                 return
-            kernel, unreadable = oom_kill_line(proc.pid, since=svc.started) if code == 137 and not svc.container \
+            # the kernel's word: a process's own pid; a container's first process (Docker's State.OOMKilled can
+            # miss a kill on cgroup v2, when the container's exit is reported before its OOM event)
+            pid = svc.started_pid if svc.container else proc.pid
+            kernel, unreadable = oom_kill_line(pid, since=svc.started) if code == 137 and not svc.pod and pid > 0 \
                 else (None, None)
             cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent, kernel)
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
             if svc.container:
-                ev.update(container_exit(proc, code, svc.sent, cause, oom))
+                ev.update(container_exit(proc, code, svc.sent, cause, oom, kernel))
             elif svc.pod:
                 ev.update(pod_exit(proc, code, svc.sent, cause, oom))
             elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
@@ -589,10 +594,8 @@ class Stack:
         if svc.proc and svc.proc.poll() is None:
             if sig not in (signal.SIGSTOP, signal.SIGCONT):
                 svc.sent = int(sig)
-            if svc.pod:                     # first: a pod is not a container either, and its pid may be 0
-                svc.proc.signal(sig)        # (not found): os.killpg(0, ...) would signal monsoon's own group
-            elif not svc.container:
-                if svc.proc.pid <= 0:
+            if not svc.container:           # a process, or a pod's first process (its host pid: 0 when not found,
+                if svc.proc.pid <= 0:       # and os.killpg(0, ...) would signal monsoon's own process group)
                     raise StackError(f"service {service!r}: no process to signal (pid {svc.proc.pid})")
                 os.killpg(svc.proc.pid, sig)
             elif sig == signal.SIGSTOP:     # a container is frozen whole (the cgroup freezer), not signalled
@@ -663,8 +666,10 @@ class Stack:
         self.on_event(SERVICE, service=svc.name, event=SVC_STOP, code=_norm(svc.proc.returncode))
 
 
-def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause: str, oom: bool) -> dict:
-    """What a container's exit adds to the process fields: Docker's own word on OOM (State.OOMKilled) wins."""
+def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause: str, oom: bool,
+                   kernel: str | None = None) -> dict:
+    """What a container's exit adds to the process fields: Docker's own word on OOM (State.OOMKilled) wins; when
+    Docker says no, the kernel's OOM-kill line naming the container's first process (``kernel``) still does."""
     ev: dict[str, Any] = {"container": proc.name}
     if code > 128:
         try:
@@ -673,6 +678,10 @@ def container_exit(proc: "ctr.ContainerProc", code: int, sent: int | None, cause
             pass
     if proc.oom_killed:
         ev.update(oom=True, cause=f"OOMKilled: the kernel killed the container over its memory limit (exit {code})")
+    elif kernel is not None and code == 137:
+        ev.update(oom=True, kernel_log=kernel,
+                  cause=f"OOMKilled: the kernel killed the container over its memory limit (exit {code}; its OOM-kill "
+                        "line, though Docker's State.OOMKilled is false)")
     elif code == 137 and not oom and sent is None:
         ev["cause"] = "SIGKILL (exit 137), not by the OOM killer (State.OOMKilled false)"
     return ev

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import psycopg
@@ -185,14 +186,23 @@ def test_two_scheduled_runs_fired_at_once_one_runs_one_is_recorded_skipped(tmp_p
         def test_slow():
             with open(os.environ["MARK"], "a") as fh:
                 fh.write(f"{os.getpid()}\\n")
-            time.sleep(4)
+            deadline = time.monotonic() + 60      # runs until the other firing has ended (not a guessed sleep)
+            while not os.path.exists(os.environ["RELEASE"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
     """))
     runs, mark = tmp_path / "runs", tmp_path / "ran.txt"
     cmd = [sys.executable, "-m", "monsoon.cli", "scheduled-run", "--name", "story", "--runs-dir", str(runs), "--",
            "-q", "-p", "no:cacheprovider", str(work / "test_slow.py")]
-    env = {**os.environ, "MARK": str(mark), ENV_URL: ""}
+    release = tmp_path / "release"
+    env = {**os.environ, "MARK": str(mark), "RELEASE": str(release), ENV_URL: ""}
     procs = [subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
+    # the scenario holds its schedule's lock until one firing has ended, however slowly either process starts:
+    # the one that ends first must be the skipped one (if both ran, neither ends before the scenario's own 60 s)
+    deadline = time.monotonic() + 120
+    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.touch()
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert len(mark.read_text().splitlines()) == 1, outs          # exactly one ran the scenario

@@ -125,6 +125,14 @@ def test_a_container_exit_says_oom_only_on_dockers_word():
     assert "not by the OOM killer" in other["cause"]
 
 
+def test_the_kernels_oom_line_counts_when_docker_missed_the_kill():
+    """cgroup v2: Docker can report the exit before containerd's OOM event, State.OOMKilled false."""
+    line = "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:321000kB"
+    ev = container_exit(_Proc(False), 137, None, "SIGKILL (exit 137): OOM-killed", True, line)
+    assert ev["oom"] is True and "OOMKilled" in ev["cause"] and ev["kernel_log"] == line
+    assert "oom" not in container_exit(_Proc(False), 143, None, "SIGTERM (exit 143)", False, None)
+
+
 def test_docker_samples_are_keyed_by_service_with_the_exits_the_supervisor_saw():
     sample = {"containers": {"monsoon-r-platform": {
         "id": "abc", "state": "running", "restarts": 0, "oom_killed": 0, "exit_code": 0, "pid": 5,

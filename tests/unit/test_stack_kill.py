@@ -1,5 +1,5 @@
-"""``Stack.kill`` signals the right thing: a pod through its PodProc (never ``os.killpg`` of a pid that may be 0,
-which would signal monsoon's own process group), a process through its group."""
+"""``Stack.kill`` signals a process's (or a pod's first process's) group, and refuses a pid of 0: a pod whose host
+pid was not found reports 0, and ``os.killpg(0, ...)`` would signal monsoon's own process group."""
 import os
 import signal
 from pathlib import Path
@@ -12,13 +12,10 @@ from monsoon.stack.supervisor import Service, Stack
 
 class _Proc:
     def __init__(self, pid: int):
-        self.pid, self.signals = pid, []
+        self.pid = pid
 
     def poll(self):
         return None
-
-    def signal(self, sig):
-        self.signals.append(sig)
 
 
 def _stack(svc: Service) -> Stack:
@@ -31,19 +28,12 @@ def _service(proc, **kind) -> Service:
     return Service("s", None, [], {}, Path("."), Path("s.log"), proc=proc, **kind)
 
 
-def test_a_pod_whose_pid_is_unknown_is_signalled_through_its_pod(monkeypatch):
+@pytest.mark.parametrize("kind", [{}, {"pod": True}], ids=["process", "pod"])
+def test_the_group_is_signalled_and_pid_0_is_refused(monkeypatch, kind):
     groups = []
     monkeypatch.setattr(os, "killpg", lambda pid, sig: groups.append((pid, sig)))
-    proc = _Proc(pid=0)
-    _stack(_service(proc, pod=True)).kill("s", signal.SIGKILL)
-    assert proc.signals == [signal.SIGKILL] and groups == []
-
-
-def test_a_process_is_signalled_by_its_group_and_pid_0_is_refused(monkeypatch):
-    groups = []
-    monkeypatch.setattr(os, "killpg", lambda pid, sig: groups.append((pid, sig)))
-    _stack(_service(_Proc(pid=4242))).kill("s", signal.SIGTERM)
+    _stack(_service(_Proc(pid=4242), **kind)).kill("s", signal.SIGTERM)
     assert groups == [(4242, signal.SIGTERM)]
     with pytest.raises(StackError, match="no process to signal"):
-        _stack(_service(_Proc(pid=0))).kill("s", signal.SIGTERM)
+        _stack(_service(_Proc(pid=0), **kind)).kill("s", signal.SIGKILL)
     assert groups == [(4242, signal.SIGTERM)]
