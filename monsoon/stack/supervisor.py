@@ -540,6 +540,8 @@ class Stack:
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
             if svc.container:
                 ev.update(container_exit(proc, code, svc.sent, cause, oom, kernel))
+                if ev.get("kernel_log") and proc.terminations:   # the kernel's word, where Docker's missed it:
+                    proc.terminations[-1].update(oom_killed=1, reason="OOMKilled (kernel log)")   # in the samples too
             elif svc.pod:
                 ev.update(pod_exit(proc, code, svc.sent, cause, oom))
             elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
