@@ -33,7 +33,7 @@ from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
 from monsoon.stack.ports import StackError
 from monsoon.stack.reaper import RUN_LABEL, check_run_id
-from monsoon.timeline.events import OP, OP_HELM_RELEASE, OP_IMAGE_IMPORT, OP_NAMESPACE
+from monsoon.timeline.events import OP, OP_HELM_RELEASE, OP_NAMESPACE
 
 OWNER_LABEL = kpods.OWNER_POD_LABEL
 #: the labels Helm itself sets on a release's Secrets (``helm list --selector`` reads the release's own beside them)
@@ -339,21 +339,8 @@ class Release:
         return service_targets([self.kube.plain(x) for x in res.items], self.ports)
 
     def _import_images(self) -> None:
-        images = sorted({s.image for n, s in self.spec.services.items()
-                         if s.image and self.spec.provider_of(n) == "helm"})
-        if not images:
-            return
-        c = cluster.Cluster()
-        have = set(c.images())
-        for image in images:
-            if kpods.image_ref(image) in have:
-                continue
-            t0 = time.monotonic()
-            try:
-                c.import_image(image)
-            except Exception as e:
-                raise StackError(f"image {image} cannot be imported into the cluster: {e}") from None
-            self.on_event(OP, op=OP_IMAGE_IMPORT, image=image, seconds=round(time.monotonic() - t0, 3))
+        kpods.import_images([s.image for n, s in self.spec.services.items()
+                             if s.image and self.spec.provider_of(n) == "helm"], self.on_event)
 
     def _install(self) -> None:
         assert self.kube is not None

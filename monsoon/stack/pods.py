@@ -43,6 +43,7 @@ from monsoon.stack.cluster import Cluster
 from monsoon.stack.containers import mem_bytes
 from monsoon.stack.ports import StackError
 from monsoon.stack.reaper import RUN_LABEL, check_run_id
+from monsoon.timeline.events import OP, OP_IMAGE_IMPORT
 
 OWNER_POD_LABEL = "monsoon.io/owner-pid"
 MANAGED = {"app.kubernetes.io/managed-by": "monsoon"}
@@ -127,6 +128,22 @@ def image_ref(image: str) -> str:
     elif "." not in first and ":" not in first and first != "localhost":
         name = f"docker.io/{name}"
     return f"{name}:{tag}"
+
+
+def import_images(images: list[str], on_event: Callable[..., None]) -> None:
+    """Import each image the cluster's containerd does not hold yet (an earlier run's, or make k8s/make images',
+    are kept), one ``image-import`` event each."""
+    c = Cluster()       # the cluster monsoon starts (monsoon cluster up)
+    have = set(c.images())
+    for image in sorted(set(images)):
+        if image_ref(image) in have:
+            continue
+        t0 = time.monotonic()
+        try:
+            c.import_image(image)
+        except Exception as e:
+            raise StackError(f"image {image} cannot be imported into the cluster: {e}") from None
+        on_event(OP, op=OP_IMAGE_IMPORT, image=image, seconds=round(time.monotonic() - t0, 3))
 
 
 def labels_for(run_id: str, service: str) -> dict[str, str]:

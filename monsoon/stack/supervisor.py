@@ -40,7 +40,7 @@ from monsoon.stack import cpubudget
 from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
 from monsoon.stack import helm as khelm
-from monsoon.timeline.events import (OP, OP_BEFORE_STOP, OP_IMAGE_IMPORT, OP_NAMESPACE, OP_STACK_RETRY,
+from monsoon.timeline.events import (OP, OP_BEFORE_STOP, OP_NAMESPACE, OP_STACK_RETRY,
                                      OP_STACK_START, SERVICE, SVC_DONE, SVC_EXIT, SVC_READY, SVC_RESTART,
                                      SVC_RESTART_FAILED, SVC_START, SVC_STOP)
 
@@ -285,17 +285,7 @@ class Stack:
             return
         if not self.spec.pods():
             return
-        c = cluster.Cluster()       # the cluster monsoon starts (monsoon cluster up)
-        have = set(c.images())
-        for image in sorted({self.spec.services[n].image for n in self.spec.pods()}):
-            if kpods.image_ref(image) in have:     # imported by an earlier run (make k8s / make images re-import)
-                continue
-            t0 = time.monotonic()
-            try:
-                c.import_image(image)
-            except Exception as e:
-                raise StackError(f"image {image} cannot be imported into the cluster: {e}") from None
-            self.on_event(OP, op=OP_IMAGE_IMPORT, image=image, seconds=round(time.monotonic() - t0, 3))
+        kpods.import_images([self.spec.services[n].image for n in self.spec.pods()], self.on_event)
         ns = self.spec.kube_namespace()
         try:
             self._kube.ensure_namespace(ns, self.run_id)
@@ -307,7 +297,7 @@ class Stack:
         self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="created")
         targets = self._services_on_pod_network(ns) if self._pod_network() else None
         try:
-            self._mirror = c.forward(sorted(self.ports.values()), targets)
+            self._mirror = cluster.Cluster().forward(sorted(self.ports.values()), targets)
         except Exception as e:
             raise StackError(f"the ports {sorted(self.ports.values())} cannot be mirrored into the cluster's node: "
                              f"{e}") from None
