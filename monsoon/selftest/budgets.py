@@ -12,6 +12,7 @@ was reproduced under every budget; 2 when a budget cannot be applied here (nothi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from monsoon.rundir import SUMMARY_FILE
 from monsoon.settings import RUNS_ENV
 from monsoon.stack import cpubudget
 from monsoon import options as opt
+from monsoon.selftest.neighbour import busy_neighbour
 
 NEIGHBOUR = "neighbour"
 DEFAULT = "0.5,1,2,neighbour"
@@ -193,15 +195,6 @@ def report(entries: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process, from /proc/<pid>/stat."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc/*/stat)."""
     out = []
@@ -258,13 +251,11 @@ def run_budget(b: Budget, out: Path, *, n: int, of: int, t_all: float, demo_args
           + (", a busy-loop neighbour on one core" if b.neighbour else "")
           + f" (total elapsed {_elapsed(time.monotonic() - t_all)})", flush=True)
     lines: list[str] = []
-    neighbour = None
     t0 = time.monotonic()
+    beside = contextlib.ExitStack()      # the neighbour, when the budget has one: stopped after the demo
     try:
         if b.neighbour:
-            neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-            entry["neighbour_pid"] = neighbour.pid
+            beside.enter_context(busy_neighbour(entry))
         # its own session: a Ctrl-C reaches it once, from here, and it tears its stacks down
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env,
@@ -300,11 +291,7 @@ def run_budget(b: Budget, out: Path, *, n: int, of: int, t_all: float, demo_args
         entry["rc"] = proc.returncode
     finally:
         entry["elapsed_s"] = round(time.monotonic() - t0, 1)
-        if neighbour is not None:
-            cpu = _cpu_seconds(neighbour.pid)
-            _stop(neighbour, signal.SIGKILL, 10)
-            if cpu is not None and entry["elapsed_s"] > 0:
-                entry["neighbour_cores"] = round(cpu / entry["elapsed_s"], 3)
+        beside.close()
     run_dir = run_dir_from_output(lines, runs)
     entry["run_id"] = run_dir.name if run_dir else None
     entry["run_dir"] = str(run_dir) if run_dir else None

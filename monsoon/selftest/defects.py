@@ -4,7 +4,9 @@ The reasoning, sources and measurements behind it: docs/design.md, "monsoon/self
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -18,8 +20,10 @@ from monsoon.checks.registry import CHECKS
 from monsoon.paths import REPO
 from monsoon.run.shield import sigterm_as_interrupt
 from monsoon.run.validate import load_checked
+from monsoon.selftest.neighbour import busy_neighbour
 from monsoon.session import MonsoonSession
 from monsoon.spec.stack import load_stack
+from monsoon.stack import cpubudget
 
 
 FLAG_PREFIX = "DEFECT_"
@@ -250,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="quick", choices=("quick", "nightly", "full"))
     ap.add_argument("--runs-dir", type=Path, default=None, help="default: runs/ (or MONSOON_RUNS_DIR)")
     ap.add_argument("--run-id", default=None)
+    ap.add_argument("--neighbour", action="store_true",
+                    help="run everything beside a busy loop that burns one core (a machine that is not idle); "
+                         "the matrix records the cores it took. For a CPU quota on the services, set "
+                         "MONSOON_SERVICE_CPUS (e.g. 0.5)")
     args = ap.parse_args(argv)
     if args.repeats < 0:
         ap.error("--repeats must be >= 0")
@@ -297,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     defect_results: dict[str, dict | None] = {}
     clean: list[tuple[str, int, dict | None]] = []
     interrupted = False
+    beside: dict[str, Any] = {}
+    neighbour = contextlib.ExitStack()
+    if args.neighbour:
+        neighbour.enter_context(busy_neighbour(beside))
+        print(f"monsoon defects: a busy-loop neighbour burns one core beside every run (pid "
+              f"{beside['neighbour_pid']})", flush=True)
     try:
         for n, (kind, what, rep) in enumerate(plan, 1):
             if kind == "defect":
@@ -320,10 +334,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
         print("\nmonsoon defects: interrupted; the matrix below covers what finished", flush=True)
+    finally:
+        neighbour.close()
 
     summary = summarize(defects if not args.no_defects else [], defect_results, clean,
                         time.monotonic() - t0, args.repeats)
     summary["run_id"] = session.run_id
+    summary["service_cpus"] = os.environ.get(cpubudget.ENV) or None     # the services' CPU quota, if any
+    if args.neighbour:
+        summary["neighbour_cores"] = beside.get("neighbour_cores")
     if interrupted:
         summary["interrupted"] = True
     session.run_dir.mkdir(parents=True, exist_ok=True)
