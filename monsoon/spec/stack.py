@@ -580,7 +580,7 @@ class StackSpec(_Frozen):
         obs = self.observe
         if obs.kubernetes is None and obs.service in self.services and self.provider_of(obs.service) == "kubernetes":
             # no_oom reads the pod's own word (lastState.terminated.reason: OOMKilled) on the service under test
-            kube = KubeObserveSpec(namespace=self.kube_namespace(), labelSelector={SERVICE_POD_LABEL: obs.service})
+            kube = KubeObserveSpec(namespace=self.kube_namespace(), label_selector={SERVICE_POD_LABEL: obs.service})
             object.__setattr__(self, "observe", obs.model_copy(update={"kubernetes": kube}))
         self._helm_release()
         return self
@@ -600,7 +600,7 @@ class StackSpec(_Frozen):
         obs = self.observe     # (helm.pods naming no helm service: _check_helm, at its line)
         if obs.kubernetes is None and obs.service in helm_services:
             kube = KubeObserveSpec(namespace=self.kube_namespace(),
-                                   labelSelector=self.helm.selector_of(obs.service, self.helm_release()))
+                                   label_selector=self.helm.selector_of(obs.service, self.helm_release()))
             object.__setattr__(self, "observe", obs.model_copy(update={"kubernetes": kube}))
 
     def releases(self) -> list[str]:

@@ -14,7 +14,6 @@ group, so a leftover can be found (``find_leftovers``) and killed as a group;
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import re
@@ -27,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, cast
 
 from monsoon.paths import CACHE, REPO
 from monsoon.spec.stack import ServiceSpec, StackSpec, TEMPLATE_RE
@@ -77,6 +76,21 @@ def render(value: str, ctx: dict[str, str], ports: dict[str, int]) -> str:
 
 # ------------------------------------------------------------------ services
 
+class Proc(Protocol):
+    """What the supervisor reads of every service's handle: a ``subprocess.Popen`` (a process), a
+    ``containers.ContainerProc`` (provider: docker) or a ``pods.PodProc`` (provider: kubernetes, helm)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Service:
     name: str
@@ -85,7 +99,7 @@ class Service:
     env: dict[str, str]
     dir: Path
     log_path: Path
-    proc: subprocess.Popen | None = None
+    proc: Proc | None = None
     starts: int = 0
     exits: list[dict] = field(default_factory=list)
     supervisor: threading.Thread | None = None
@@ -99,6 +113,15 @@ class Service:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    # the handle as what it is; the flags say which (``container``, ``pod``, else a process's Popen)
+    @property
+    def container_proc(self) -> "ctr.ContainerProc":
+        return cast("ctr.ContainerProc", self.proc)
+
+    @property
+    def pod_proc(self) -> "kpods.PodProc":
+        return cast("kpods.PodProc", self.proc)
 
 
 def exit_cause(code: int, log_tail: str, sent: int | None = None, kernel_line: str | None = None) -> tuple[str, bool]:
@@ -334,7 +357,9 @@ class Stack:
         self.preflight()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        for attempt in itertools.count(1):
+        attempt = 0
+        while True:
+            attempt += 1
             self.ports = allocate_ports(self.spec)
             self.ctx = self._base_ctx()
             self.on_event(OP, op=OP_STACK_START, stack=self.spec.name, ports=self.ports, attempt=attempt)
@@ -415,7 +440,7 @@ class Stack:
                 if svc.proc is None:        # kept before it starts: stop() deletes a half-started Deployment
                     svc.proc = self._podproc(svc)
                 try:
-                    svc.proc.start()
+                    svc.pod_proc.start()
                 except StackError:
                     raise
                 except Exception as e:
@@ -424,7 +449,7 @@ class Stack:
                 if svc.proc is None:        # kept before it starts: stop() removes a half-started container
                     svc.proc = self._container(svc)
                 try:
-                    svc.proc.start()
+                    svc.container_proc.start()
                 except Exception as e:
                     raise StackError(f"service {svc.name!r}: container did not start: {e}") from None
             else:
@@ -440,9 +465,10 @@ class Stack:
         svc.started = time.monotonic()
         svc.started_pid = svc.proc.pid
         svc.sent = None
-        extra = {"container": svc.proc.name, "image": svc.spec.image} if svc.container else {}
+        extra: dict[str, Any] = {"container": svc.container_proc.name, "image": svc.spec.image} if svc.container else {}
         if svc.pod:
-            extra = {"pod": svc.proc.name, "uid": svc.proc.uid, "ip": svc.proc.ip, "image": svc.spec.image}
+            pod = svc.pod_proc
+            extra = {"pod": pod.name, "uid": pod.uid, "ip": pod.ip, "image": svc.spec.image}
         self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, **extra)
 
     def _start_service(self, name: str) -> None:
@@ -474,7 +500,7 @@ class Stack:
                 if first:
                     raise self._died(svc, t0)
                 return False
-            if (not svc.pod or ready.log or svc.proc.ready()) and \
+            if (not svc.pod or ready.log or svc.pod_proc.ready()) and \
                     _ready_once(ready, svc.log_path, lambda v: self.render(v, svc.dir)):
                 self.on_event(SERVICE, service=svc.name, event=SVC_READY, after_s=round(time.monotonic() - t0, 3))
                 return True
@@ -529,11 +555,12 @@ class Stack:
             cause, oom = exit_cause(code, _tail(svc.log_path), svc.sent, kernel)
             ev = {"code": code, "cause": cause, "oom": oom, "pid": proc.pid}
             if svc.container:
-                ev.update(container_exit(proc, code, svc.sent, cause, oom, kernel))
-                if ev.get("kernel_log") and proc.terminations:   # the kernel's word, where Docker's missed it:
-                    proc.terminations[-1].update(oom_killed=1, reason="OOMKilled (kernel log)")   # in the samples too
+                cproc = cast("ctr.ContainerProc", proc)
+                ev.update(container_exit(cproc, code, svc.sent, cause, oom, kernel))
+                if ev.get("kernel_log") and cproc.terminations:   # the kernel's word, where Docker's missed it:
+                    cproc.terminations[-1].update(oom_killed=1, reason="OOMKilled (kernel log)")   # in the samples too
             elif svc.pod:
-                ev.update(pod_exit(proc, code, svc.sent, cause, oom))
+                ev.update(pod_exit(cast("kpods.PodProc", proc), code, svc.sent, cause, oom))
             elif code == 137:   # what the kernel log said: its OOM line, none, or why it could not be read
                 ev["kernel_log"] = kernel or unreadable or "no OOM-kill line for this pid"
             svc.exits.append(ev)
@@ -559,21 +586,22 @@ class Stack:
 
     def _await_pod(self, svc: Service) -> None:
         """After a pod's exit: its next instance (kubelet's restart, or a new pod), reported as start + restart."""
+        pod = svc.pod_proc
         try:
-            if not svc.proc.resume(self._stopping):
+            if not pod.resume(self._stopping):
                 return
         except Exception as e:
             self.on_event(SERVICE, service=svc.name, event=SVC_RESTART_FAILED, error=str(e)[:300])
             self._stopping.wait(5)
             return
         with open(svc.log_path, "ab") as log:
-            log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: pod {svc.proc.name} "
-                      f"(uid {svc.proc.uid}, restartCount {svc.proc.instance[1]})\n".encode())
+            log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: pod {pod.name} "
+                      f"(uid {pod.uid}, restartCount {pod.instance[1]})\n".encode())
         svc.starts += 1
         svc.started = time.monotonic()
         svc.sent = None
-        self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=svc.proc.pid, n=svc.starts, pod=svc.proc.name,
-                      uid=svc.proc.uid, ip=svc.proc.ip, restart_count=svc.proc.instance[1], image=svc.spec.image)
+        self.on_event(SERVICE, service=svc.name, event=SVC_START, pid=pod.pid, n=svc.starts, pod=pod.name,
+                      uid=pod.uid, ip=pod.ip, restart_count=pod.instance[1], image=svc.spec.image)
         self.on_event(SERVICE, service=svc.name, event=SVC_RESTART, n=svc.starts, by="kubelet")
         self._wait_ready(svc, first=False)
 
@@ -591,20 +619,20 @@ class Stack:
                     raise StackError(f"service {service!r}: no process to signal (pid {svc.proc.pid})")
                 os.killpg(svc.proc.pid, sig)
             elif sig == signal.SIGSTOP:     # a container is frozen whole (the cgroup freezer), not signalled
-                svc.proc.pause()
+                svc.container_proc.pause()
             elif sig == signal.SIGCONT:
-                svc.proc.unpause()
+                svc.container_proc.unpause()
             else:
-                svc.proc.signal(sig)
+                svc.container_proc.signal(sig)
 
     def container(self, service: str) -> "ctr.ContainerProc | None":
         """The container of a ``provider: docker`` service (None for a process service)."""
         svc = self.services.get(service)
-        return svc.proc if svc is not None and svc.container else None
+        return svc.container_proc if svc is not None and svc.container else None
 
     def container_history(self) -> dict[str, dict]:
         """Service -> the exits of its container that the supervisor inspected, and how often it restarted it."""
-        return {n: {"terminations": list(s.proc.terminations), "restarts": max(0, s.starts - 1)}
+        return {n: {"terminations": list(s.container_proc.terminations), "restarts": max(0, s.starts - 1)}
                 for n, s in self.services.items() if s.container and s.proc is not None}
 
     def container_names(self) -> dict[str, str]:
@@ -651,7 +679,7 @@ class Stack:
                 return
             svc.stopped = True
         if svc.container or svc.pod:
-            svc.proc.stop(svc.spec.stop_timeout)
+            (svc.container_proc if svc.container else svc.pod_proc).stop(svc.spec.stop_timeout)
             self.on_event(SERVICE, service=svc.name, event=SVC_STOP, code=svc.proc.returncode)
             return
         _terminate_group(svc.proc, svc.spec.stop_timeout, getattr(signal, svc.spec.stop_signal))
@@ -703,7 +731,7 @@ def _norm(code: int | None) -> int:
     return 128 - code if code < 0 else code
 
 
-def _terminate_group(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> None:
+def _terminate_group(proc: Proc, timeout: float, sig: int = signal.SIGTERM) -> None:
     pgid = proc.pid
     try:
         os.killpg(pgid, sig)
