@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -61,6 +61,8 @@ BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"   # br_netfilter's sw
 CHAOS_DAEMON_PORT = 31767   # its gRPC port (the controller's CHAOS_DAEMON_SERVICE_PORT default), in the namespace
 CHAOS_DAEMON_SLICE = "chaos-daemon-monsoon"   # the controller finds the daemon by this EndpointSlice's node name
 HOST_SYS = "/host-sys"      # where chaos-daemon reads the host's cgroups (a fixed path in its code)
+
+T = TypeVar("T")
 
 
 class ClusterError(RuntimeError):
@@ -377,7 +379,7 @@ def _run(*argv: str, check: bool = True, input: bytes | None = None, timeout: fl
     return r
 
 
-def _in_netns(fn: Callable[[], Any], name: str = NETNS) -> Any:
+def _in_netns(fn: Callable[[], T], name: str = NETNS) -> T:
     """Run ``fn`` in a new thread that first enters the namespace (setns is per thread for network namespaces)."""
     box: dict[str, Any] = {}
 
@@ -565,7 +567,9 @@ def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, kee
     """Bind each host port on 127.0.0.1 here (0 = any free port), then hand the sockets to a forwarder process that
     enters the namespace and relays to (host, port) there. The bound ports are known before it runs. ``inside``:
     the ports are bound on the namespace's own 127.0.0.1 instead (for what runs on the node's network)."""
-    socks, args, ports = [], [], {}
+    socks: list[socket.socket] = []
+    args: list[str] = []
+    ports: dict[int, tuple[str, int]] = {}
     try:
         socks = _in_netns(lambda: _listeners(mapping, " in the node's namespace")) if inside else _listeners(mapping, "")
         for s, (_hport, thost, tport) in zip(socks, mapping):
@@ -1179,9 +1183,9 @@ def _down_locked(d: Path, quiet: bool = False) -> list[str]:
     if rec.exists():
         try:
             for k, v in json.loads(rec.read_text()).items():
-                p = Path(f"/proc/sys/{k}")
-                if p.read_text().strip() != v:
-                    p.write_text(v)
+                knob = Path(f"/proc/sys/{k}")      # not p: p is a pid above
+                if knob.read_text().strip() != v:
+                    knob.write_text(v)
                     done.append(f"sysctl {k.replace('/', '.')}={v}")
             rec.unlink()
         except (OSError, ValueError) as e:
