@@ -54,7 +54,7 @@ def partition_history(samples: list[dict]) -> dict[str, list[Entry]]:
     out: dict[str, list[Entry]] = {}
     for s in samples:
         parts = s["partitions"]
-        for name in set(parts) | set(out):
+        for name in sorted(set(parts) | set(out)):     # sorted: a verdict's words never depend on hash order
             p = parts.get(name)
             if p is None:
                 prev = out[name][-1]

@@ -301,3 +301,12 @@ def test_a_lag_poll_that_failed_or_found_no_group_is_missing_data_with_its_reaso
     v = lag_recovers_within(RunData(b.write()), seconds=60)
     assert v.verdict == "unknown"
     assert "the consumer group had committed no offset in 12 poll(s)" in v.message, v.message
+
+
+def test_partition_history_is_in_partition_order_whatever_the_hash_seed():
+    # the check's message lists partitions in this order: it must not follow set iteration (PYTHONHASHSEED)
+    from monsoon.checks.burrow import partition_history
+    names = [f"telemetry-{i}" for i in (7, 3, 5, 0, 9, 1)]
+    samples = [{"t": 1.0, "partitions": {n: {"end": 10, "committed": 5} for n in names}},
+               {"t": 2.0, "partitions": {n: {"end": 12, "committed": 6} for n in reversed(names)}}]
+    assert list(partition_history(samples)) == sorted(names)
