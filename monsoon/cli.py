@@ -1,6 +1,13 @@
 """The ``monsoon`` command, every subcommand of it: each is an argparse subparser whose ``run`` default is its
 handler (``handler(args) -> exit code``), dispatched in one place at the end of :func:`main`. The work itself
-lives in the packages (``monsoon.analysis``, ``monsoon.run.calibrate``, ``monsoon.history``, ...)."""
+lives in the packages (``monsoon.analysis``, ``monsoon.run.calibrate``, ``monsoon.history``, ...).
+
+Each handler imports what it works with itself, when it runs: the analysis, the report and the history pull in
+matplotlib, pyarrow, numpy, psycopg, the checks and the specs (pydantic), which ``monsoon --help`` has no use for
+and ``monsoon validate`` only in part. At the top are the few light modules the parser itself needs; a subcommand
+whose arguments come from a heavy module (the calibration's defaults, the payload profiles, the schema's kinds)
+gets them only when it is the one run or its help is asked for (:class:`_Subcommand`).
+tests/unit/test_cli_imports.py fails when a heavy module is imported at the top again."""
 from __future__ import annotations
 
 import argparse
@@ -12,48 +19,19 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import subprocess
 
-import yaml
-from rich.console import Console
-from rich.table import Table
-
-from monsoon.analysis import analyze, export_csv
-from monsoon.checks.registry import CHECKS
-from monsoon.faults.heal import heal_everything
-from monsoon.faults.kube import to_yaml
-from monsoon.faults.resolve import kube_namespaces
-from monsoon.history import html as history_html
-from monsoon.history import schedule as sched
-from monsoon.history import signoff as so
-from monsoon.history.store import HistoryStore, default_location
-from monsoon.history.views import as_json, as_text
-from monsoon.load.kube_job import LoadJobError, job_for_experiment
-from monsoon.load.payloads import Payload
-from monsoon import hostsetup, scaffold, settings
+from monsoon import hostsetup, settings
 from monsoon.paths import REPO
-from monsoon.report.checklist import checklist
-from monsoon.run import calibrate
-from monsoon.run import sweep as size_sweep
-from monsoon.run.validate import load_checked, validate
 from monsoon.rundir import (CHECKLIST_FILE, REPORT_FILE, SUMMARY_FILE, SWEEP_FILE, SWEEP_PLOT, calibrate_dir_name,
                             new_run_id)
-from monsoon.spec.base import FOLDERS
-from monsoon.spec.kinds import kind_of
-from monsoon.spec.experiment import check_fits, load_experiment
-from monsoon.spec.fault import load_fault
-from monsoon.spec.payload import POOL_MASK, PAYLOAD_PROFILES
-from monsoon.spec.schema import KINDS as SCHEMA_KINDS, REQUIRED, CheckInfo, CheckParam, json_schema, markdown
-from monsoon.spec.stack import load_stack
-from monsoon.spec.yamlio import SpecError, load_located
-from monsoon.stack import cluster, dockerd, schedule_kube, selfimage
-from monsoon.stack.containers import reap_containers
-from monsoon.stack.helm import reap_releases
-from monsoon.stack.pods import PodError, reap_namespaces
-from monsoon.stack.reaper import reap
 from monsoon import options as opt
+
+if TYPE_CHECKING:
+    from monsoon.spec.schema import CheckInfo
+    from monsoon.spec.yamlio import SpecError
 
 
 #: What ``make demo`` runs: the two x10 cases of the reference story (the x3 cases: ``pytest -m burst``).
@@ -141,6 +119,11 @@ def demo(extra: list[str]) -> int:
 
 
 def load_job(args) -> int:
+    from monsoon.faults.kube import to_yaml
+    from monsoon.faults.resolve import kube_namespaces
+    from monsoon.load.kube_job import LoadJobError, job_for_experiment
+    from monsoon.run.validate import load_checked
+    from monsoon.spec.yamlio import SpecError
     try:
         objs = job_for_experiment(load_checked(args.experiment), host=args.host, port=args.port, profile=args.profile,
                                   shards=args.shards, image=args.image, namespace=args.namespace,
@@ -187,12 +170,17 @@ SCENARIO_PAIRS: tuple[tuple[str, str], ...] = (
     ("kafka-k8s", "container-kill-chaos-mesh"), ("inmemory-k8s", "memory-stress-chaos-mesh"),
 )
 
-LOADERS: dict[str, Callable[[Path], object]] = {"stack": load_stack, "experiment": load_checked,
-                                                "fault profile": load_fault}
+def loaders() -> dict[str, Callable[[Path], object]]:
+    """What reads each kind of spec file."""
+    from monsoon.run.validate import load_checked
+    from monsoon.spec.fault import load_fault
+    from monsoon.spec.stack import load_stack
+    return {"stack": load_stack, "experiment": load_checked, "fault profile": load_fault}
 
 
 def shipped_spec_files() -> list[Path]:
     """Every YAML file in stacks/, experiments/ and fault-profiles/ (not their subfolders: launchers, sources)."""
+    from monsoon.spec.base import FOLDERS
     return sorted(p for folder in FOLDERS.values() for p in folder.iterdir()
                   if p.suffix in (".yaml", ".yml") and p.is_file())
 
@@ -260,6 +248,10 @@ def problem_line(e: SpecError) -> str:
 def validate_file(path: Path, force: bool = False, kinds: dict[str, int] | None = None) -> str:
     """Validate one spec file as what its content says it is; returns the kind, raises SpecError. ``kinds``
     counts the file's kind as soon as it is known (a file with a problem included)."""
+    from monsoon.run.validate import load_checked
+    from monsoon.spec.kinds import kind_of
+    from monsoon.spec.stack import load_stack
+    from monsoon.spec.yamlio import load_located
     kind = kind_of(load_located(path))
     if kinds is not None:
         kinds[kind] = kinds.get(kind, 0) + 1
@@ -268,7 +260,7 @@ def validate_file(path: Path, force: bool = False, kinds: dict[str, int] | None 
     elif kind == "stack":
         load_stack(path, commands=True)   # and each service's program exists, where the file can tell
     else:
-        LOADERS[kind](path)
+        loaders()[kind](path)
     return kind
 
 
@@ -276,6 +268,10 @@ def validate_pair(stack: str | Path, experiment: str | Path, profiles: list[str]
                   force: bool = False) -> list[SpecError]:
     """A stack and an experiment together, as a run would have them (:func:`monsoon.run.validate.validate`, for
     each of the experiment's profiles or ``profiles``), then every check against what the stack observes."""
+    from monsoon.run.validate import validate
+    from monsoon.spec.experiment import check_fits, load_experiment
+    from monsoon.spec.stack import load_stack
+    from monsoon.spec.yamlio import SpecError
     stack_spec, exp = load_stack(stack, commands=True), load_experiment(experiment)
     problems = []
     for profile in profiles or list(exp.profiles):
@@ -296,6 +292,8 @@ def validate_cli(args) -> int:
     """``monsoon validate``: one line per problem, ``file:line: key: message``; exit 1 if any, never a traceback.
     What it read is said (how many stacks, experiments and fault profiles, from which folders); reading nothing
     is a refusal in one line (exit 2), never "all valid"."""
+    from monsoon.spec.yamlio import SpecError
+
     def refuse(line: str) -> int:
         print(f"monsoon validate: {line}", file=sys.stderr)
         return 2
@@ -400,6 +398,8 @@ def payload_example(transport: str, profile: str = "minimal", template: str | No
                     device: str = "monsoon-00000", seq: int = 7, ts: int = 1767225600000) -> str:
     """An example message of ``transport`` as monsoon sends it: how it is carried, its body, and where in the
     body the device id and the sequence number are (found in the rendered body itself)."""
+    from monsoon.load.payloads import Payload
+    from monsoon.spec.payload import POOL_MASK
     pay = Payload(profile, template=template)
     render = pay.renderer(0, device)
     body = render(seq, ts, ts + 3)
@@ -440,6 +440,8 @@ def payload_cli(args) -> int:
 
 def check_catalogue() -> list[CheckInfo]:
     """monsoon's own checks (not those a plugin registers) with their parameters, as an experiment names them."""
+    from monsoon.checks.registry import CHECKS
+    from monsoon.spec.schema import REQUIRED, CheckInfo, CheckParam
     out = []
     for name, fn in sorted(CHECKS.items()):
         if not fn.__module__.startswith("monsoon.checks."):
@@ -454,10 +456,12 @@ def check_catalogue() -> list[CheckInfo]:
 
 def reference() -> str:
     """docs/reference.md: what ``monsoon schema --markdown`` prints."""
+    from monsoon.spec.schema import markdown
     return markdown(check_catalogue())
 
 
 def schema_cli(args) -> int:
+    from monsoon.spec.schema import KINDS as SCHEMA_KINDS, json_schema, markdown
     if args.markdown:
         sys.stdout.write(markdown(check_catalogue(), [args.kind] if args.kind else list(SCHEMA_KINDS)))
         return 0
@@ -470,6 +474,7 @@ def schema_cli(args) -> int:
 
 
 def dockerd_cli(args) -> int:
+    from monsoon.stack import dockerd
     action = args.action
     if action == "status":
         pid = dockerd.running()
@@ -488,6 +493,7 @@ def dockerd_cli(args) -> int:
 
 
 def cluster_cli(args) -> int:
+    from monsoon.stack import cluster
     action = args.action
     if action == "status":
         rows = cluster.status()
@@ -512,6 +518,7 @@ def cluster_cli(args) -> int:
 # ------------------------------------------------------------------ calibrate
 
 def add_calibrate_arguments(p) -> None:
+    from monsoon.run import calibrate
     d = calibrate.Params()
     p.add_argument("stack", help="a stack name (stacks/NAME.yaml) or a stack file")
     p.add_argument("--start-rate", type=float, default=d.start_rate, help=f"first step, msg/s (default {d.start_rate:g})")
@@ -542,6 +549,9 @@ def add_calibrate_arguments(p) -> None:
 
 
 def calibrate_cli(args) -> int:
+    from monsoon.run import calibrate
+    from monsoon.spec.stack import load_stack
+    from monsoon.spec.yamlio import SpecError
     try:
         stack_spec = load_stack(args.stack)
     except SpecError as e:
@@ -571,6 +581,8 @@ def calibrate_cli(args) -> int:
 
 
 def print_calibration(rec: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
     t = Table(title=f"calibration of {rec['stack']} on {rec['host']} ({rec['cpu_count']} CPUs, {rec['date']})")
     for col in ("step", "target/s", "sent/s", "acked/s", "stored/s", "backlog slope/s", "backlog", "p99 ms",
                 "late", "kept up"):
@@ -618,6 +630,8 @@ def add_history(sub) -> argparse.ArgumentParser:
 
 
 def history_cli(args) -> int:
+    from monsoon.history.store import HistoryStore, default_location
+    from monsoon.history.views import as_json, as_text
     rd = settings.runs_dir(args.runs_dir)
     with HistoryStore(default_location(rd)) as store:
         if args.keep_days is not None:
@@ -635,6 +649,7 @@ def history_cli(args) -> int:
             return 0
         rows = store.rows(stack=args.stack, experiment=args.experiment)
     if args.html is not None:
+        from monsoon.history import html as history_html   # matplotlib: only for the page
         out = history_html.write(Path(args.html) if args.html else rd / history_html.HISTORY_PAGE, rows, args.last)
         print(f"wrote {out}", file=sys.stderr)
     if args.json:
@@ -661,6 +676,9 @@ def add_signoff(sub) -> argparse.ArgumentParser:
 
 
 def signoff_cli(args) -> int:
+    from monsoon.history import signoff as so
+    from monsoon.history.store import HistoryStore, default_location
+    from monsoon.spec.yamlio import SpecError
     path = args.policy or (Path("signoff.yaml") if Path("signoff.yaml").exists() else EXAMPLE_POLICY)
     try:
         policy = so.load_policy(path)
@@ -717,6 +735,7 @@ def add_schedule(sub) -> argparse.ArgumentParser:
 
 
 def schedule_cli(args) -> int:
+    from monsoon.history import schedule as sched
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     try:
         name = sched.check_name(args.name)
@@ -760,6 +779,11 @@ def _schedule_kube(args, name: str, cron: str, pytest_args: list[str]) -> int:
     def say(s: str) -> None:
         print(f"monsoon schedule: {s}", file=sys.stderr)
 
+    import yaml
+
+    from monsoon.history import schedule as sched
+    from monsoon.stack import cluster, schedule_kube, selfimage
+    from monsoon.stack.pods import PodError
     try:
         if args.uninstall:
             gone = schedule_kube.uninstall(name, args.namespace, say=say)
@@ -802,6 +826,7 @@ def add_scheduled_run(sub) -> argparse.ArgumentParser:
 
 
 def scheduled_run_cli(args) -> int:
+    from monsoon.history import schedule as sched
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     try:
         return sched.scheduled_run(sched.check_name(args.name), pytest_args, settings.runs_dir(args.runs_dir),
@@ -814,6 +839,8 @@ def scheduled_run_cli(args) -> int:
 # ------------------------------------------------------------------ the rest, and main
 
 def analyze_cli(args) -> int:
+    from monsoon.analysis import analyze
+    from monsoon.report.checklist import checklist
     s = analyze(args.run_dir)
     if "sweeps" in s:                     # a monsoon sweep's directory: its own checklist
         for name in s["sweeps"]:
@@ -824,6 +851,7 @@ def analyze_cli(args) -> int:
 
 
 def export_cli(args) -> int:
+    from monsoon.analysis import export_csv
     return export_csv(args.run_dir)
 
 
@@ -837,6 +865,7 @@ def checklist_cli(args) -> int:
 
 
 def heal_cli(args) -> int:
+    from monsoon.faults.heal import heal_everything
     rep = heal_everything(None if args.all else args.run_id, toxiproxy_apis=args.toxiproxy_api,
                           reap_processes=not args.keep_processes)
     for line in rep.notes:
@@ -854,6 +883,11 @@ def heal_cli(args) -> int:
 
 
 def reap_cli(args) -> int:
+    from monsoon.stack import cluster, dockerd
+    from monsoon.stack.containers import reap_containers
+    from monsoon.stack.helm import reap_releases
+    from monsoon.stack.pods import reap_namespaces
+    from monsoon.stack.reaper import reap
     pids = reap(args.run_id)
     print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
     gone = reap_containers(args.run_id)
@@ -874,6 +908,7 @@ def reap_cli(args) -> int:
 
 
 def init_cli(args) -> int:
+    from monsoon import scaffold
     try:
         written = scaffold.init(args.dir)
     except scaffold.InitError as e:
@@ -892,12 +927,76 @@ def demo_cli(args) -> int:
     return demo(args.pytest_args)
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser, some of whose arguments may be added only when it is used: parsed (it is the
+    subcommand run) or its help or usage printed. A subcommand whose arguments take their defaults or choices from
+    a heavy module (:meth:`defer`) costs nothing to ``monsoon --help`` nor to another subcommand."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def defer(self, add: Callable[[argparse.ArgumentParser], None]) -> None:
+        """``add(self)`` when the parser is first used, not now."""
+        self._deferred.append(add)
+
+    def then(self, add: Callable[[argparse.ArgumentParser], None]) -> None:
+        """``add(self)`` now, or after what is deferred when something is (the arguments keep their order)."""
+        if self._deferred:
+            self._deferred.append(add)
+        else:
+            add(self)
+
+    def _complete(self) -> None:
+        while self._deferred:
+            self._deferred.pop(0)(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+
+def add_schema_arguments(p: argparse.ArgumentParser) -> None:
+    from monsoon.spec.schema import KINDS as SCHEMA_KINDS
+    p.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
+    p.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
+
+
+def add_payload_arguments(p: argparse.ArgumentParser) -> None:
+    from monsoon.spec.payload import PAYLOAD_PROFILES
+    p.add_argument("--example", action="store_true", help="print an example message")
+    p.add_argument("--transport", choices=list(TRANSPORT_CARRIES), default=None,
+                   help="only this transport (default: every one)")
+    p.add_argument("--profile", choices=[x for x in PAYLOAD_PROFILES if x != "template"], default="minimal",
+                   help="the payload profile (load.payload.profile; default minimal)")
+    p.add_argument("--template", default=None, metavar="JSON",
+                   help="a template payload (load.payload.template, profile template) instead of --profile")
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    from monsoon.run import sweep as size_sweep
+    size_sweep.add_arguments(p)
+
+
+def sweep_cli(args) -> int:
+    from monsoon.run import sweep as size_sweep
+    return size_sweep.cli(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="monsoon", description="monsoon: chaos and soak testing for IoT ingestion "
                                  "platforms. Scenarios run under pytest (pytest -m burst); this command "
                                  "works on saved runs and specs.")
     add_project_arguments(ap, None)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Subcommand)
     a = sub.add_parser("analyze", help="re-run the checks of a saved run offline and rewrite its report")
     a.add_argument("run_dir", type=Path, help="a run directory, e.g. runs/latest")
     ex = sub.add_parser("export", help="write a run's Parquet run data (acked, stored, sent) back as CSV files")
@@ -926,8 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
                         "files, generated from monsoon's models, for a YAML language server to validate and "
                         "complete them. --markdown prints the format reference instead (docs/reference.md): every "
                         "key, its type, default and meaning.")
-    sc.add_argument("kind", nargs="?", choices=list(SCHEMA_KINDS), help="which kind of file")
-    sc.add_argument("--markdown", action="store_true", help="the format reference in Markdown (every kind, or KIND)")
+    sc.defer(add_schema_arguments)
     r = sub.add_parser("reap", help="kill processes and remove containers left behind by a run that was killed "
                       "with -9 (without --run-id: also stop monsoon's private dockerd, and its cluster when left behind)")
     r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
@@ -980,26 +1078,20 @@ def main(argv: list[str] | None = None) -> int:
                         description="--example prints, per transport (or --transport's), how monsoon carries a "
                         "message (topic, path, headers, credentials), the JSON body it sends, and where in that body "
                         "the device id (values.device) and the per-device sequence number (values.seq) are.")
-    pl.add_argument("--example", action="store_true", help="print an example message")
-    pl.add_argument("--transport", choices=list(TRANSPORT_CARRIES), default=None,
-                    help="only this transport (default: every one)")
-    pl.add_argument("--profile", choices=[p for p in PAYLOAD_PROFILES if p != "template"], default="minimal",
-                    help="the payload profile (load.payload.profile; default minimal)")
-    pl.add_argument("--template", default=None, metavar="JSON",
-                    help="a template payload (load.payload.template, profile template) instead of --profile")
+    pl.defer(add_payload_arguments)
     cal = sub.add_parser("calibrate", help="ramp the load on a stack until it stops keeping up; record its capacity",
                          description="Starts STACK, ramps the rate geometrically (--start-rate, x--factor per step of "
                          "--step-seconds) and stops at the first step the stack does not keep up with (stored or "
                          "acked rate below the sent rate, queue/lag growing, p99 latency knee) or the fleet cannot "
                          "send (generator-bound). Writes runs/<run-id>/calibrate-<stack>/ and "
                          "~/.cache/monsoon/calibration/<stack>.json (the user's cache), which base_rate: auto reads.")
-    add_calibrate_arguments(cal)
+    cal.defer(add_calibrate_arguments)
     sw = sub.add_parser("sweep", help="a size sweep: the platform's capacity per payload size beside its transport's",
                         description="Starts STACK once and, for each of the experiment's load.payload.sizes, ramps "
                         "the load as monsoon calibrate does (plus GC saturation) and measures the stack's Kafka "
                         "alone at that size. Writes runs/<run-id>/<stack>--<experiment>/ with "
                         f"{SWEEP_FILE}, {CHECKLIST_FILE}, {REPORT_FILE} and {SWEEP_PLOT}.")
-    size_sweep.add_arguments(sw)
+    sw.defer(add_sweep_arguments)
     j = sub.add_parser("load-job", help="render an experiment's load as a Kubernetes Indexed Job (one shard per pod)",
                        description="Writes a ConfigMap (the load: devices, schedule, payload, endpoint) and a batch/v1 "
                        "Job with completionMode: Indexed whose pods run monsoon-loadgen --shard auto/N: pod i takes "
@@ -1020,11 +1112,13 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("-o", "--output", type=Path, default=None, help="write the YAML here (default: stdout)")
     for p, run in ((a, analyze_cli), (ex, export_cli), (c, checklist_cli), (v, validate_cli), (sc, schema_cli),
                    (r, reap_cli), (h, heal_cli), (dk, dockerd_cli), (kc, cluster_cli), (ini, init_cli),
-                   (su, setup_cli), (d, demo_cli), (cal, calibrate_cli), (sw, size_sweep.cli), (j, load_job),
+                   (su, setup_cli), (d, demo_cli), (cal, calibrate_cli), (sw, sweep_cli), (j, load_job),
                    (pl, payload_cli), (add_history(sub), history_cli), (add_signoff(sub), signoff_cli),
                    (add_schedule(sub), schedule_cli), (add_scheduled_run(sub), scheduled_run_cli)):
         p.set_defaults(run=run)
-        add_project_arguments(p, argparse.SUPPRESS)   # before or after the subcommand: `monsoon validate --project D`
+        assert isinstance(p, _Subcommand)   # every one is made by sub.add_parser
+        # before or after the subcommand: `monsoon validate --project D` (after a deferred subcommand's own)
+        p.then(lambda p: add_project_arguments(p, argparse.SUPPRESS))
     args = ap.parse_args(argv)
     try:
         chosen = settings.for_command(args.project, [d.resolve() for d in args.specs or ()], None)
