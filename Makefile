@@ -25,7 +25,7 @@ help:
 	@echo "make bench-day  a day's volume (432 M QoS 1 messages at 100,000 msg/s, 72 min) through the live path: RSS per process, bytes/message, exact accounting, analyze time; one JSON line (BENCH_DAY_ARGS='--messages 30e6')"
 	@echo "make setup      install everything the above need (venv, then monsoon setup: Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, the load engine, Docker and its images, Kubernetes)"
 	@echo "make images     build the container images (monsoon/platform, kafka, postgres, toxiproxy) from a debootstrapped Debian"
-	@echo "make reap       kill processes and containers left behind by a run killed with -9"
+	@echo "make reap       kill what runs killed with -9 left behind (live runs are left alone)"
 
 prereqs:
 	@tools/check-prereqs

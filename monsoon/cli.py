@@ -883,25 +883,26 @@ def heal_cli(args) -> int:
 
 
 def reap_cli(args) -> int:
+    from monsoon.faults.heal import reap_left_behind
     from monsoon.stack import cluster, dockerd
-    from monsoon.stack.containers import reap_containers
-    from monsoon.stack.helm import reap_releases
-    from monsoon.stack.pods import reap_namespaces
-    from monsoon.stack.reaper import reap
-    pids = reap(args.run_id)
-    print(f"killed {len(pids)} leftover process(es): {pids}" if pids else "nothing left behind")
-    gone = reap_containers(args.run_id)
-    if gone:
-        print(f"removed {len(gone)} leftover container(s): {', '.join(gone)}")
-    gone = reap_releases(args.run_id)
-    if gone:
-        print(f"uninstalled {len(gone)} leftover Helm release(s): {', '.join(gone)}")
-    gone = reap_namespaces(args.run_id)
-    if gone:
-        print(f"deleted {len(gone)} leftover namespace(s) and their pods: {', '.join(gone)}")
-    if args.run_id is None and dockerd.stop():
+    rep = reap_left_behind(args.run_id)
+    for line in rep.notes:
+        print(line)
+    print(f"killed {len(rep.pids)} leftover process(es): {rep.pids}" if rep.pids else "nothing left behind")
+    if rep.containers:
+        print(f"removed {len(rep.containers)} leftover container(s): {', '.join(rep.containers)}")
+    if rep.releases:
+        print(f"uninstalled {len(rep.releases)} leftover Helm release(s): {', '.join(rep.releases)}")
+    if rep.namespaces:
+        print(f"deleted {len(rep.namespaces)} leftover namespace(s) and their pods: {', '.join(rep.namespaces)}")
+    if args.run_id is not None:
+        return 0
+    if rep.shared_in_use:      # a live run may be on them
+        print("left monsoon's private dockerd and cluster running (a live run may use them)")
+        return 0
+    if dockerd.stop():
         print(f"stopped monsoon's private dockerd ({dockerd.root()})")
-    why = cluster.left_behind() if args.run_id is None else None
+    why = cluster.left_behind()
     if why:
         print(f"stopped monsoon's cluster ({why}): " + ", ".join(cluster.down()))
     return 0
@@ -1026,9 +1027,12 @@ def main(argv: list[str] | None = None) -> int:
                         "complete them. --markdown prints the format reference instead (docs/reference.md): every "
                         "key, its type, default and meaning.")
     sc.defer(add_schema_arguments)
-    r = sub.add_parser("reap", help="kill processes and remove containers left behind by a run that was killed "
-                      "with -9 (without --run-id: also stop monsoon's private dockerd, and its cluster when left behind)")
-    r.add_argument("--run-id", default=None, help="only this run (default: every monsoon run)")
+    r = sub.add_parser("reap", help="kill processes and remove containers, Helm releases and namespaces left behind "
+                      "by a run that was killed with -9 (without --run-id: every run whose monsoon process is gone, "
+                      "live runs named and left alone; then monsoon's private dockerd and its cluster when no run "
+                      "is live)")
+    r.add_argument("--run-id", default=None, help="only this run, even while its monsoon process still runs "
+                   "(default: every run whose monsoon process is gone)")
     h = sub.add_parser("heal", help="heal every fault left in place by a run that was killed with -9, "
                        "stop its processes, and print the census",
                        description="Thaws SIGSTOPped processes, restores cgroup memory limits, deletes the run's "

@@ -160,15 +160,27 @@ def _runs_to_heal(h: _Heal) -> set[str]:
         ids |= h.attempt(f"listing the runs on toxiproxy {t.client.api}", run_ids_on, t) or set()
     for k in h.kube:
         ids |= h.attempt(f"listing the runs' {k.name} objects", k.run_ids) or set()
+    live = live_run_owners()
+    h.notes += [live_note(rid, live[rid]) for rid in sorted(ids & live.keys())]
+    return ids - live.keys()
+
+
+def live_run_owners() -> dict[str, int]:
+    """Run id -> PID of its monsoon process, for every run whose monsoon process still runs: found from its
+    labelled processes (:func:`live_runs`) or from the owner label of its containers, Helm releases or
+    namespaces. ``heal --all`` and ``monsoon reap`` leave these runs alone unless named."""
     live = live_runs(process_owners())
     owners = {**release_owners(), **namespace_owners(), **container_owners()}
     for rid, owner in owners.items():      # a container's, namespace's or release's owner label: is monsoon alive?
         st = _proc_stat(owner) if owner else None
-        if rid not in live and st is not None and st[0] not in ("Z", "X"):
+        if rid not in live and owner and st is not None and st[0] not in ("Z", "X"):
             live[rid] = owner
-    for rid in sorted(ids & live.keys()):
-        h.notes.append(f"run {rid} is still live (owner pid {live[rid]}): skipped; use --run-id {rid} to force")
-    return ids - live.keys()
+    return live
+
+
+def live_note(rid: str, owner: int) -> str:
+    """The one line that says a live run was left alone, and how to force it."""
+    return f"run {rid} is still live (owner pid {owner}): skipped; use --run-id {rid} to force"
 
 
 def _heal_faults(h: _Heal, rid: str, backends: list[Any]) -> None:
@@ -267,3 +279,30 @@ def heal_everything(run_id: str | None = None, *, toxiproxy_apis: Iterable[str] 
         _stop_left_cluster(h)
     census = _census(h, ids, backends, whole_machine=run_id is None)
     return HealReport(h.done, census, h.notes, h.failed)
+
+
+class ReapReport(NamedTuple):
+    pids: list[int]                    # processes killed
+    containers: list[str]              # containers removed
+    releases: list[str]                # Helm releases uninstalled (namespace/name)
+    namespaces: list[str]              # namespaces deleted
+    notes: list[str]                   # live runs left alone
+    shared_in_use: bool                # a live run may use monsoon's dockerd and cluster: leave them running
+
+
+def reap_left_behind(run_id: str | None = None) -> ReapReport:
+    """``monsoon reap``: kill the processes and remove the containers, Helm releases and namespaces of one run,
+    or, with no run id, of every run whose monsoon process is gone. A live run (:func:`live_run_owners`) is
+    left alone unless named: a ``make reap`` in one terminal must not kill a soak running in another."""
+    live = {} if run_id is not None else live_run_owners()
+    if run_id is not None or not live:
+        targets: list[str | None] = [run_id]
+    else:
+        targets = sorted(run_ids_in_place() - live.keys())
+    r = ReapReport([], [], [], [], [live_note(rid, live[rid]) for rid in sorted(live)], bool(live))
+    for rid in targets:
+        r.pids.extend(reap(rid))
+        r.containers.extend(reap_containers(rid))
+        r.releases.extend(reap_releases(rid))
+        r.namespaces.extend(reap_namespaces(rid))
+    return r

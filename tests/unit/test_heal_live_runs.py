@@ -137,3 +137,66 @@ def test_the_cli_says_which_run_it_skipped(machine, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "run run-live is still live (owner pid 100): skipped; use --run-id run-live to force" in out
     assert "nothing to heal" in out and reaped == []
+
+
+# ------------------------------------------------------------------ monsoon reap leaves live runs alone
+
+def test_reap_without_a_run_id_kills_an_orphaned_run_and_leaves_a_live_one(monkeypatch):
+    """A `make reap` in one terminal killed a live measurement run's services in another (2026-11-29): reap
+    with no run id now skips runs whose monsoon still runs, as heal --all does. Real processes, real /proc;
+    only this test's own labelled processes are visible to it."""
+    import monsoon.stack.reaper as reaper_mod
+    rid = f"unit-reap-{os.getpid()}"
+    real_owners = reaper_mod.process_owners
+    mine = lambda: {pid: v for pid, v in real_owners().items() if v[0].startswith(rid)}   # noqa: E731
+    for mod in (reaper_mod, chaos):
+        monkeypatch.setattr(mod, "process_owners", mine)
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {v[0] for v in mine().values()})
+    for name in ("container_owners", "release_owners", "namespace_owners"):
+        monkeypatch.setattr(chaos, name, lambda: {})
+    for name in ("reap_containers", "reap_releases", "reap_namespaces"):
+        monkeypatch.setattr(chaos, name, lambda rid=None: [])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    procs = {}
+    try:
+        for suffix, owner in (("live", os.getpid()), ("orphan", dead.pid)):
+            env = {**os.environ, "MONSOON_RUN_ID": f"{rid}-{suffix}", OWNER_ENV: str(owner)}
+            procs[suffix] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+        rep = chaos.reap_left_behind()
+        assert rep.pids == [procs["orphan"].pid]
+        assert procs["orphan"].wait(timeout=10) == -9
+        assert procs["live"].poll() is None
+        assert rep.notes == [f"run {rid}-live is still live (owner pid {os.getpid()}): skipped; "
+                             f"use --run-id {rid}-live to force"]
+        assert rep.shared_in_use
+        forced = chaos.reap_left_behind(f"{rid}-live")          # named: reaped whatever its owner does
+        assert forced.pids == [procs["live"].pid] and not forced.shared_in_use
+        assert procs["live"].wait(timeout=10) == -9
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_the_reap_command_names_the_live_run_and_leaves_dockerd_and_the_cluster_up(machine, capsys, monkeypatch):
+    from monsoon.stack import cluster, dockerd
+    owners, table, _, _ = machine
+    table.update({100: ("S", 1, 500), NO_PID + 1: ("S", 100, 900)})
+    owners.update({NO_PID + 1: ("run-live", 100)})
+    reaped: list = []
+    monkeypatch.setattr(chaos, "reap", lambda rid=None: reaped.append(rid) or [])
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {"run-live"})
+    for name in ("reap_containers", "reap_releases", "reap_namespaces"):
+        monkeypatch.setattr(chaos, name, lambda rid=None: [])
+    for name in ("container_owners", "release_owners", "namespace_owners"):
+        monkeypatch.setattr(chaos, name, lambda: {})
+    stopped: list = []
+    monkeypatch.setattr(dockerd, "stop", lambda *a, **k: stopped.append("dockerd") or True)
+    monkeypatch.setattr(cluster, "left_behind", lambda *a, **k: stopped.append("cluster") or "gone")
+    assert cli_main(["reap"]) == 0
+    out = capsys.readouterr().out
+    assert "run run-live is still live (owner pid 100): skipped; use --run-id run-live to force" in out
+    assert "left monsoon's private dockerd and cluster running" in out
+    assert reaped == [] and stopped == []
