@@ -9,7 +9,8 @@ Toolkit's runner reports each phase of an experiment to one event handler:
                           (:class:`~monsoon.run.shield.TeardownShield`) on every exit path
 ``load``                  the fleet (:class:`~monsoon.run.harness.LoadHarness`: preflight, devices, collectors,
                           the sampler) and its load; a sweep or a mix ramps it (:func:`monsoon.run.calibrate.ramp`)
-``drain``                 the backlog drains (an experiment's :class:`~monsoon.run.drain.Drain`)
+``drain``                 the backlog drains (an experiment's :class:`~monsoon.run.drain.Drain`; a sweep's
+                          after each size, before the next size's ``load``)
 ``read-back``             storage is read back (an experiment's ``stored`` dataset)
 ``teardown``              every service but storage stops; storage is read again; the stack stops
 ``checks``                :meth:`Course.judge`: the plan's checks over the run directory (after the timeline

@@ -26,7 +26,7 @@ from monsoon.load.mix import MixClient, MixCriteria, MixDevice, judge_ops, ops_f
 from monsoon.observe.progress import Progress
 from monsoon.report import mix as mix_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, ramp
-from monsoon.run.course import LOAD, Course
+from monsoon.run.course import LOAD, TEARDOWN, Course
 from monsoon.run.plan import RunPlan
 from monsoon.run.validate import validate
 from monsoon.rundir import TIMELINE_FILE
@@ -209,6 +209,7 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
                                  tl=tl, progress=progress, label=label)
                 finished = ramp(stack, tl, params, out_dir, steps, label=label, progress=progress, stop=stop,
                                 exits=course.events.exits, mix=warm)
+                course.enter(TEARDOWN)
         error = course.error
     failed = any(not s.ok for s in steps)
     dec = mix_decision(steps, finished or failed)

@@ -39,7 +39,7 @@ from monsoon.observe.collectors import KafkaLagCollector
 from monsoon.observe.progress import Progress
 from monsoon.report import sweep as sweep_report
 from monsoon.run.calibrate import Criteria, Params, RecordingTimeline, Step, decide, ramp
-from monsoon.run.course import LOAD, Course
+from monsoon.run.course import DRAIN, LOAD, TEARDOWN, Course
 from monsoon.run.plan import RunPlan
 from monsoon.run.validate import validate
 from monsoon.rundir import CHECKLIST_FILE, TIMELINE_FILE, experiment_dir_name, new_run_id, point_latest
@@ -163,7 +163,6 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
         with course.guarded(on_interrupt=course.interrupted):
             with course.start_stack(stack_spec, out_dir, run_id=run_id, profile=profile, env=exp.env,
                                     restart=exp.restart, detail=f"; sizes {', '.join(map(str, sizes))} bytes") as stack:
-                course.enter(LOAD)
                 bootstrap = stack.endpoint(obs_kafka.bootstrap) if obs_kafka else None
                 prev: dict | None = None
                 for k, size in enumerate(sizes):
@@ -173,6 +172,7 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
                                        payload=payloads[size], out_dir=out_dir, stop=stop)
                     entries.append(entry)
                     prev = entry
+                course.enter(TEARDOWN)
         error = course.error
     record = {"kind": "size-sweep", "stack": stack_spec.name, "experiment": exp.name, "profile": profile,
               "run_id": run_id, "host": socket.gethostname(), "cpu_count": os.cpu_count(),
@@ -195,6 +195,7 @@ def sweep_size(course: Course, stack: Stack, plan: RunPlan, size: int, prev: dic
     """One size of a sweep on the started ``stack``: its ladder ramped (from the capacity found before it), its
     capacity decided, the backlog drained, the transport alone measured; its entry in ``sweep.json``."""
     exp, tl, progress = plan.exp, course.tl, course.progress
+    course.enter(LOAD)                  # each size: its ladder is the load, then its backlog drains
     sw = (exp.load.sweep or SweepSpec()).resolved(plan.profile)
     obs_kafka = plan.stack.observe.kafka
     start, top = ladder_for(size, prev, float(exp.load.base_rate), float(sw["max_rate"]))
@@ -218,6 +219,7 @@ def sweep_size(course: Course, stack: Stack, plan: RunPlan, size: int, prev: dic
              "generator_bound": dec.generator_bound, "result": dec.line(),
              "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
     progress(f"[{slabel}] {dec.line()}")
+    course.enter(DRAIN)
     entry["backlog_after"] = _drain(bootstrap, obs_kafka.group if obs_kafka else None,
                                     obs_kafka.topic if obs_kafka else None,
                                     dec.capacity_msg_s or start, stop, progress, slabel)

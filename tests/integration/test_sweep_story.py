@@ -36,6 +36,9 @@ def test_size_sweep_on_kafka_through_pytest(pytester, tmp_path):
     rec = json.loads((run_dir / "sweep.json").read_text())
     assert not rec.get("error"), rec.get("error")
     assert [e["size"] for e in rec["sizes"]] == [100, 10000]
+    stages = [json.loads(ln).get("stage") for ln in (run_dir / "timeline.jsonl").read_text().splitlines()
+              if '"op": "course"' in ln]
+    assert stages == ["starting the stack", "load", "drain", "load", "drain", "teardown"], stages
     for e in rec["sizes"]:
         assert e["capacity_msg_s"], e["result"]
         assert e["steps"] and all(s["ok"] for s in e["steps"][:-1])
