@@ -11,23 +11,26 @@ import csv
 import io
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Iterator
-import numpy as np
+from typing import TYPE_CHECKING, Iterator
 
 from monsoon.rundir import ACKED_DATA, SENT_DATA, STORED_AT_DRAIN_DATA, STORED_DATA, legacy_csv, read_sent
 from monsoon.timeline.columnar import has_parts, parts_dir, read_parts, run_file_exists, schema_columns
 from monsoon.timeline.tail import tail_end
 
+if TYPE_CHECKING:       # numpy is imported in the functions that use it: naming a check must not load it
+    import numpy as np
 
-MISSING = np.iinfo(np.int64).min      # an empty optional field (e.g. stored_ms NULL)
+
+MISSING = -(1 << 63)                  # np.iinfo(np.int64).min: an empty optional field (e.g. stored_ms NULL)
 
 
 _CHUNK = 2 << 20                      # bytes per parsed chunk (~40k rows): bounds the temporaries
 
 
-_INT32_MIN = np.iinfo(np.int32).min
-_EMPTY32, _EMPTY64 = np.iinfo(np.int32).max, np.iinfo(np.int64).max    # "no stored copy" in first_ms
+_INT32_MIN = -(1 << 31)               # np.iinfo(np.int32).min
+_EMPTY32, _EMPTY64 = (1 << 31) - 1, (1 << 63) - 1    # np.iinfo(np.int32 / int64).max: "no stored copy" in first_ms
 _BLOCK = 1 << 22                      # keys per step of the first-copy pass
 
 
@@ -47,15 +50,19 @@ class _Names:
         return c
 
 
-# name hash: sum of 64-bit word i * P**(i+1) mod 2**64 (odd P); only a fast path, verified row by row
-_POW = np.cumprod(np.full(64, 1099511628211, dtype=np.uint64))
-
-
-_TEN = 10 ** np.arange(19, dtype=np.int64)
+@cache
+def _tables() -> tuple[np.ndarray, np.ndarray]:
+    """Made once, when first parsing (numpy is not imported before): the powers of P for the name hash (sum of
+    64-bit word i * P**(i+1) mod 2**64, odd P; only a fast path, verified row by row), and the powers of ten
+    of an int64."""
+    import numpy as np
+    return np.cumprod(np.full(64, 1099511628211, dtype=np.uint64)), 10 ** np.arange(19, dtype=np.int64)
 
 
 def _fast_chunk(data: bytes, ncol: int, want: list[int], required: list[bool], names: _Names, dev_col: int):
     """Parse complete ``\\n``-terminated lines of exactly ``ncol`` plain fields; None if that is not so."""
+    import numpy as np
+    pows, tens = _tables()
     if b'"' in data:
         return None
     buf = np.frombuffer(data + bytes(520), dtype=np.uint8)   # padded: a gather past the end reads zeros
@@ -89,7 +96,7 @@ def _fast_chunk(data: bytes, ncol: int, want: list[int], required: list[bool], n
     g = buf[s[:, None] + ar]
     g[ar >= ln[:, None]] = 0
     words = g.view(np.uint64)
-    h = words @ _POW[:w // 8]
+    h = words @ pows[:w // 8]
     h ^= ln.astype(np.uint64) << np.uint64(56)
     uniq, first, inv = np.unique(h, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
@@ -123,7 +130,7 @@ def _fast_chunk(data: bytes, ncol: int, want: list[int], required: list[bool], n
         d[ar < maxl - ln[:, None]] = 0
         if ((d < 0) | (d > 9)).any():
             return None
-        v = d @ _TEN[maxl - 1::-1]
+        v = d @ tens[maxl - 1::-1]
         v[ln == 0] = MISSING
         cols.append(v)
     if drop is not None:
@@ -144,6 +151,7 @@ def _int(x: str) -> int:
 
 def _slow_chunk(text: str, ncol: int, want: list[int], required: list[bool], names: _Names, dev_col: int):
     """The csv module's way, one row at a time: skips rows that are torn or malformed."""
+    import numpy as np
     codes: list[int] = []
     cols: list[list[int]] = [[] for _ in want]
     for row in csv.reader(io.StringIO(text)):
@@ -222,6 +230,7 @@ def _read_parts_columns(dir: Path, columns: list[str], optional: tuple[str, ...]
                         ) -> tuple[list[str], Iterator[tuple[np.ndarray, list[np.ndarray]]]]:
     """:func:`read_columns` over a Parquet dataset: device names come dictionary-encoded, so a row group's
     codes are its dictionary's codes (one look-up per name and row group) indexed by its indices."""
+    import numpy as np
     have = schema_columns(dir)
     present = [c for c in columns if c in have] + [c for c in optional if c in have]
     if "device" not in have or any(c not in have for c in columns):
@@ -304,6 +313,7 @@ def _first_copies(first_ms: np.ndarray, s_base: int, intended_of: np.ndarray | N
     device's values lie below the later ones' and the minimum restarts at each device by itself, without
     a sort or a loop per device.  The same count as sorting each device's first copies by stored time
     and counting the keys below the running maximum."""
+    import numpy as np
     empty = np.iinfo(first_ms.dtype).max
     if first_ms.dtype == np.int32:
         lo, shift = _INT32_MIN, 32
@@ -349,6 +359,7 @@ def _first_copies(first_ms: np.ndarray, s_base: int, intended_of: np.ndarray | N
 
 def _pct_counts(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     """Nearest-rank percentile of a (sorted values, counts) distribution."""
+    import numpy as np
     cum = np.cumsum(counts)
     rank = max(1, math.ceil(round(q / 100.0 * int(cum[-1]), 9)))   # round: 99.9 % of 1000 is 999, not 999.0000001
     return float(values[min(len(values) - 1, int(np.searchsorted(cum, rank)))])
@@ -405,6 +416,7 @@ class Keys:
 
     def dev_of(self, keys: np.ndarray) -> np.ndarray:
         """The device code of each dense key (a device with an empty range holds none)."""
+        import numpy as np
         return np.searchsorted(self.offset, keys, side="right") - 1
 
 
@@ -439,6 +451,7 @@ def read_acked(dir: Path, sent: dict[str, int] | None, timed: bool) -> Keys:
     file still being written added between the two passes are not read.  A key acked twice keeps its last
     intended time, as one scatter would.  ``timed``: keep intended times (4 B per key, 8 when they span more
     than int32 can), else one bool per key."""
+    import numpy as np
     names = _Names()
     if sent is not None:
         for name in sent:
@@ -511,6 +524,7 @@ def read_stored(dir: Path, keys: Keys) -> Copies:
     """A copy count per key and, when ``keys.timed``, each key's first (earliest) stored time, a chunk at a
     time; rows outside their device's dense range (or of a device acked and sent never named) are kept
     sparse, as ``code << 40 | seq``."""
+    import numpy as np
     names, ndev, dense, offset, timed = keys.names, keys.ndev, keys.dense, keys.offset, keys.timed
     nkeys = keys.nkeys
     count = np.zeros(nkeys, dtype=np.uint16)
@@ -570,6 +584,7 @@ def read_drain(dir: Path, keys: Keys) -> np.ndarray | None:
     """The drain's read-back (storage read at the drain's end, before the platform stopped), one bool per
     dense key; None when the run has none (storage was read once).  Rows off the key space tell nothing
     here and are skipped."""
+    import numpy as np
     if not run_file_exists(dir / STORED_AT_DRAIN_DATA):
         return None
     early = np.zeros(keys.nkeys, dtype=bool)
@@ -621,6 +636,7 @@ def join(reading: Reading) -> Joined:
     Releases ``reading.copies.count``, ``reading.early`` and ``reading.copies.sparse`` as soon as they are
     folded in (two bytes and one bool a key, 8 B a row off the key space), so nothing is held twice; a
     reading is joined once."""
+    import numpy as np
     keys, copies = reading.keys, reading.copies
     count = copies.count
     copies.count = None
@@ -665,6 +681,7 @@ def tally(reading: Reading, joined: Joined) -> Accounting:
     Keys off the key space were never acked: each is stored unacked, unexpected when sent says it was never
     sent, and its copies beyond the first are duplicates; a row whose seq cannot be keyed counts as one
     stored unacked (unexpected) key.  Without a sent dataset, sent, recovered and unexpected are None."""
+    import numpy as np
     keys, j = reading.keys, joined
     acc = Accounting(stored=reading.copies.rows, devices=len(keys.names.names))
     acc.stored_late, acc.stored_vanished = j.stored_late, j.stored_vanished
@@ -723,6 +740,7 @@ def explain(reading: Reading, joined: Joined, *, keep_lost: bool = False, limit:
     The unexpected sample draws on the first ``limit`` keys within the key space by name and the first
     ``limit`` off it by device code, then keeps the first ``limit`` by name; duplicates off the key space
     are counted (:func:`tally`) but not sampled."""
+    import numpy as np
     keys, j = reading.keys, joined
     dev_names = keys.names.names
     rank = np.empty(len(dev_names), dtype=np.int64)      # devices in name order

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from monsoon.rundir import LATENCY_FILE, TIMELINE_FILE
 from monsoon.checks.accounting import account
-from monsoon.timeline.hdrlog import LatencyLog
 from monsoon.timeline.store import Events
 from monsoon.timeline.tail import Tear
 from monsoon.timeline.torn import run_tears
 from monsoon.timeline.events import OP, OP_LOAD_END, SAMPLE
+
+if TYPE_CHECKING:   # it imports numpy: in the property that reads the log, not when a check is named
+    from monsoon.timeline.hdrlog import LatencyLog
 
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
@@ -82,6 +85,7 @@ class RunData:
     def latency_log(self) -> LatencyLog | None:
         """The fleet's per-second ack-latency interval log, decoded once (:class:`LatencyLog`) and shared by
         ``error_budget``, ``latency_objective`` and the report; None when the run has no such log."""
+        from monsoon.timeline.hdrlog import LatencyLog
         p = self.dir / LATENCY_FILE
         return LatencyLog.read(p) if p.exists() else None
 

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from monsoon.checks.base import FAIL, INFO, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import ACKED_DATA
-from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
 from monsoon.checks.accounting import read_columns
 from monsoon.timeline.columnar import run_file_exists
 from monsoon.timeline.views import KILL_KINDS, downtime, fault_windows
 from monsoon.timeline.events import FAULT_CENSUS, FAULT_PLAN, LOAD, META
+
+if TYPE_CHECKING:   # numpy (and monsoon.timeline.hdrlog, which imports it) in the functions that use them
+    import numpy as np
 
 
 LATENCY_DEFAULT_DURING = "faults"
@@ -140,6 +141,7 @@ def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> np.n
     (both ends included), in file order: the ``acked`` dataset read in numpy chunks (a last row cut off mid-line is not
     data), each row placed among the merged spans with one ``searchsorted``: linear in rows, whatever the
     number of fault windows."""
+    import numpy as np
     p = run.dir / ACKED_DATA
     off = _wall_offset(run.events)
     if not run_file_exists(p) or off is None:
@@ -160,6 +162,7 @@ def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> np.n
 def merged_spans(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
     """Closed spans merged into sorted, disjoint ``(starts, ends)``: a time is in one of ``spans`` exactly
     when it is in one of these."""
+    import numpy as np
     starts: list[float] = []
     ends: list[float] = []
     for a, b in sorted((float(a), float(b)) for a, b in spans if a <= b):
@@ -173,6 +176,7 @@ def merged_spans(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarr
 
 def in_spans(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Mask of the times ``t`` inside one of the merged closed spans (:func:`merged_spans`)."""
+    import numpy as np
     if len(starts) == 0:
         return np.zeros(len(t), dtype=bool)
     i = np.searchsorted(starts, t, side="right") - 1
@@ -187,6 +191,7 @@ def _pct(sorted_xs: Sequence[float] | np.ndarray, q: float) -> float:
 
 def _phase_figures(hists) -> dict[str, float]:
     """``p50_ms.<phase>``, ``p99_ms.<phase>``, ``p999_ms.<phase>`` of every phase that saw acks."""
+    from monsoon.timeline.hdrlog import percentile_ms
     out: dict[str, float] = {}
     for ph, h in (hists or {}).items():
         if ph == "all" or h.get_total_count() == 0:
@@ -207,6 +212,8 @@ def latency_objective(run: RunData, max_ms: float, percentile: float = 99, durin
     latencies of the ``acked`` dataset (a message counted at its intended send time).  With the log, every verdict
     also carries ``p50_ms.<phase>``, ``p99_ms.<phase>`` and ``p999_ms.<phase>`` of every phase.
     """
+    import numpy as np
+    from monsoon.timeline.hdrlog import max_ms as hdr_max_ms, percentile_ms
     name = latency_objective_name(during)   # one checklist row per phase, not several identical ones
     key = f"p{percentile:g}_ms"
     hists = run.latency_histograms

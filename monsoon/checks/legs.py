@@ -7,11 +7,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-import numpy as np
-
 from monsoon.checks.base import FAIL, INFO, PASS, RunData, UNKNOWN, Verdict
 from monsoon.rundir import LEG_LATENCY_FILE, LEGS_FILE
-from monsoon.timeline.hdrlog import LatencyLog, max_ms as hist_max_ms, percentile_ms
 from monsoon.timeline.views import fault_windows
 from monsoon.timeline.events import LOAD
 
@@ -61,6 +58,8 @@ def leg_objective(run: RunData, leg: str = "command_request", max_ms: float | No
     windows (``faults``), outside them, before the first or after the last (from 10 s after its heal), or a
     phase of the load shape (its name: a stage's, ``warmup``, ...). Figures: ok, errors (and per
     code), p50/p99/p99.9/max ms. Without ``max_ms`` and ``max_errors`` it cannot fail: it reports (``info``)."""
+    import numpy as np      # (and monsoon.timeline.hdrlog, which imports it): here, not when the check is named
+    from monsoon.timeline.hdrlog import LatencyLog, max_ms as hist_max_ms, percentile_ms
     name = leg_objective_name(leg, during)
     path = run.dir / LEGS_FILE
     if not path.exists():

@@ -6,13 +6,14 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Literal, get_args
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
 from monsoon.timeline.views import FAULT_GRACE_S, fault_spans
 from monsoon.timeline.events import LOAD
+
+if TYPE_CHECKING:   # numpy is imported in the functions that use it: naming a check must not load it
+    import numpy as np
 
 
 WORKBOOK_PERIOD_S = 30 * 86400.0
@@ -185,13 +186,14 @@ class PhaseResult:
         return builtins.max(0.0, self.valid - self.good)
 
 
-Seconds = Sequence[float] | np.ndarray     # a value per second of a phase
+Seconds: TypeAlias = "Sequence[float] | np.ndarray"     # a value per second of a phase
 
 
 def _burn_arrays(valid: Seconds, bad: Seconds, rule: BurnRule,
                  budget_ratio: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indexes, long-window burns, short-window burns) where the rule's long window is full and both
     windows saw traffic: prefix sums, one vectorised pass (a day is 86,400 seconds, per rule)."""
+    import numpy as np
     cv = np.concatenate(([0.0], np.cumsum(np.asarray(valid, dtype=np.float64))))
     cb = np.concatenate(([0.0], np.cumsum(np.asarray(bad, dtype=np.float64))))
     short = builtins.min(rule.short_s, rule.long_s)
@@ -214,6 +216,7 @@ def burn_rates(valid: Seconds, bad: Seconds, rule: BurnRule,
 def first_firing(valid: Seconds, bad: Seconds, rule: BurnRule,
                  budget_ratio: float) -> tuple[int, float, float] | None:
     """The first second at which both the long and the short window burn above the rule's factor."""
+    import numpy as np
     i, lb, sb = _burn_arrays(valid, bad, rule, budget_ratio)
     hit = np.flatnonzero((lb > rule.factor) & (sb > rule.factor))
     if not len(hit):
@@ -224,6 +227,7 @@ def first_firing(valid: Seconds, bad: Seconds, rule: BurnRule,
 
 def masked(starts: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
     """Which seconds (by start time) fall in any of ``spans`` ``[a, b)``: one ``searchsorted`` per span."""
+    import numpy as np
     out = np.zeros(len(starts), dtype=bool)
     for a, b in spans:
         out[np.searchsorted(starts, a, "left"):np.searchsorted(starts, b, "left")] = True
@@ -233,6 +237,7 @@ def masked(starts: np.ndarray, spans: list[tuple[float, float]]) -> np.ndarray:
 def evaluate_phase(name: str, duration_s: float, outs: list[Outcome], objective: float,
                    unburnt: Sequence[tuple[float, float]] = ()) -> PhaseResult:
     """``unburnt``: spans whose seconds the burn-rate rules leave out (they still spend the budget)."""
+    import numpy as np
     ratio = 1.0 - objective
     valid: Seconds = [o.valid for o in outs]     # per second; an array once spans are left out
     bad: Seconds = [o.bad for o in outs]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import ctypes
+import importlib
 import io
 import json
 import os
@@ -14,20 +15,30 @@ from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pcsv
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, Iterator
 
 from monsoon.rundir import dataset_dir, legacy_csv
 from monsoon.timeline.tail import tail_end
 
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+# numpy and pyarrow (~0.5 s of CPU to import) are imported in the functions that use them, so that what only
+# names this module (``monsoon validate``, through the check registry) does not load them.
+_LAZY = {"np": "numpy", "pa": "pyarrow", "pc": "pyarrow.compute", "pcsv": "pyarrow.csv", "pq": "pyarrow.parquet"}
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str):
+        """``columnar.pq`` (and ``np``, ``pa``, ``pc``, ``pcsv``) as before they were imported lazily: the
+        module itself, for whoever patches it (the tests)."""
+        if name in _LAZY:
+            return importlib.import_module(_LAZY[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 CLOSED = "_closed.json"
 PART_GLOB = "part-*.parquet"
-MISSING_INT = np.iinfo(np.int64).min     # a NULL (e.g. stored_ms), as the CSV readers call an empty field
+MISSING_INT = -(1 << 63)     # np.iinfo(np.int64).min: a NULL (e.g. stored_ms), as the CSV readers call an empty field
 FLUSH_S = 30.0            # a run's writers close a part this often: what a kill -9 can lose at most
 FLUSH_ROWS = 1 << 18      # ... or this many rows (~30 MB of Python rows buffered), whichever comes first
 INT_COLUMNS = ("seq", "intended_ms", "acked_ms", "stored_ms", "last_seq")   # what a run dataset may hold
@@ -64,6 +75,9 @@ class PartWriter:
 
     def __init__(self, dir: Path, columns: tuple[str, ...], flush_s: float = FLUSH_S, flush_rows: int = FLUSH_ROWS,
                  clock=time.monotonic, background: bool = False):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet  # here, not first in the writer thread while a fleet paces sends
         self.dir = Path(dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.columns = tuple(columns)
@@ -102,6 +116,7 @@ class PartWriter:
         self._wait()
 
     def _seal(self) -> None:
+        import pyarrow as pa
         if not self._n:
             return
         self._sealed.append([pa.array(self._buf[0], type=pa.string())]
@@ -111,6 +126,7 @@ class PartWriter:
         self._n = 0
 
     def _cut(self) -> None:
+        import pyarrow as pa
         self._seal()
         self._last = self._clock()
         if not self._sealed_n:
@@ -141,6 +157,8 @@ class PartWriter:
 
     def write_part(self, codes: np.ndarray, dictionary: list[str], *cols: np.ndarray) -> None:
         """One part straight from columns: device ``codes`` into ``dictionary`` (no string per row)."""
+        import numpy as np
+        import pyarrow as pa
         dev = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype=np.int32)),
                                              pa.array(dictionary, type=pa.string()))
         self._write(dev, [np.asarray(c, dtype=np.int64) for c in cols], self._next_part())
@@ -149,6 +167,7 @@ class PartWriter:
         """One part from a table with this writer's columns (:func:`csv_block_table`); nothing for no rows.
         ``shard_offsets``: how far each CSV shard the rows came from is now in parts (:func:`salvage_shards`),
         kept in the part's own footer, so it is durable exactly when the rows are."""
+        import pyarrow as pa
         if len(table):
             dev = table.column(0).combine_chunks()
             if not pa.types.is_dictionary(dev.type):
@@ -157,6 +176,9 @@ class PartWriter:
                         shard_offsets)
 
     def _write(self, dev, cols: list, part: int, shard_offsets: dict[str, int] | None = None) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
         schema = self.schema
         if shard_offsets is not None:
             schema = schema.with_metadata({SHARD_OFFSETS_KEY: json.dumps(shard_offsets, sort_keys=True)})
@@ -206,6 +228,7 @@ def shard_path(path: Path, shard: int | str) -> Path:
 
 def shard_offsets(dir: Path) -> dict[str, int]:
     """How far each shard had been turned into parts, from the newest part that says (footers only)."""
+    import pyarrow.parquet as pq
     for p in sorted(Path(dir).glob(PART_GLOB), reverse=True):
         md = pq.read_schema(p).metadata or {}
         if SHARD_OFFSETS_KEY.encode() in md:
@@ -293,6 +316,8 @@ def csv_block_table(data: bytes, columns: tuple[str, ...], header: bool = False)
     """Complete CSV lines (``device`` first, then int columns; quoted fields allowed) as a table with
     ``columns``, parsed by Arrow (no Python object per row).  ``header``: the block starts with a header line,
     whose names are kept (a column the dataset does not hold is left out, one it lacks is an error)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
     names = None if header else list(columns)
     read = pcsv.ReadOptions(column_names=names, autogenerate_column_names=False, block_size=1 << 24)
     conv = pcsv.ConvertOptions(column_types={columns[0]: pa.string(), **{c: pa.int64() for c in columns[1:]}},
@@ -385,6 +410,7 @@ def write_rows(path: Path, columns: tuple[str, ...], rows, batch: int = FLUSH_RO
 def iter_dicts(path: Path) -> Iterator[dict]:
     """Every row of a run dataset as a dict (``device``: str, the other columns: int, or str from a CSV), from
     the CSV or from its parts, whichever the run holds: for tools and tests that want rows, not columns."""
+    import pyarrow.parquet as pq
     if not has_parts(path):
         with open(legacy_csv(path), newline="") as fh:
             yield from csv.DictReader(fh)
@@ -419,6 +445,7 @@ class DatasetState:
 
 def dataset_state(dir: Path) -> DatasetState:
     """Parts, rows and where the data ends, from the parts' footers only (no pass over the data)."""
+    import pyarrow.parquet as pq
     dir = Path(dir)
     parts = sorted(dir.glob(PART_GLOB))
     rows = 0
@@ -441,6 +468,9 @@ def dataset_state(dir: Path) -> DatasetState:
 def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[pa.DictionaryArray, list[np.ndarray]]]:
     """``(device names (dictionary-encoded), [int64 array per column])`` per row group of every closed part, in part order;
     a column a part lacks is left out of the lists (the caller checks the schema first)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
     for p in sorted(Path(dir).glob(PART_GLOB)):
         f = pq.ParquetFile(p, read_dictionary=["device"])
         have = [c for c in columns if c in f.schema_arrow.names]
@@ -454,12 +484,15 @@ def read_parts(dir: Path, columns: list[str]) -> Iterator[tuple[pa.DictionaryArr
 
 def schema_columns(dir: Path) -> list[str]:
     """The column names of a dataset (from its first part; empty when it has none)."""
+    import pyarrow.parquet as pq
     parts = sorted(Path(dir).glob(PART_GLOB))
     return list(pq.ParquetFile(parts[0]).schema_arrow.names) if parts else []
 
 
 def export_csv(dir: Path, out: Path) -> int:
     """Write a dataset back as the CSV it stands for (same header); returns the rows written."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
     n = 0
     tmp = Path(out).with_name(Path(out).name + ".tmp")
     with open(tmp, "wb") as fh:
