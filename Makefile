@@ -109,7 +109,8 @@ lint: venv
 test-unit: venv
 	$(PYTEST) tests/unit $(PYTEST_ARGS)
 
-# DEFECTS_ARGS: e.g. --only a,d  --repeats 1  (see python -m monsoon.selftest.defects --help)
+# DEFECTS_ARGS: e.g. --only a,d  --repeats 1  --neighbour (see python -m monsoon.selftest.defects --help);
+# MONSOON_SERVICE_CPUS=0.5 confines the services to half a core
 DEFECTS_ARGS ?=
 defects: setup
 	@$(PY) -m monsoon.selftest.defects $(DEFECTS_ARGS)
