@@ -196,8 +196,8 @@ def test_the_run_values_carry_the_run_for_the_charts_labels(tmp_path, monkeypatc
 
 
 def test_the_chart_renders_the_stacks_values(tmp_path):
-    """monsoon's chart with kafka-helm's values: every service on the host network, on the ports given, labelled
-    for the selector the stack uses (helm template, when Helm is built)."""
+    """monsoon's chart with its default hostNetwork: true and the ports given: every service on the host network,
+    on those ports, labelled for the selector the stack uses (helm template, when Helm is built)."""
     if helm.helm_binary() is None:
         pytest.skip(helm.not_built())
     import subprocess
@@ -217,6 +217,72 @@ def test_the_chart_renders_the_stacks_values(tmp_path):
     assert plat["metadata"]["labels"]["app.kubernetes.io/component"] == "platform"
     env = {e["name"]: e.get("value") for e in plat["spec"]["containers"][0]["env"]}
     assert env["TB_KAFKA_SERVERS"] == "127.0.0.1:19092" and env["MQTT_BIND_PORT"] == "11883"
+
+
+def test_the_shipped_stack_renders_the_chart_on_the_pod_network_as_kafka_k8s_runs(tmp_path, monkeypatch):
+    """kafka-helm's own values, rendered as monsoon writes <run>/helm-values.yaml, through `helm template` into the
+    run's namespace: the pods on the pod network like kafka-k8s's (issue 43: with the images' run-kafka and
+    run-postgres, older than their bind-address options, Kafka and Postgres bound 127.0.0.1 in their pods, kubelet's
+    probes of the pod IPs never passed and `helm install --wait` timed out)."""
+    if helm.helm_binary() is None:
+        pytest.skip(helm.not_built())
+    import subprocess
+    from monsoon.stack.supervisor import render
+    spec = load_stack("kafka-helm")
+    ports = {n: 20000 + i for i, n in enumerate(spec.port_names())}
+    ctx = {"repo": str(REPO), "cache": "/c", "python": "py", "run_dir": str(tmp_path), "stack_dir": str(tmp_path),
+           "stack_file_dir": str(REPO / "stacks")}
+    monkeypatch.setattr(helm.os, "getpid", lambda: 4242)
+    r = helm.Release(spec, tmp_path, run_id="run-1", render=lambda v: render(v, ctx, ports), ports=[],
+                     on_event=lambda t, **f: None)
+    ns, rel = spec.kube_namespace(), spec.helm_release()
+    out = subprocess.run([str(helm.helm_binary()), "template", rel, str(REPO / "stacks/charts/reference-platform"),
+                          "--namespace", ns, "-f", str(r.values_file())], capture_output=True, text=True,
+                         env=helm.helm_env(Path("/nonexistent")))
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    pods = {d["metadata"]["name"].removeprefix(f"{rel}-"): d["spec"]["template"]["spec"] for d in docs
+            if d["kind"] == "Deployment"}
+    svcs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Service"}
+    assert sorted(pods) == ["kafka", "platform", "postgres"]
+    dns = {s: f"{rel}-{s}.{ns}.svc" for s in pods}        # a Service of that name for each, in the run's namespace
+    assert sorted(svcs) == sorted(n.split(".")[0] for n in dns.values())
+
+    def env(s: str) -> dict:
+        return {e["name"]: e.get("value") for e in pods[s]["containers"][0]["env"]}
+
+    def script(s: str, name: str) -> Path:      # the file the container runs: the checkout's, mounted over the image's
+        c = pods[s]["containers"][0]
+        (m,) = [m for m in c["volumeMounts"] if m["name"] == "scripts"]
+        (v,) = [v for v in pods[s]["volumes"] if v["name"] == "scripts"]
+        assert c["command"][0] == f"{m['mountPath']}/{name}"
+        return Path(v["hostPath"]["path"]) / name
+
+    for s, c in pods.items():
+        assert c["hostNetwork"] is False and c["dnsPolicy"] == "ClusterFirst"
+        probe = c["containers"][0]["readinessProbe"]
+        assert "host" not in (probe.get("tcpSocket") or probe.get("httpGet")), (s, probe)   # kubelet: the pod's IP
+    # Kafka: both listeners on all addresses, the pods' advertising the Service's name, the host's 127.0.0.1
+    k = env("kafka")
+    assert "KAFKA_BIND_ADDRESS" in script("kafka", "run-kafka").read_text() and k["KAFKA_BIND_ADDRESS"] == "0.0.0.0"
+    assert k["KAFKA_ADVERTISED"] == f"{dns['kafka']}:{ports['kafka']}"
+    assert k["KAFKA_OBSERVER_PORT"] == str(ports["kafka_observer"])
+    assert {p["port"] for p in svcs[f"{rel}-kafka"]["ports"]} == {ports["kafka"], ports["kafka_observer"]}
+    assert spec.observe.kafka.bootstrap == "127.0.0.1:{port:kafka_observer}"
+    # Postgres on all addresses, other pods' IPs trusted
+    assert "PG_LISTEN_ADDRESSES" in script("postgres", "run-postgres").read_text()
+    assert env("postgres")["PG_LISTEN_ADDRESSES"] == "*"
+    # the platform reaches both by their Services' names and is reached on its own IP
+    p = env("platform")
+    assert p["TB_KAFKA_SERVERS"] == f"{dns['kafka']}:{ports['kafka']}"
+    assert p["DATABASE_URL"] == f"jdbc:postgresql://{dns['postgres']}:{ports['postgres']}/postgres"
+    assert p["MQTT_BIND_ADDRESS"] == p["HTTP_BIND_ADDRESS"] == "0.0.0.0"
+    assert {x["port"] for x in svcs[f"{rel}-platform"]["ports"]} == {ports["mqtt"], ports["http"]}
+    wait = pods["platform"]["initContainers"][0]["command"][-1]
+    assert f"{dns['postgres']}/{ports['postgres']}" in wait and f"{dns['kafka']}/{ports['kafka']}" in wait
+    # every port monsoon mirrors to this host is a Service's (the mirror goes to the ClusterIPs)
+    exposed = {x["port"] for v in svcs.values() for x in v["ports"]}
+    assert {ports[n] for n in ("postgres", "kafka", "kafka_observer", "mqtt", "http")} <= exposed
 
 
 def test_a_release_on_the_pod_network_is_mirrored_to_its_services():
