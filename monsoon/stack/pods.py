@@ -30,6 +30,7 @@ import subprocess
 from contextlib import ExitStack, contextmanager
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
@@ -158,20 +159,20 @@ def namespace_manifest(namespace: str, run_id: str, owner_pid: int | None = None
 
 def deployment_manifest(*, namespace: str, run_id: str, service: str, image: str, command: list[str],
                         env: dict[str, str], workdir: Path, mem_limit: str | None = None, cpus: float | None = None,
-                        volumes: list[str] = (), probe: dict | None = None, stop_timeout: float = 15.0,
+                        volumes: Sequence[str] = (), probe: dict | None = None, stop_timeout: float = 15.0,
                         host_network: bool = True) -> dict:
     """A one-replica Deployment (Recreate: never two instances at once) of one stack service; on the node's network
     (``host_network``), else on the pod network with the cluster's DNS (``ClusterFirst``)."""
     labels = labels_for(run_id, service)
     selector = {RUN_LABEL: labels[RUN_LABEL], SERVICE_POD_LABEL: service}
-    mounts = [{"name": "workdir", "mountPath": str(workdir)}]
+    mounts: list[dict[str, Any]] = [{"name": "workdir", "mountPath": str(workdir)}]     # readOnly is a bool
     vols: list[dict] = [{"name": "workdir", "hostPath": {"path": str(workdir), "type": "DirectoryOrCreate"}}]
     for i, v in enumerate(volumes):
         parts = v.split(":")
         mounts.append({"name": f"vol{i}", "mountPath": parts[1] if len(parts) > 1 else parts[0],
                        "readOnly": len(parts) > 2 and parts[2] == "ro"})
         vols.append({"name": f"vol{i}", "hostPath": {"path": parts[0]}})
-    env_list = [{"name": k, "value": v} for k, v in env.items()]
+    env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]   # valueFrom nests
     env_list += [{"name": "MONSOON_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                  {"name": "MONSOON_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
     container: dict[str, Any] = {"name": service, "image": image, "imagePullPolicy": "Never", "env": env_list,
