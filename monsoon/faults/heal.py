@@ -165,12 +165,19 @@ def _runs_to_heal(h: _Heal) -> set[str]:
     return ids - live.keys()
 
 
-def live_run_owners() -> dict[str, int]:
+def _object_owners() -> dict[str, int | None]:
+    """Run id -> owner PID label of its containers, Helm releases and namespaces."""
+    return {**release_owners(), **namespace_owners(), **container_owners()}
+
+
+def live_run_owners(procs: Mapping[int, tuple[str, int | None]] | None = None,
+                    objects: Mapping[str, int | None] | None = None) -> dict[str, int]:
     """Run id -> PID of its monsoon process, for every run whose monsoon process still runs: found from its
     labelled processes (:func:`live_runs`) or from the owner label of its containers, Helm releases or
-    namespaces. ``heal --all`` and ``monsoon reap`` leave these runs alone unless named."""
-    live = live_runs(process_owners())
-    owners = {**release_owners(), **namespace_owners(), **container_owners()}
+    namespaces. ``heal --all`` and ``monsoon reap`` leave these runs alone unless named. ``procs`` and
+    ``objects``: what :func:`process_owners` and the object listings said, when the caller has read them."""
+    live = live_runs(process_owners() if procs is None else procs)
+    owners = _object_owners() if objects is None else objects
     for rid, owner in owners.items():      # a container's, namespace's or release's owner label: is monsoon alive?
         st = _proc_stat(owner) if owner else None
         if rid not in live and owner and st is not None and st[0] not in ("Z", "X"):
@@ -294,11 +301,13 @@ def reap_left_behind(run_id: str | None = None) -> ReapReport:
     """``monsoon reap``: kill the processes and remove the containers, Helm releases and namespaces of one run,
     or, with no run id, of every run whose monsoon process is gone. A live run (:func:`live_run_owners`) is
     left alone unless named: a ``make reap`` in one terminal must not kill a soak running in another."""
-    live = {} if run_id is not None else live_run_owners()
-    if run_id is not None or not live:
-        targets: list[str | None] = [run_id]
-    else:
-        targets = sorted(run_ids_in_place() - live.keys())
+    live: dict[str, int] = {}
+    targets: list[str | None] = [run_id]
+    if run_id is None:      # the processes and objects in place are listed once, for liveness and for targets
+        procs, objects = process_owners(), _object_owners()
+        live = live_run_owners(procs, objects)
+        if live:
+            targets = sorted(({rid for rid, _ in procs.values()} | objects.keys()) - live.keys())
     r = ReapReport([], [], [], [], [live_note(rid, live[rid]) for rid in sorted(live)], bool(live))
     for rid in targets:
         r.pids.extend(reap(rid))

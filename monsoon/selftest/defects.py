@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -263,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeats must be >= 0")
 
 
+    try:
+        service_cpus = cpubudget.budget_from_env()     # the services' CPU quota, if any: a bad one said now
+    except ValueError as bad:
+        raise SystemExit(f"monsoon defects: {bad}") from None
     defects = select(args.only)
     docs = {}
     for d in defects:   # validate everything before starting anything
@@ -340,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(defects if not args.no_defects else [], defect_results, clean,
                         time.monotonic() - t0, args.repeats)
     summary["run_id"] = session.run_id
-    summary["service_cpus"] = os.environ.get(cpubudget.ENV) or None     # the services' CPU quota, if any
+    summary["service_cpus"] = service_cpus
     if args.neighbour:
         summary["neighbour_cores"] = beside.get("neighbour_cores")
     if interrupted:
