@@ -124,6 +124,50 @@ def cni_config(d: Path) -> dict:
         {"type": "loopback"}]}
 
 
+# kubelet marks the node DiskPressure below this much free disk (a taint: no pod is placed, running ones are
+# evicted). An absolute floor, not kubelet's 10 % or a percentage: 1 % of a 250 GB disk is 2.5 GB, which a suite
+# that writes a few GB of run directories crosses while a test cluster needs only megabytes more.
+EVICTION_DISK = "512Mi"
+# A start is refused below this much free disk on the cluster's directory: the eviction floor, and room for the
+# images, pod logs and the runs' own directories.
+DISK_HEADROOM = 2 << 30
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def disk_refusal(d: Path | None = None, headroom: int = DISK_HEADROOM) -> str | None:
+    """One line when the disk under the cluster's directory has less than ``headroom`` free (kubelet would soon
+    taint the node DiskPressure and every pod would stay Pending), else None."""
+    d = d or state_dir()
+    p = d
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    if free >= headroom:
+        return None
+    return (f"the disk under {d} has {_gib(free)} free of {_gib(total)}: kubelet taints the node DiskPressure "
+            f"below {EVICTION_DISK} and pods stay Pending; free at least {_gib(headroom - free)} (old runs/, "
+            "pytest's temporary directories), or set MONSOON_K8S_DIR to a roomier disk")
+
+
+def node_pressure(node: dict | None) -> list[str]:
+    """The node's conditions that keep pods off it, one phrase each: NotReady, DiskPressure, MemoryPressure,
+    PIDPressure (with kubelet's message)."""
+    out = []
+    for c in ((node or {}).get("status") or {}).get("conditions") or []:
+        bad = c.get("status") == "True" if c.get("type") != "Ready" else c.get("status") != "True"
+        if bad:
+            name = c.get("type") if c.get("type") != "Ready" else "NotReady"
+            out.append(f"{name} ({c.get('message') or c.get('reason') or '?'})")
+    return out
+
+
 def kubelet_config(d: Path) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -135,8 +179,8 @@ def kubelet_config(d: Path) -> dict:
         "containerRuntimeEndpoint": f"unix://{d / 'containerd' / 'c.sock'}",
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "podLogsDir": str(d / "pod-logs"),
-        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                         "nodefs.inodesFree": "1%"},
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": EVICTION_DISK,
+                         "imagefs.available": EVICTION_DISK, "nodefs.inodesFree": "1%"},
         "clusterDomain": CLUSTER_DOMAIN, "clusterDNS": [DNS_IP], "resolvConf": "/etc/resolv.conf",
         "serializeImagePulls": False, "registerNode": True,
     }
@@ -803,6 +847,8 @@ def up(chaos_mesh: bool = False, timeout: float = 90.0, say: Callable[[str], Non
         miss.append(why)
     if miss:
         raise ClusterError(miss[0])
+    if why := disk_refusal(d):
+        raise ClusterError(why)
     if os.geteuid() != 0:
         raise ClusterError("the monsoon cluster needs root (network namespace, cgroups, mounts)")
     if len(str(c.socket.resolve()) + ".ttrpc") > SUN_PATH_MAX:

@@ -366,8 +366,10 @@ class Release:
         self.installed = True       # from here on, stop uninstalls (a half-done install included)
         res = _run(argv, kc, timeout + 60, self.log_path)
         if res.returncode != 0:
+            why = self.kube.why_not_running(self.namespace)
             raise HelmError(f"helm install {self.namespace}/{self.name} failed after {time.monotonic() - t0:.0f}s: "
-                            f"{_first_error(res)} (the whole output: {self.log_path})")
+                            f"{_first_error(res)}" + (f" ({why})" if why else "")
+                            + f" (the whole output: {self.log_path})")
         self.on_event(OP, op=OP_HELM_RELEASE, release=self.name, namespace=self.namespace, event="installed",
                       seconds=round(time.monotonic() - t0, 3))
 

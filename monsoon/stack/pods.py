@@ -247,8 +247,37 @@ class Kube:
                 return None
             raise
 
+    def node_pressure(self) -> list[str]:
+        """What keeps pods off the cluster's nodes (:func:`cluster.node_pressure`), "node: ..." each; [] when the
+        nodes cannot be read."""
+        try:
+            nodes = self.core.list_node(_request_timeout=5).items
+        except Exception as e:     # the diagnosis of a failure must not hide it
+            logging.getLogger(__name__).debug("nodes not readable: %s", e)
+            return []
+        return [f"node {n.metadata.name}: {why}" for n in nodes for why in cluster.node_pressure(self.plain(n))]
+
+    def not_running(self, namespace: str) -> list[str]:
+        """Each pod of ``namespace`` that does not run yet, with why (:func:`pending_reason`)."""
+        try:
+            pods = self.pods(namespace, "")
+        except Exception as e:     # the diagnosis of a failure must not hide it
+            logging.getLogger(__name__).debug("pods of %s not readable: %s", namespace, e)
+            return []
+        return [f"pod {p['metadata']['name']}: {pending_reason(p)}" for p in pods
+                if (p.get("status") or {}).get("phase") != "Running"
+                or not all(c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [])]
+
+    def why_not_running(self, namespace: str) -> str:
+        """One phrase for an error: the pods that do not run and what the nodes report, or ''."""
+        parts = self.not_running(namespace)[:3] + self.node_pressure()
+        return "; ".join(parts)
+
     def ensure_namespace(self, name: str, run_id: str, timeout: float = 120.0) -> None:
-        """Create the run's namespace; one left by a dead run of monsoon is deleted first (and waited for)."""
+        """Create the run's namespace; one left by a dead run of monsoon is deleted first (and waited for). On
+        monsoon's own cluster, a disk too full for kubelet is refused here, before anything starts."""
+        if kubeconfig_path() == Cluster().kubeconfig and (why := cluster.disk_refusal()):
+            raise PodError(why)
         ns = self.namespace(name)
         if ns is not None:
             labels = (ns.get("metadata") or {}).get("labels") or {}
@@ -290,6 +319,23 @@ def _alive(pid: int) -> bool:
 def _cs(pod: dict, container: str) -> dict:
     return next((c for c in ((pod.get("status") or {}).get("containerStatuses") or []) if c.get("name") == container),
                 {})
+
+
+def pending_reason(pod: dict, container: str | None = None) -> str:
+    """Why a pod does not run, in one phrase: a container's waiting reason and message (ContainerCreating,
+    ImagePullBackOff, CrashLoopBackOff...), else the scheduler's message when it has not placed the pod ("0/1
+    nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/disk-pressure: }"), else the phase."""
+    st = pod.get("status") or {}
+    for cs in st.get("containerStatuses") or []:
+        if container is not None and cs.get("name") != container:
+            continue
+        w = (cs.get("state") or {}).get("waiting") or {}
+        if w.get("reason"):
+            return w["reason"] + (f": {w['message']}" if w.get("message") else "")
+    for c in st.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{st.get('phase') or 'Pending'}, not scheduled: {c.get('message') or c.get('reason') or '?'}"
+    return st.get("phase") or "?"
 
 
 def _instance_of(pod: dict, container: str) -> tuple[str, int]:
@@ -367,7 +413,7 @@ class PodProc:
                 cs = _cs(pod, self.service)
                 state = cs.get("state") or {}
                 waiting = (state.get("waiting") or {}).get("reason")
-                last = waiting or (pod.get("status") or {}).get("phase") or "?"
+                last = pending_reason(pod, self.service)
                 if waiting in ("ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"):
                     raise PodError(f"service {self.service!r}: pod {pod['metadata']['name']} cannot start: "
                                    f"{waiting}: {(state.get('waiting') or {}).get('message', '')}")
@@ -380,8 +426,9 @@ class PodProc:
                     self._follow(pod["metadata"]["name"])
                     return True
             time.sleep(POLL_S)
+        nodes = "; ".join(self.kube.node_pressure())
         raise PodError(f"service {self.service!r}: no running pod after {self.start_timeout:.0f}s in namespace "
-                       f"{self.namespace} (last: {last})")
+                       f"{self.namespace} (last: {last or 'no pod'})" + (f"; {nodes}" if nodes else ""))
 
     def _follow(self, pod: str) -> None:
         def run() -> None:
