@@ -124,6 +124,48 @@ def cni_config(d: Path) -> dict:
         {"type": "loopback"}]}
 
 
+# The containerd label on an imported image: the ID of the Docker image it came from, so an image rebuilt under
+# the same tag (make images after its scripts changed) is imported again instead of kept stale.
+IMAGE_ID_LABEL = "monsoon.docker-image-id"
+
+
+def image_ref(image: str) -> str:
+    """The reference containerd lists for an image name: ``monsoon/platform`` -> ``docker.io/monsoon/platform:latest``."""
+    name, tag = (image.rsplit(":", 1) + ["latest"])[:2] if ":" in image.rsplit("/", 1)[-1] else (image, "latest")
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    return f"{name}:{tag}"
+
+
+def parse_image_ids(table: str) -> dict[str, str]:
+    """``ctr images ls`` (REF TYPE DIGEST SIZE PLATFORMS LABELS) -> {ref: the Docker image ID label, or ''}."""
+    out = {}
+    for line in table.splitlines()[1:]:
+        parts = line.split()
+        if not parts:
+            continue
+        labels = dict(kv.split("=", 1) for kv in parts[-1].split(",") if "=" in kv) if len(parts) > 1 else {}
+        out[parts[0]] = labels.get(IMAGE_ID_LABEL, "")
+    return out
+
+
+def docker_image_id(image: str) -> str | None:
+    """The Docker image ID of ``image`` on monsoon's dockerd (or DOCKER_HOST), None when it cannot be read."""
+    env = dict(os.environ)
+    host = dockerd.docker_host()
+    if host:
+        env["DOCKER_HOST"] = host
+    try:
+        r = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True,
+                           env=env, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
 # kubelet marks the node DiskPressure below this much free disk (a taint: no pod is placed, running ones are
 # evicted). An absolute floor, not kubelet's 10 % or a percentage: 1 % of a 250 GB disk is 2.5 GB, which a suite
 # that writes a few GB of run directories crosses while a test cluster needs only megabytes more.
@@ -438,7 +480,7 @@ def _in_netns(fn: Callable[[], T], name: str = NETNS) -> T:
     t.join()
     if "e" in box:
         raise box["e"]
-    return box.get("v")
+    return box["v"]
 
 
 def _netns_up() -> None:
@@ -720,6 +762,15 @@ class Cluster:
             raise ClusterError(f"docker save {image}: {err[:300]}")
         if imp.returncode != 0:
             raise ClusterError(f"ctr images import of {image}: {imp.stderr.decode(errors='replace').strip()[:300]}")
+        iid = docker_image_id(image)
+        if iid:     # what import_images compares next time; unlabelled, the image is imported again then
+            subprocess.run(self.ctr("images", "label", image_ref(image), f"{IMAGE_ID_LABEL}={iid}"),
+                           capture_output=True, timeout=30)
+
+    def image_ids(self) -> dict[str, str]:
+        """Each image the cluster holds -> the Docker image ID it was imported from ('' when not recorded)."""
+        r = subprocess.run(self.ctr("images", "ls"), capture_output=True, timeout=30)
+        return parse_image_ids(r.stdout.decode(errors="replace")) if r.returncode == 0 else {}
 
     def images(self) -> list[str]:
         r = subprocess.run(self.ctr("images", "ls", "-q"), capture_output=True, timeout=30)

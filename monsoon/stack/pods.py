@@ -40,7 +40,7 @@ import pytest
 from monsoon import settings
 from monsoon.spec.stack import SERVICE_POD_LABEL, ReadySpec
 from monsoon.stack import cluster, dockerd
-from monsoon.stack.cluster import Cluster
+from monsoon.stack.cluster import Cluster, image_ref
 from monsoon.stack.containers import mem_bytes
 from monsoon.stack.ports import StackError
 from monsoon.stack.reaper import RUN_LABEL, check_run_id
@@ -120,25 +120,15 @@ def service_manifest(*, namespace: str, run_id: str, service: str, ports: dict[s
                                 "protocol": "TCP"} for name, p in sorted(ports.items(), key=lambda x: x[1])]}}
 
 
-def image_ref(image: str) -> str:
-    """The reference containerd lists for an image name: ``monsoon/platform`` -> ``docker.io/monsoon/platform:latest``."""
-    name, tag = (image.rsplit(":", 1) + ["latest"])[:2] if ":" in image.rsplit("/", 1)[-1] else (image, "latest")
-    first = name.split("/", 1)[0]
-    if "/" not in name:
-        name = f"docker.io/library/{name}"
-    elif "." not in first and ":" not in first and first != "localhost":
-        name = f"docker.io/{name}"
-    return f"{name}:{tag}"
-
-
 def import_images(images: list[str], on_event: Callable[..., None]) -> None:
-    """Import each image the cluster's containerd does not hold yet (an earlier run's, or make k8s/make images',
-    are kept), one ``image-import`` event each."""
+    """Import each image the cluster's containerd does not hold yet, or holds from another Docker image of the same
+    name (rebuilt by make images since), one ``image-import`` event each."""
     c = Cluster()       # the cluster monsoon starts (monsoon cluster up)
-    have = set(c.images())
+    have = c.image_ids()
     for image in sorted(set(images)):
-        if image_ref(image) in have:
-            continue
+        ref = image_ref(image)
+        if ref in have and have[ref] == (cluster.docker_image_id(image) or have[ref]):
+            continue        # held, and from the same Docker image (or Docker cannot say: kept as it is)
         t0 = time.monotonic()
         try:
             c.import_image(image)
@@ -477,13 +467,13 @@ class PodProc:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (rc := self.poll()) is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(self.name, timeout)
+                raise subprocess.TimeoutExpired(self.name, timeout or 0.0)
             time.sleep(POLL_S / 2)
         if self._follower is not None:
             self._follower.join(timeout=2)
-        return self.returncode
+        return rc
 
     @property
     def oom_killed(self) -> bool:
@@ -600,6 +590,8 @@ def namespace_owners() -> dict[str, int | None]:
 def reap_namespaces(run_id: str | None = None, timeout: float = 120.0) -> list[str]:
     """Delete every namespace of a run (or of every run) and wait for each to go; returns their names."""
     kube = _kube_or_none()
+    if kube is None:
+        return []
     gone = []
     for ns in run_namespaces(run_id, kube):
         name = ns["metadata"]["name"]

@@ -4,6 +4,7 @@ release behind; a run interrupted mid-load (SIGINT) still uninstalls, and after 
 uninstalls the dead run's release; a release monsoon did not install
 (`install: false`) is found by its labels and left exactly as it was. Skips in one line without `make k8s`
 (the cluster, or Helm)."""
+import ipaddress
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from monsoon.spec.stack import load_stack
-from monsoon.stack import helm
+from monsoon.stack import cluster, helm
 from monsoon.stack.pods import ClusterUnavailable, Kube, cluster_for_session, kubeconfig_path, run_namespaces
 from monsoon.stack.supervisor import Stack
 from monsoon.paths import REPO
@@ -127,6 +128,10 @@ def test_kafka_burst_on_a_helm_release_loses_nothing_and_leaves_no_release(kube_
     result.assert_pass()
     assert f.get("acked_lost") == 0 and f.get("acked", 0) > 0, f
     assert [e["event"] for e in rel] == ["installed", "uninstalled"], rel
+    # hostNetwork: false in kafka-helm's values: every pod had an address of the pod network, not the node's
+    starts = [e for e in events if e["type"] == "service" and e.get("event") == "start"]
+    pod_net = ipaddress.ip_network(cluster.POD_CIDR)
+    assert starts and all(e.get("ip") and ipaddress.ip_address(e["ip"]) in pod_net for e in starts), starts
     assert monsoon_releases() == [] and run_namespaces("helm-burst") == []
 
 

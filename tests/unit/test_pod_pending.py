@@ -68,3 +68,48 @@ def test_kubelet_evicts_at_an_absolute_floor_not_a_share_of_a_large_disk(tmp_pat
     ev = cluster.kubelet_config(tmp_path)["evictionHard"]
     assert ev["nodefs.available"] == ev["imagefs.available"] == cluster.EVICTION_DISK == "512Mi"
     assert cluster.DISK_HEADROOM > 512 << 20
+
+
+LS = """REF                                  TYPE                                                 DIGEST                                                                  SIZE      PLATFORMS   LABELS
+docker.io/monsoon/platform:latest    application/vnd.docker.distribution.manifest.v2+json sha256:1111111111111111111111111111111111111111111111111111111111111111 312.4 MiB linux/amd64 io.cri-containerd.image=managed,monsoon.docker-image-id=sha256:aaa
+docker.io/monsoon/kafka:latest       application/vnd.docker.distribution.manifest.v2+json sha256:2222222222222222222222222222222222222222222222222222222222222222 410.0 MiB linux/amd64 -
+registry.k8s.io/pause:3.6            application/vnd.oci.image.manifest.v1+json           sha256:3333333333333333333333333333333333333333333333333333333333333333 300.0 KiB linux/amd64 io.cri-containerd.image=managed
+"""
+
+
+def test_ctr_images_ls_gives_each_ref_and_the_docker_image_it_came_from():
+    assert cluster.parse_image_ids(LS) == {"docker.io/monsoon/platform:latest": "sha256:aaa",
+                                           "docker.io/monsoon/kafka:latest": "",
+                                           "registry.k8s.io/pause:3.6": ""}
+    assert cluster.parse_image_ids("") == {}
+
+
+def test_an_image_rebuilt_under_its_name_is_imported_again_and_an_unchanged_one_is_kept(monkeypatch):
+    from monsoon.stack import pods
+
+    imported: list[str] = []
+
+    class FakeCluster:
+        def image_ids(self):
+            return cluster.parse_image_ids(LS)
+
+        def import_image(self, image):
+            imported.append(image)
+
+    ids = {"monsoon/platform": "sha256:aaa",        # the same Docker image: kept
+           "monsoon/kafka": "sha256:bbb",           # held unlabelled (an import before labels): imported again
+           "monsoon/postgres": "sha256:ccc"}        # not held: imported
+    monkeypatch.setattr(pods, "Cluster", FakeCluster)
+    monkeypatch.setattr(cluster, "docker_image_id", lambda image: ids.get(image))
+    events: list = []
+    pods.import_images(["monsoon/platform", "monsoon/kafka", "monsoon/postgres", "monsoon/platform"],
+                       lambda t, **f: events.append(f["image"]))
+    assert imported == events == ["monsoon/kafka", "monsoon/postgres"]
+    ids["monsoon/platform"] = "sha256:new"          # make images rebuilt it
+    imported.clear()
+    pods.import_images(["monsoon/platform"], lambda t, **f: None)
+    assert imported == ["monsoon/platform"]
+    ids.clear()                                     # Docker cannot say: what the cluster holds is kept
+    imported.clear()
+    pods.import_images(["monsoon/platform", "monsoon/kafka"], lambda t, **f: None)
+    assert imported == []
