@@ -133,6 +133,8 @@ def _make_session(config: pytest.Config, profile: str) -> "MonsoonSession":
 
         def write(self, text: str) -> int:
             tr = config.pluginmanager.get_plugin("terminalreporter")
+            if tr is None:      # isatty() is False then: the live panel never writes here
+                raise RuntimeError("the live load panel writes to pytest's terminal reporter, and there is none")
             capman = config.pluginmanager.get_plugin("capturemanager")
             with lock:
                 if capman is not None:

@@ -639,6 +639,8 @@ def join(reading: Reading) -> Joined:
     import numpy as np
     keys, copies = reading.keys, reading.copies
     count = copies.count
+    if count is None:
+        raise RuntimeError("a reading is joined once: an earlier join released its copy counts")
     copies.count = None
     st = count > 0
     late = vanished = None
@@ -715,6 +717,7 @@ def tally_times(reading: Reading) -> tuple[int | None, int, dict[str, float] | N
                                             keys.acked, keys.dev_of, keys.ndev)
     if lat_v is None:
         return reordered, 0, None
+    assert lat_c is not None     # _first_copies gives the values and their counts together
     return reordered, int(lat_c.sum()), {
         "p50": _pct_counts(lat_v, lat_c, 50), "p99": _pct_counts(lat_v, lat_c, 99),
         "p999": _pct_counts(lat_v, lat_c, 99.9), "max": float(lat_v[-1]), "min": float(lat_v[0])}

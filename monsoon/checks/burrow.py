@@ -88,6 +88,7 @@ def evaluate_window(entries: list[Entry], now: float | None = None, window: int 
             return STOP, f"no committed offset while lag grew to {cur.lag:,}"
         return OK, "nothing committed, no lag"
     last = commits[-1]
+    assert last.committed is not None     # commits holds only the entries with a committed offset
     current_lag = cur.lag if cur.committed is not None else _max(cur.end - last.committed, 0)
     if len(commits) < window:   # Burrow's completeness rule first: a short window judges nothing
         return OK, f"incomplete window ({len(commits)}/{window}){', caught up' if current_lag == 0 else ''}"
@@ -95,7 +96,9 @@ def evaluate_window(entries: list[Entry], now: float | None = None, window: int 
         return OK, "caught up"
     # Rule 2 (REWIND, PR #716 order): a decrease not yet recovered from
     for a, b in zip(commits, commits[1:]):
-        if b.committed < a.committed and last.committed < _max(c.committed for c in commits if c.t <= a.t):
+        assert a.committed is not None and b.committed is not None     # commits: committed entries only
+        if b.committed < a.committed and last.committed < _max(c.committed for c in commits
+                                                               if c.t <= a.t and c.committed is not None):
             return REWIND, f"committed offset went back from {a.committed:,} to {b.committed:,} at t={b.t:.0f}s"
     # Rule 3 (STOP): silent for longer than the window spanned, unless caught up a moment ago
     span = last.t - commits[0].t

@@ -61,7 +61,7 @@ def faults_landed(run: RunData) -> Verdict:
                "faults_healed": len(healed),
                "faults_healed_late": len(late), "faults_left_in_place": n_left}
     if late:
-        figures["max_heal_overstay_s"] = max(w.late_s for w in late)
+        figures["max_heal_overstay_s"] = max(w.late_s for w in late if w.late_s is not None)
     downs = [d for d in (downtime(ev, w) for w in wins if w.kind in KILL_KINDS) if d is not None]
     if downs:
         figures["max_downtime_s"] = max(downs)   # kill -> the service ready again
@@ -154,6 +154,7 @@ def ack_latencies(run: RunData, spans: list[tuple[float, float]] | None) -> np.n
     for _codes, (intended, acked) in chunks:
         lat = (acked - intended).astype(np.float64)
         if starts is not None:
+            assert ends is not None     # merged_spans gives both, or neither
             lat = lat[in_spans(intended / 1000.0 - off, starts, ends)]
         out.append(lat)
     return np.concatenate(out) if out else np.zeros(0)

@@ -267,6 +267,7 @@ def no_memory_leak(run: RunData, max_mb_per_hour: float = 50, min_minutes: float
     if rss_all or not logs:
         halves = [back_half(g) for g in rss_all]
         spans = fault_spans(run.events)
+        cut: list[list[tuple]] | None
         cut = [piece for h in halves for piece in between_faults(h, spans)]
         if len(cut) == len(halves) or sum(len(c) for c in cut) < MIN_POINTS:
             cut = None            # no fault in a back half, or one that fills it (a short chaos run): as they are

@@ -191,6 +191,7 @@ def limit_stalls(run: RunData, min_s: float = LIMIT_STALL_MIN_S) -> list[LimitSt
             if span and float(s["t"]) - span[-1][0]["t"] > LIMIT_GAP_S:
                 close()
             if full and starved:
+                assert g is not None and sec is not None     # full: g is a cgroup; starved: sec is a load second
                 span.append((s, g, sec))
             else:
                 close()

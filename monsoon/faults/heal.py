@@ -302,7 +302,7 @@ def reap_left_behind(run_id: str | None = None) -> ReapReport:
     or, with no run id, of every run whose monsoon process is gone. A live run (:func:`live_run_owners`) is
     left alone unless named: a ``make reap`` in one terminal must not kill a soak running in another."""
     live: dict[str, int] = {}
-    targets: list[str | None] = [run_id]
+    targets: Iterable[str | None] = [run_id]
     if run_id is None:      # the processes and objects in place are listed once, for liveness and for targets
         procs, objects = process_owners(), _object_owners()
         live = live_run_owners(procs, objects)

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
-from monsoon.spec.fault import FaultSpec, LatencyParams, MemoryPressureParams, PodFailureParams, PodKillParams
+from monsoon.spec.fault import FaultSpec, KubeSelector, LatencyParams, MemoryPressureParams, PodFailureParams, \
+    PodKillParams
 from monsoon.stack.cluster import Cluster, ClusterError, chaos_daemon_missing, daemon_pid, ensure_chaos_daemon
 from monsoon.stack.kubeapi import cluster_configured, kube_client
 from monsoon.stack.litmus import RUNNER_IMAGE as LITMUS_RUNNER_IMAGE
@@ -55,7 +56,7 @@ def _whole_seconds(seconds: float) -> int:
 
 
 def _meta(fault: FaultSpec, run_id: str, kind_tag: str) -> dict:
-    ns = fault.target.kube.namespace
+    ns = kube_target(fault).namespace
     meta = {"name": _dns_name("monsoon", fault.name, run_id, kind_tag), "namespace": ns,
             "labels": {RUN_LABEL: check_run_id(run_id), FAULT_LABEL: _short(fault.name),
                        "app.kubernetes.io/managed-by": "monsoon"}}
@@ -156,10 +157,18 @@ def check_namespace(fault: FaultSpec, allowed: Iterable[str]) -> str:
     return ns
 
 
+def kube_target(fault: FaultSpec) -> KubeSelector:
+    """The fault's pod selector (``target: {namespace, labelSelector}``); a fault without one is refused, as
+    :func:`check_namespace` refuses it before anything is rendered."""
+    if fault.target.kube is None:
+        raise FaultError(f"{fault.name}: Kubernetes backends need a target {{namespace, labelSelector}}")
+    return fault.target.kube
+
+
 # ------------------------------------------------------------------ Chaos Mesh
 
 def _cm_selector(fault: FaultSpec) -> dict:
-    k = fault.target.kube
+    k = kube_target(fault)
     return {"namespaces": [k.namespace], "labelSelectors": dict(k.label_selector)}
 
 
@@ -173,10 +182,10 @@ def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
     if fault.kind == "container-kill":
         # chaos-daemon kills the container's task (containerd); kubelet starts it again in the same pod
         assert isinstance(p, PodKillParams)
-        if not fault.target.kube.container:
+        if not kube_target(fault).container:
             raise FaultError(f"{fault.name}: container-kill needs target.container (which container of the pod)")
         return "PodChaos", {"action": "container-kill", "mode": "one", "selector": _cm_selector(fault),
-                            "containerNames": [fault.target.kube.container]}
+                            "containerNames": [kube_target(fault).container]}
     if fault.kind in KILL_KINDS:
         assert isinstance(p, PodKillParams)
         return "PodChaos", {"action": "pod-kill", "mode": "one", "selector": _cm_selector(fault),
@@ -197,8 +206,8 @@ def chaos_mesh_spec(fault: FaultSpec) -> tuple[str, dict]:
         assert isinstance(p, MemoryPressureParams) and p.hog_mb
         spec = {"mode": "all", "selector": _cm_selector(fault),
                 "stressors": {"memory": {"workers": p.workers, "size": f"{p.hog_mb}MB"}}, "duration": dur}
-        if fault.target.kube.container:
-            spec["containerNames"] = [fault.target.kube.container]
+        if kube_target(fault).container:
+            spec["containerNames"] = [kube_target(fault).container]
         return "StressChaos", spec
     raise FaultError(f"{fault.name}: chaos-mesh cannot render {fault.kind}")
 
@@ -229,7 +238,7 @@ def render_litmus(fault: FaultSpec, run_id: str, allowed_namespaces: Iterable[st
     """The ChaosEngine; its ``chaosServiceAccount`` is named as the engine unless given (faults/litmus.py makes
     that ServiceAccount, its Role and the ChaosExperiment)."""
     check_namespace(fault, allowed_namespaces)
-    k = fault.target.kube
+    k = kube_target(fault)
     try:   # the experiment (the profile's litmus:, else the kind's) and its env; the node's containerd socket
         exp, env = litmus_engine_experiment(fault, str(Cluster().socket) if local_cluster() else None)
     except ValueError as e:
@@ -349,7 +358,7 @@ class KubeBackend:
 
     def _live_pods(self, fault: FaultSpec) -> list:
         """The live (not deleting) pods the fault's selector matches."""
-        k = fault.target.kube
+        k = kube_target(fault)
         if self._core is None:
             self._core = kube_client(FaultError).CoreV1Api()
         pods = self._core.list_namespaced_pod(k.namespace, label_selector=k.selector_string(),
@@ -406,7 +415,7 @@ class KubeBackend:
         fault, before = handle.fault, handle.data.get("containers_before") or {}
         p = fault.params
         bound = float(getattr(p, "restart_timeout", 0) or 0) or max(60.0, fault.schedule.duration + 30.0)
-        name = fault.target.kube.container
+        name = kube_target(fault).container
 
         def probe() -> tuple[bool, dict]:
             now = self._pod_states(fault)

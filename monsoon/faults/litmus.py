@@ -37,8 +37,8 @@ import yaml
 
 from monsoon import settings
 from monsoon.faults.base import FaultContext, FaultError, Handle, Landing
-from monsoon.faults.kube import LATENCY_KINDS, LITMUS, KubeBackend, kube_client, local_cluster, netem_missing, \
-    one_window, render
+from monsoon.faults.kube import LATENCY_KINDS, LITMUS, KubeBackend, kube_client, kube_target, local_cluster, \
+    netem_missing, one_window, render
 from monsoon.paths import CACHE
 from monsoon.spec.fault import FaultSpec
 from monsoon.stack import litmus as built
@@ -307,6 +307,7 @@ class LitmusBackend(KubeBackend):
         if path is None:
             x, rules = own_experiment(exp, ns, run_id), None
         else:
+            assert fault is not None    # a chart path is only looked up for a fault
             try:
                 x = chart_experiment(load_chart(path, exp), ns, run_id)
             except FaultError as e:
@@ -381,7 +382,7 @@ class LitmusBackend(KubeBackend):
     def _usage(self, fault: FaultSpec) -> dict[str, Any]:
         """``pod/container`` -> memory usage bytes of the target's containers, and where it was read: this node's
         cgroups when the cluster is monsoon's, else kubelet's /stats/summary through the API server."""
-        k = fault.target.kube
+        k = kube_target(fault)
         pods = self._live_pods(fault)
         if local_cluster():
             out = {}

@@ -192,9 +192,10 @@ class FaultPlan:
                 self._inject_checks[a.key] = fut
             return
         with self._lock:
-            handle = self.live.pop(a.key, None)
-            if handle is None:
+            popped = self.live.pop(a.key, None)
+            if popped is None:
                 return   # the inject failed: nothing to heal
+            handle = popped
             self._healing[a.key] = handle
         self._await_inject_check(a.key, a.fault)   # judge the inject before undoing it
         with self._lock:

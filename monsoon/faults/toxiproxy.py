@@ -410,7 +410,9 @@ class ToxiproxyBackend:
 
     def _probe_name(self, handle: Handle) -> str:
         params = handle.fault.params
-        return pick_probe(getattr(params, "probe", "none"), handle.fault.target.hop[1])
+        hop = handle.fault.target.hop
+        assert hop is not None      # inject's _proxy_for refused a fault without one
+        return pick_probe(getattr(params, "probe", "none"), hop[1])
 
     def _measure(self, addr: tuple[str, int], probe: str) -> float | None:
         if probe == "none":

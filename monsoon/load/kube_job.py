@@ -272,6 +272,7 @@ class KubeJobFleet(NativeFleet):
 
     def _pod_states(self) -> str:
         try:
+            assert self.namespace is not None     # connect names it before it asks
             pods = self._kube.pods(self.namespace, f"job-name={self.job_name}") if self._kube else []
         except Exception as e:
             return f"cannot list them ({type(e).__name__})"

@@ -420,6 +420,7 @@ class MqttFleet(PacedFleet):
         conn.next_seq = seq + 1
         ts = self._stamp(conn, intended)
         sent_ms = int(self._wall() * 1000)
+        assert conn.render is not None     # MqttFleet.__init__ sets every conn's
         payload = conn.render(seq, ts, sent_ms)
         rc, mid = client.fleet_publish(self._topic16, payload, self.qos)
         if rc != 0:

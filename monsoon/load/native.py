@@ -340,7 +340,7 @@ class NativeFleet(FleetBase):
             "send_late_p50_ms": lp50, "send_late_p99_ms": lp99, "send_late_max_ms": lmx,
             # the engine's own account of the load (its start to its drain): CPU seconds and syscalls
             "engine": {k: sum(float(t.get(k) or 0) for t in tots) for k in ("cpu_s", "writes", "reads", "wakeups")},
-            "workers": [{"pid": w.proc.pid, "range": w.totals.get("range"),
+            "workers": [{"pid": w.proc.pid, "range": (w.totals or {}).get("range"),
                          "cpu_s": (w.rusage.ru_utime + w.rusage.ru_stime) if w.rusage else None,
                          "maxrss_mb": (w.rusage.ru_maxrss / 1024.0) if w.rusage else None}
                         for w in self._workers],

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from monsoon.spec.shape import Durations, SCHEDULE_STEP, ShapeSpec
+from monsoon.spec.shape import Durations, SCHEDULE_STEP, ShapeSpec, StageSpec
 
 
 __all__ = [
@@ -243,7 +243,7 @@ class Stages:
         ends: tuple[float, ...] = self._ends  # type: ignore[attr-defined]
         for s, end in zip(self.stages, ends):
             if t < end:
-                return float(s.rate)
+                return s.rate
         return float(self.stages[-1].rate)  # pragma: no cover - t < duration == ends[-1]
 
     def phases(self) -> list[Phase]:
@@ -457,6 +457,14 @@ def check_rates(shape: LoadShape, *, max_samples: int = 20_000) -> float:
     return peak
 
 
+def _stage_rate(s: StageSpec, base_rate: float) -> float:
+    """A stage's rate: its own, else its multiplier of the base rate (StageSpec._one: one of the two is set)."""
+    if s.rate is not None:
+        return s.rate
+    assert s.multiplier is not None     # a validated StageSpec without a rate has its multiplier
+    return base_rate * s.multiplier
+
+
 def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = "") -> LoadShape:
     """The :class:`monsoon.load.shapes.LoadShape` of this spec for one profile's durations."""
     total = d.total
@@ -465,18 +473,22 @@ def build_shape(spec: ShapeSpec, base_rate: float, d: Durations, profile: str = 
     if k == "steady":
         return Steady(base_rate, total)
     if k == "burst":
+        assert spec.multiplier is not None     # a validated ShapeSpec: a burst has its multiplier
         return Burst(base_rate, spec.multiplier, d.warmup, d.burst, total)
     if k == "ramp":
         x0 = 1.0 if spec.from_ is None else spec.from_
+        assert spec.to is not None     # a validated ShapeSpec: a ramp has its to
         return Ramp(base_rate * x0, base_rate * spec.to, d.warmup, d.burst, total)
     if k == "spike":
+        assert spec.multiplier is not None and spec.every is not None and spec.width is not None   # validated
         return Spike(base_rate, spec.multiplier, spec.every, spec.width, w0, w1, total)
     if k == "stages":
+        assert spec.stages is not None     # a validated ShapeSpec: stages has its stages
         weight = sum(s.duration for s in spec.stages)
-        return Stages(tuple(
-            Stage(name, s.duration * total / weight, s.rate if s.rate is not None else base_rate * s.multiplier)
-            for name, s in zip(spec.stage_names(), spec.stages)))
+        return Stages(tuple(Stage(name, s.duration * total / weight, _stage_rate(s, base_rate))
+                            for name, s in zip(spec.stage_names(), spec.stages)))
     if k == "ladder":
+        assert spec.steps is not None     # a validated ShapeSpec: a ladder has its steps
         return Ladder(base_rate, tuple(LadderStep(name, a, b, st.multiplier) for name, (a, b), st
                                        in zip(spec.step_names(), spec.step_windows(d), spec.steps)), total)
     windows = [Phase("warmup", 0.0, w0), Phase("burst", w0, w1), Phase("recovery", w1, total)]

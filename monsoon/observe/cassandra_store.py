@@ -57,6 +57,8 @@ class CassandraSource:
     def _names(self) -> dict[str, str]:
         if not self.names_query:
             return {}
+        if self.names_dsn is None:
+            raise ValueError("names_query needs names_dsn (the Postgres it runs on)")
         with psycopg.connect(self.names_dsn, connect_timeout=5) as conn:
             return {str(eid): name for eid, name in conn.execute(self.names_query)}
 

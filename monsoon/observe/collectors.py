@@ -315,7 +315,7 @@ class SqlCountCollector(Collector):
     def __init__(self, dsn: str, query: str, running_query: str | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.dsn, self.query, self.running_query = dsn, query, running_query
-        self.incremental = bool(running_query) and "%(since)s" in running_query
+        self.incremental = running_query is not None and "%(since)s" in running_query
         self.exact = False
         self.total, self.since = 0, None      # incremental: rows counted so far, the last watermark
         self.rest_until = 0.0                 # no exact count before this (clock), while the load runs

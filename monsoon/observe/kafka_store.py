@@ -45,7 +45,8 @@ def parse_record(value: bytes | None, headers: Iterable[tuple[str, bytes]] | Non
         return None
     if not isinstance(doc, dict):
         return None
-    values = doc.get("values") if isinstance(doc.get("values"), dict) else doc
+    values = doc.get("values")
+    values = values if isinstance(values, dict) else doc
     seq = values.get("seq")
     if isinstance(seq, bool) or not isinstance(seq, (int, float, str)):
         return None

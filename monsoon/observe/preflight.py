@@ -8,7 +8,7 @@ before the load, as a SpecError naming the stack file and the key; a 24-hour soa
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from monsoon.observe.facts import read_facts
 from monsoon.observe.collectors import Collector, KafkaLagCollector, MetricsCollector, ProbeFailed, SqlCountCollector
@@ -29,6 +29,7 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
     """What does not answer now: {key: message}, in the stack file's terms. With ``render`` (the stack's
     template renderer) the declared facts are read too, into ``facts``."""
     problems: dict[str, str] = {}
+    got: dict[str, Any] | None
     if render is not None and spec.observe.facts:
         got, missing = read_facts(spec.observe.facts, render)
         problems.update(missing)
@@ -49,6 +50,7 @@ def probe(spec: StackSpec, collectors: Iterable[Collector], source: StoredSource
             problems[key] = _why(e)
             continue
         if isinstance(c, MetricsCollector):
+            assert got is not None     # a MetricsCollector's sample is a dict
             for name, selector in c.selectors.items():
                 if name not in got:
                     problems[f"observe.metrics.{name}"] = f"no series {selector!r} at {c.url}"

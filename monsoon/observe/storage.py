@@ -82,7 +82,7 @@ class PostgresSource:
                 if res.status != pq.ExecStatus.COMMAND_OK:
                     raise ValueError(_pg_error(res.error_message))
                 desc = conn.pgconn.describe_prepared(b"monsoon_check")
-                columns = [desc.fname(i).decode() for i in range(desc.nfields)]
+                columns = [(desc.fname(i) or b"").decode() for i in range(desc.nfields)]
                 types = {c: desc.ftype(i) for i, c in enumerate(columns)}
                 not_int = {c: types[c] for c in INT_COLUMNS if c in types and types[c] not in _PG_INTEGERS}
                 names: dict[int, str] = dict(conn.execute("SELECT oid::int, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",

@@ -52,6 +52,7 @@ class ThreadDumper:
 
     def _dump(self, pid: int, sec: int, f: dict) -> None:
         try:
+            assert self.jcmd is not None     # on_second starts a dump only with jcmd found
             out = subprocess.run([self.jcmd, str(pid), "Thread.print"], capture_output=True, text=True, timeout=20)
             if out.returncode != 0:
                 self.tl.add(OP, op=OP_THREAD_DUMP, pid=pid, sec=sec, error=(out.stderr or out.stdout).strip()[:300])

@@ -94,6 +94,7 @@ def faults_section(events) -> list[dict]:
             f["chaosresult"] = {k: v for k, v in (("at_inject", at_inject), ("at_heal", at_heal))
                                 if isinstance(v, dict)}
             last = at_heal if isinstance(at_heal, dict) else at_inject
+            assert isinstance(last, dict)     # one of the two is (the branch's condition)
             f["chaosresult"].update({k: last.get(k) for k in ("name", "phase", "verdict", "fail_step")
                                      if last.get(k) is not None})
             f["caveat"] = ENGINE_CAVEAT["litmus"]

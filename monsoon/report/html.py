@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -120,7 +121,7 @@ def _human(v: float, _pos=None) -> str:
     return f"{v:g}"
 
 
-def _num(v) -> bool:
+def _num(v) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -544,7 +545,7 @@ def _experiment_dirs(run_dir: Path, results: list[dict]) -> list[tuple[Path | No
         if run_dir.is_dir() else []
     by_name = {p.name: p for p in subs}
     used: set[str] = set()
-    out = []
+    out: list[tuple[Path | None, dict | None, str]] = []
     for r in results:
         d = None
         if r.get("dir"):

@@ -49,7 +49,8 @@ def trend(values: list[float | None]) -> str:
     """``rises``, ``falls`` or ``mixed`` for a series in size order (``unknown`` with a gap or < 2 values)."""
     if len(values) < 2 or any(v is None for v in values):
         return "unknown"
-    pairs = list(zip(values, values[1:]))
+    nums = [v for v in values if v is not None]     # all of them: a gap returned above
+    pairs = list(zip(nums, nums[1:]))
     if all(b > a for a, b in pairs):
         return "rises"
     if all(b < a for a, b in pairs):

@@ -265,8 +265,9 @@ def calibration_dir() -> Path:
     """``$MONSOON_CALIBRATION_DIR``, else the user's cache: ``$XDG_CACHE_HOME/monsoon/calibration`` (default
     ``~/.cache/monsoon/calibration``). A calibration belongs to the machine, not to a checkout or a run: a fresh
     clone on the same host reuses it while its key (:func:`usable`) still holds."""
-    if settings.env(DIR_ENV):
-        return Path(settings.env(DIR_ENV))
+    d = settings.env(DIR_ENV)
+    if d:
+        return Path(d)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "monsoon" / CALIBRATION_DIR
 
@@ -351,6 +352,7 @@ def describe_auto(fraction: float, stack_spec, cal_dir: Path, profile: str) -> s
     cal = read_calibration(path)
     ok, why = usable_here(cal, stack_spec, profile)
     if ok:
+        assert cal is not None      # usable() says yes to a saved calibration only
         cap = float(cal["capacity_msg_s"])
         return (f"base_rate: auto (fraction {fraction:g} of calibrated capacity {cap:,.0f} msg/s = "
                 f"{fraction * cap:,.0f} msg/s; calibration file {path})")
@@ -437,6 +439,7 @@ def ramp(stack, tl: "RecordingTimeline", params: Params, out_dir: Path, steps: l
     try:
         load.start(stack, FleetPlan(shape, params.devices, params.qos, params.device_prefix, payload), out_dir)
         fleet, sampler, t0 = load.fleet, load.sampler, load.t0
+        assert sampler is not None and t0 is not None   # load.start() set both (or raised)
         backlog_key = ("kafka", "lag") if stack.spec.observe.kafka else ("metrics", "queue_depth")
         progress(f"[{label}] ramp: {params.devices} devices, {len(rates)} steps of {step_s}s "
                  f"({settle}s settle) from {rates[0]:,.0f} to at most {rates[-1]:,.0f} msg/s, x{params.factor:g} per step"
@@ -578,6 +581,7 @@ def resolve_auto(stack_spec, fraction: float, *, cal_dir: Path, calibrate_dir: P
             raise RuntimeError(f"base_rate: auto: could not calibrate {stack_spec.name}: {cal.get('result')}"
                                + (f" ({cal['error']})" if cal.get("error") else "")
                                + f"; see {calibrate_dir}")
+    assert cal is not None      # usable() says yes to a saved calibration only; else calibrate() made one
     cap = float(cal["capacity_msg_s"])
     out = {"base_rate": round(fraction * cap, 3), "capacity_msg_s": cap, "fraction": fraction, "source": source,
            "calibration_file": str(path), "calibrated_at": cal.get("date"), "lower_bound": cal.get("lower_bound"),
@@ -603,6 +607,7 @@ def saved_capacity(stack_spec, base_rate: float, *, cal_dir: Path, profile: str)
     ok, _ = usable_here(cal, stack_spec, profile)
     if not ok:
         return None
+    assert cal is not None      # usable() says yes to a saved calibration only
     cap = float(cal["capacity_msg_s"])
     out = {"base_rate": float(base_rate), "capacity_msg_s": cap, "fraction": round(float(base_rate) / cap, 4),
            "source": "calibration-file, fixed base_rate", "calibration_file": str(path),

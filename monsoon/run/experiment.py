@@ -127,6 +127,7 @@ def run_load(ctx: RunContext, course: Course, load: LoadHarness, stack: Stack, s
     plan, tl, progress, label, out_dir = ctx.plan, course.tl, ctx.progress, ctx.plan.label, Path(ctx.out_dir)
     exp, faults, durations = plan.exp, list(plan.faults), plan.durations
     fleet, sampler = load.fleet, load.sampler
+    assert sampler is not None      # start_load: load.start() started it (or raised)
     course.enter(LOAD)
     progress(f"[{label}] load: {exp.load.devices} devices, "
              f"{x1_line(plan.base_rate, float(exp.load.base_rate))}; "

@@ -92,6 +92,7 @@ def settle_x1(plan: RunPlan, out_dir: Path, *, run_id: str, progress: Progress =
     ``cal_dir`` default: :func:`monsoon.run.calibrate.calibration_dir` (the user's cache)."""
     exp, stack, profile = plan.exp, plan.stack, plan.profile
     out_dir = Path(out_dir)
+    info: dict | None
     if exp.load.auto:
         try:
             exp, info = resolve_experiment(stack, exp, profile, out_dir, run_id=run_id, progress=progress,

@@ -214,10 +214,10 @@ def sweep_size(course: Course, stack: Stack, plan: RunPlan, size: int, prev: dic
                     exits=course.events.exits, payload=payload, phase_prefix=f"{size}B-")
     failed = any(not s.ok for s in steps)
     dec = decide([Step.from_dict(s.to_dict()) for s in steps], params.criteria, finished=finished or failed)
-    entry = {"size": size, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
-             "reason": dec.reason, "lower_bound": dec.lower_bound,
-             "generator_bound": dec.generator_bound, "result": dec.line(),
-             "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
+    entry: dict = {"size": size, "capacity_msg_s": dec.capacity_msg_s, "criterion": dec.criterion,
+                   "reason": dec.reason, "lower_bound": dec.lower_bound,
+                   "generator_bound": dec.generator_bound, "result": dec.line(),
+                   "ladder": [start, top], "steps": [s.to_dict() for s in steps]}
     progress(f"[{slabel}] {dec.line()}")
     course.enter(DRAIN)
     entry["backlog_after"] = _drain(bootstrap, obs_kafka.group if obs_kafka else None,

@@ -239,6 +239,8 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> 
     lat_all = np.concatenate([LAT_MS, LAT_FAULT_MS]) * 1000
     hlog = IntervalLogWriter(exp / LATENCY_FILE, START_WALL + LOAD_T0)
     cache: dict[bytes, str] = {}
+    fh = hlog._fh
+    assert fh is not None     # open until hlog.close() below
     for s in sorted(hist_by_sec):
         counts = hist_by_sec[s]
         hkey = counts.tobytes()
@@ -251,7 +253,7 @@ def write_run(exp: Path, plan: Plan, chunk: int = 1 << 20, fmt: str = "csv") -> 
             enc = cache[hkey] = h.encode().decode("ascii")
             mx = h.get_max_value()
             cache[hkey + b"max"] = str(mx)
-        hlog._fh.write(f"{s:.3f},1.000,{int(cache[hkey + b'max']) / 1000.0:.3f},{enc}\n")
+        fh.write(f"{s:.3f},1.000,{int(cache[hkey + b'max']) / 1000.0:.3f},{enc}\n")
     hlog.close()
     _write_timeline(exp, plan, per_sec, hist_by_sec, windows)
 
@@ -296,6 +298,9 @@ def _write_timeline(exp: Path, plan: Plan, per_sec: np.ndarray, hist_by_sec: dic
             acked += n
             stored += n
             counts = hist_by_sec.get(s)
+            p50: float | None
+            p99: float | None
+            mx: float | None
             if counts is not None and counts.sum():
                 cum = np.cumsum(counts)
                 def q(p: float, cum=cum) -> float:

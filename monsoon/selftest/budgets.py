@@ -263,6 +263,7 @@ def run_budget(b: Budget, out: Path, *, n: int, of: int, t_all: float, demo_args
                                     text=True, errors="replace", bufsize=1, start_new_session=True)
 
             def pump() -> None:
+                assert proc.stdout is not None     # stdout=PIPE
                 for ln in proc.stdout:
                     log.write(ln)
                     log.flush()

@@ -216,7 +216,9 @@ def _type(s: dict, defs: dict) -> str:
     if "title" in s:   # pydantic's titles are gone (_tidy): this one names a form of ours
         return s["title"]
     if "$ref" in s:
-        return "mapping" if "properties" in _ref(s, defs) else _type(_ref(s, defs), defs)
+        ref = _ref(s, defs)
+        assert ref is not None     # pydantic's $ref is never empty
+        return "mapping" if "properties" in ref else _type(ref, defs)
     if "enum" in s:
         vals = [f"`{v}`" for v in s["enum"]]
         return vals[0] if len(vals) == 1 else ", ".join(vals[:-1]) + " or " + vals[-1]

@@ -178,6 +178,7 @@ class ShapeSpec(_Frozen):
         if self.kind == "ramp" and (self.from_ if self.from_ is not None else 1.0) == 0 and self.to == 0:
             raise _invalid("a ramp from 0 to 0 sends nothing: from or to must be > 0")
         if self.kind == "spike":
+            assert self.width is not None and self.every is not None     # _SHAPE_NEEDS: a spike needs both
             if not self.width < self.every:
                 raise _invalid(f"spike width ({self.width:g} s) must be shorter than every ({self.every:g} s)")
         if self.kind == "python":

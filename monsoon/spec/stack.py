@@ -318,7 +318,9 @@ GLOB_CHARS = set("*?[")
 
 def is_pattern(name: str | None) -> bool:
     """A Kafka group or topic name given as a shell-style pattern (``*``, ``?``, ``[...]``)."""
-    return bool(name) and not GLOB_CHARS.isdisjoint(name)
+    if not name:
+        return False
+    return not GLOB_CHARS.isdisjoint(name)
 
 
 class KafkaObserveSpec(_Frozen):
@@ -704,7 +706,8 @@ def _check_helm_doc(doc: LocatedDoc) -> None:
     if data.get("helm") and data.get("kubernetes"):
         raise _fail(doc, ("kubernetes",), "helm and kubernetes: a stack is one Helm release or monsoon's own "
                     "Deployments, not both")
-    services = data.get("services") if isinstance(data.get("services"), dict) else {}
+    services = data.get("services")
+    services = services if isinstance(services, dict) else {}
     for name, svc in services.items():
         svc = svc if isinstance(svc, dict) else {}
         if (svc.get("provider") or data.get("provider")) != "helm":
@@ -753,7 +756,7 @@ def _check_templates(doc: LocatedDoc) -> None:
                 if name == "port":
                     uses.setdefault(arg, []).append(path)
     uses: dict[str, list[tuple]] = {}
-    services = doc.data.get("services") if isinstance(doc.data, dict) else None
+    services: Any = doc.data.get("services") if isinstance(doc.data, dict) else None
     services = set(services) if isinstance(services, dict) else set()
     walk(doc.data, ())
     declared = doc.data.get("ports") if isinstance(doc.data, dict) else None
@@ -833,7 +836,8 @@ def _check_images(doc: LocatedDoc) -> None:
     """A container or pod service without an image, or a pod service whose name is no DNS label: at its line
     (the model's own check, which says the same, can only point at the file)."""
     data = doc.data if isinstance(doc.data, dict) else {}
-    services = data.get("services") if isinstance(data.get("services"), dict) else {}
+    services = data.get("services")
+    services = services if isinstance(services, dict) else {}
     for name, svc in services.items():
         svc = svc if isinstance(svc, dict) else {}
         provider = svc.get("provider") or data.get("provider") or "process"

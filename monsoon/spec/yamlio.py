@@ -98,7 +98,9 @@ class _Loader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
-            return _Alias(super().compose_node(parent, index), event)
+            target = super().compose_node(parent, index)
+            assert target is not None     # PyYAML's composer: an alias's anchored node (or a ComposerError)
+            return _Alias(target, event)
         line = event.start_mark.line + 1
         self.composed += 1
         if self.composed > MAX_VALUES:

@@ -38,6 +38,7 @@ def _ready_once(ready: ReadySpec, log_path: Path, render_: Callable[[str], str])
     if ready.cql:
         host, _, port = render_(ready.cql).rpartition(":")
         return cql_answers(host or "127.0.0.1", int(port))
+    assert ready.log is not None     # ReadySpec._one: exactly one of tcp, http, cql, log is given
     try:
         return re.search(render_(ready.log), this_start(log_path.read_text(errors="replace"))) is not None
     except FileNotFoundError:

@@ -236,6 +236,7 @@ class Stack:
             if not ports:
                 continue
             body = kpods.service_manifest(namespace=ns, run_id=self.run_id, service=n, ports=ports)
+            assert self._kube is not None    # made by preflight (_preflight_pods), which start() runs first
             try:
                 svc = self._kube.core.create_namespaced_service(ns, body, _request_timeout=10)
             except Exception as e:
@@ -308,8 +309,14 @@ class Stack:
             return
         if not self.spec.pods():
             return
-        kpods.import_images([self.spec.services[n].image for n in self.spec.pods()], self.on_event)
+        images = []
+        for n in self.spec.pods():
+            image = self.spec.services[n].image
+            assert image is not None    # StackSpec._runnable: a kubernetes service has an image
+            images.append(image)
+        kpods.import_images(images, self.on_event)
         ns = self.spec.kube_namespace()
+        assert self._kube is not None   # made by preflight (_preflight_pods), which start() runs first
         try:
             self._kube.ensure_namespace(ns, self.run_id)
             self._namespace = ns
@@ -415,6 +422,8 @@ class Stack:
             return self._release.podproc(svc.name, svc.log_path)     # the release's pod, found by its labels
         spec, volumes = svc.spec, self._volumes(svc)
         ns = self.spec.kube_namespace()
+        assert spec.image is not None   # StackSpec._runnable: a kubernetes service has an image
+        assert self._kube is not None   # made by preflight (_preflight_pods), which start() runs first
         manifest = kpods.deployment_manifest(
             namespace=ns, run_id=self.run_id, service=svc.name, image=spec.image, command=svc.command, env=svc.env,
             workdir=svc.dir, mem_limit=spec.mem_limit_for(self.profile), cpus=spec.cpus, volumes=volumes,
@@ -426,6 +435,7 @@ class Stack:
 
     def _container(self, svc: Service) -> "ctr.ContainerProc":
         spec, volumes = svc.spec, self._volumes(svc)
+        assert spec.image is not None   # StackSpec._runnable: a docker service has an image
         return ctr.ContainerProc(image=spec.image, command=svc.command, env=svc.env,
                                  name=ctr.container_name(self.run_id, svc.name),
                                  labels=ctr.labels_for(self.run_id, svc.name), log_path=svc.log_path,
@@ -484,6 +494,7 @@ class Stack:
         svc.supervisor.start()
 
     def _wait_ready(self, svc: Service, first: bool = True) -> bool:
+        assert svc.proc is not None     # _spawn made it (it is never unset)
         ready = svc.spec.ready
         t0 = time.monotonic()
         if ready is None:
@@ -515,6 +526,7 @@ class Stack:
     def _wait_done(self, svc: Service) -> None:
         """A oneshot service (an installer, a migration): wait for it to exit; 0 is done, anything else fails
         the start. Its end is a ``done`` event, not an ``exit``: it is no crash of the stack."""
+        assert svc.proc is not None     # _spawn made it (it is never unset)
         t0 = time.monotonic()
         deadline = t0 + svc.spec.oneshot_timeout * self.scale
         while svc.proc.poll() is None:
@@ -533,6 +545,7 @@ class Stack:
         self.on_event(SERVICE, service=svc.name, event=SVC_DONE, code=code, after_s=after)
 
     def _died(self, svc: Service, t0: float) -> StackError:
+        assert svc.proc is not None     # _spawn made it (it is never unset)
         code = _norm(svc.proc.returncode)
         taken = PORT_TAKEN.search(this_start(_tail(svc.log_path))) is not None
         err = StackError(f"service {svc.name!r} exited with code {code} during start-up "
@@ -544,6 +557,7 @@ class Stack:
     def _supervise(self, svc: Service) -> None:
         while not self._stopping.is_set():
             proc = svc.proc
+            assert proc is not None     # _spawn made it (it is never unset)
             code = _norm(proc.wait())
             if self._stopping.is_set() or svc.stopped:
                 return
@@ -594,6 +608,7 @@ class Stack:
             self.on_event(SERVICE, service=svc.name, event=SVC_RESTART_FAILED, error=str(e)[:300])
             self._stopping.wait(5)
             return
+        assert pod.instance is not None     # resume() found the next instance
         with open(svc.log_path, "ab") as log:
             log.write(f"{START_HEADER}{svc.starts + 1} of {svc.name}: pod {pod.name} "
                       f"(uid {pod.uid}, restartCount {pod.instance[1]})\n".encode())

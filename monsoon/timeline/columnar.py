@@ -361,6 +361,8 @@ class CsvParts:
         end = len(self._buf) if final else self._buf.rfind(b"\n") + 1
         if end <= 0 or self._writer is None:
             return
+        if self._header is None:            # commit() after bytes that never ended the header line
+            raise ValueError("the rows end inside their header line: no whole header, no columns")
         self._writer.write_table(csv_block_table(self._header + bytes(self._buf[:end]), self._writer.columns,
                                                  header=True))
         del self._buf[:end]

@@ -188,8 +188,9 @@ def _names(d: Declared, *more: Iterable[str]) -> frozenset[str]:
 
 # a declared, closed type without sub-kinds -> every field name it may carry (the hot path: one lookup, one <=)
 _PLAIN: dict[str, frozenset[str]] = {n: _names(d) for n, d in EVENTS.items() if not d.open and n not in KINDS}
-# a type with sub-kinds -> (its kind field, kind -> every field name an event of that kind may carry)
-_KINDED: dict[str, tuple[str, dict[str, frozenset[str]]]] = {
+# a type with sub-kinds -> (its kind field, kind -> every field name an event of that kind may carry); looked up
+# with whatever an event's kind field holds (absent: None)
+_KINDED: dict[str, tuple[str, dict[Any, frozenset[str]]]] = {
     t: (field, {k: _names(d, EVENTS[t].fields) for k, d in table.items()}) for t, (field, table) in KINDS.items()}
 
 

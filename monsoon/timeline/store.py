@@ -119,6 +119,7 @@ def read_timeline(path: Path) -> tuple[list[dict], list[Tear], int | None]:
         tears.append(Tear(name, "line", a, a, b, f"{name} line {ln} {why} (bytes {a}-{b}): an event "
                           f"{_between(out, at)} is missing", ln, _t_before(out, at)))
     if nbad > _NOTED_LINES:
+        assert last_bad is not None     # nbad > 0: last_bad is the last of the counted bad lines
         ln, a, b, at, _ = bad[_NOTED_LINES]
         tears.append(Tear(name, "line", a, a, b, f"{name}: {nbad - _NOTED_LINES} more line(s), from line {ln} to "
                           f"line {last_bad[0]}, are not JSON events either", ln, _t_before(out, at)))
@@ -190,8 +191,8 @@ class Events:
         self.tears: list[Tear] = list(tears or [])   # what :func:`read_timeline` found damaged (none: intact)
         self.damage_at = damage_at                    # index of the first event after the first damage
         # one pass over the events: a 24 h run holds ~500k, and every check and plot asks for a few series
-        self._by_type: dict[str, list[dict]] = {}
-        self._samples: dict[str, list[dict]] = {}
+        self._by_type: dict[str | None, list[dict]] = {}     # None: events without a type
+        self._samples: dict[str | None, list[dict]] = {}     # None: samples without a collector
         for e in events:
             self._by_type.setdefault(e.get("type"), []).append(e)
             if e.get("type") == SAMPLE:
