@@ -40,10 +40,16 @@ def _toxiproxy_apis_of_runs() -> list[str]:
     return apis
 
 
-def run_ids_in_place(state_root: Path | None = None) -> set[str]:
-    """Run ids that still have something in place: labelled processes or cgroup records."""
-    ids: set[str] = set(labelled_processes().values()) | set(container_owners()) | set(namespace_owners()) \
-        | set(release_owners())
+def run_ids_in_place(state_root: Path | None = None, procs: Mapping[int, tuple[str, int | None]] | None = None,
+                     objects: Mapping[str, int | None] | None = None) -> set[str]:
+    """Run ids that still have something in place: labelled processes, containers, Helm releases, namespaces or
+    cgroup records. ``procs`` and ``objects``: what :func:`process_owners` and the object listings said, when the
+    caller has read them."""
+    if procs is None:
+        ids: set[str] = set(labelled_processes().values())
+    else:
+        ids = {rid for rid, _ in procs.values()}
+    ids |= set(_object_owners() if objects is None else objects)
     rec_root = CgroupBackend(state_dir=state_root).state_root / "cgroup"
     if rec_root.exists():
         ids.update(p.name for p in rec_root.iterdir() if p.is_dir() and any(p.glob("*.json")))
@@ -155,12 +161,13 @@ class _Heal:
 
 def _runs_to_heal(h: _Heal) -> set[str]:
     """``heal --all``: every run found in place, less the live ones (named in the notes)."""
-    ids = run_ids_in_place(h.state_root)
+    procs, objects = process_owners(), _object_owners()     # read once, for what is in place and what is live
+    ids = run_ids_in_place(h.state_root, procs=procs, objects=objects)
     for t in h.tox:
         ids |= h.attempt(f"listing the runs on toxiproxy {t.client.api}", run_ids_on, t) or set()
     for k in h.kube:
         ids |= h.attempt(f"listing the runs' {k.name} objects", k.run_ids) or set()
-    live = live_run_owners()
+    live = live_run_owners(procs, objects)
     h.notes += [live_note(rid, live[rid]) for rid in sorted(ids & live.keys())]
     return ids - live.keys()
 
@@ -307,7 +314,7 @@ def reap_left_behind(run_id: str | None = None) -> ReapReport:
         procs, objects = process_owners(), _object_owners()
         live = live_run_owners(procs, objects)
         if live:
-            targets = sorted(({rid for rid, _ in procs.values()} | objects.keys()) - live.keys())
+            targets = sorted(run_ids_in_place(procs=procs, objects=objects) - live.keys())
     r = ReapReport([], [], [], [], [live_note(rid, live[rid]) for rid in sorted(live)], bool(live))
     for rid in targets:
         r.pids.extend(reap(rid))

@@ -40,7 +40,7 @@ def machine(monkeypatch, tmp_path):
     monkeypatch.setattr(chaos, "CgroupBackend", lambda state_dir=None: backends["cgroup"])
     monkeypatch.setattr(chaos, "_toxiproxy_apis_of_runs", lambda: [])
     monkeypatch.setattr(chaos, "cluster_configured", lambda: False)
-    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {"run-a", "run-b"})
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None, **_: {"run-a", "run-b"})
     for mod in (stack_mod, chaos):   # the reaper, and heal_everything's own reference
         monkeypatch.setattr(mod, "process_owners", lambda: {})
         monkeypatch.setattr(mod, "reap", lambda rid=None: reaped.append(rid) or [])

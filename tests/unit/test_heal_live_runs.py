@@ -132,7 +132,7 @@ def test_the_cli_says_which_run_it_skipped(machine, capsys, monkeypatch):
     owners, table, reaped, state = machine
     table.update({100: ("S", 1, 500), NO_PID + 1: ("S", 100, 900)})
     owners.update({NO_PID + 1: ("run-live", 100)})
-    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {"run-live"})
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None, **_: {"run-live"})
     assert cli_main(["heal", "--all"]) == 0
     out = capsys.readouterr().out
     assert "run run-live is still live (owner pid 100): skipped; use --run-id run-live to force" in out
@@ -151,7 +151,7 @@ def test_reap_without_a_run_id_kills_an_orphaned_run_and_leaves_a_live_one(monke
     mine = lambda: {pid: v for pid, v in real_owners().items() if v[0].startswith(rid)}   # noqa: E731
     for mod in (reaper_mod, chaos):
         monkeypatch.setattr(mod, "process_owners", mine)
-    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {v[0] for v in mine().values()})
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None, **_: {v[0] for v in mine().values()})
     for name in ("container_owners", "release_owners", "namespace_owners"):
         monkeypatch.setattr(chaos, name, lambda: {})
     for name in ("reap_containers", "reap_releases", "reap_namespaces"):
@@ -187,7 +187,7 @@ def test_the_reap_command_names_the_live_run_and_leaves_dockerd_and_the_cluster_
     owners.update({NO_PID + 1: ("run-live", 100)})
     reaped: list = []
     monkeypatch.setattr(chaos, "reap", lambda rid=None: reaped.append(rid) or [])
-    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None: {"run-live"})
+    monkeypatch.setattr(chaos, "run_ids_in_place", lambda state_root=None, **_: {"run-live"})
     for name in ("reap_containers", "reap_releases", "reap_namespaces"):
         monkeypatch.setattr(chaos, name, lambda rid=None: [])
     for name in ("container_owners", "release_owners", "namespace_owners"):
