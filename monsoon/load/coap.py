@@ -122,8 +122,9 @@ class HonoCoapFleet(HonoLegs, CoapFleet):
     Kafka took it).
 
     * ``telemetry``: ``POST /telemetry``; ``event``: ``POST /event``;
-    * ``command``: ``POST /telemetry?hono-ttd=5``: 2.05 with the command and its ``Location-Path``
-      (``command_response/<req-id>``), or 2.04 without one when the ttd ended (:data:`NO_COMMAND`); the device then
+    * ``command``: ``POST /telemetry?hono-ttd=5``: 2.04 with the command and its ``Location-Path``
+      (``command_response/<req-id>``), or 2.04 without one when the ttd ended (:data:`NO_COMMAND`): only the
+      ``Location-Path`` tells them apart (Hono 2.6.0 answers CHANGED either way); the device then
       answers ``POST /command_response/<req-id>?hono-cmd-status=200``.
 
     Errors count by CoAP code (``coap 5.03``), ``timeout`` or ``connection <error>``. ``max_inflight`` defaults
