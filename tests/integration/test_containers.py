@@ -108,7 +108,9 @@ def test_container_oom_faults_heal_and_reap(docker_daemon, tmp_path):
         assert landing.landed, landing.evidence
         kill = [e for e in events if e.get("event") == "exit" and e["service"] == "web"][-1]
         assert kill["oom"] is False and "killed by monsoon" in kill["cause"], kill
-        assert any(e.get("event") == "restart" and e["service"] == "web" for e in events)
+        # verify saw the new container's pid, which _spawn sets before the supervisor says "restart": wait for it
+        wait_for(lambda: any(e.get("event") == "restart" and e["service"] == "web" for e in events), 30,
+                 "web's restart event")
         # process-pause: docker pause / unpause
         h = proc.inject(_fault("process-pause"), ctx)
         assert proc.verify(h).landed and stack.container("web").refresh()["Paused"]
