@@ -152,12 +152,18 @@ def parse_image_ids(table: str) -> dict[str, str]:
     return out
 
 
-def docker_image_id(image: str) -> str | None:
-    """The Docker image ID of ``image`` on monsoon's dockerd (or DOCKER_HOST), None when it cannot be read."""
+def _docker_env() -> dict[str, str]:
+    """The environment for the docker CLI: monsoon's private dockerd (or DOCKER_HOST) when one answers."""
     env = dict(os.environ)
     host = dockerd.docker_host()
     if host:
         env["DOCKER_HOST"] = host
+    return env
+
+
+def docker_image_id(image: str) -> str | None:
+    """The Docker image ID of ``image`` on monsoon's dockerd (or DOCKER_HOST), None when it cannot be read."""
+    env = _docker_env()
     try:
         r = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True,
                            env=env, timeout=30)
@@ -748,10 +754,7 @@ class Cluster:
     def import_image(self, image: str) -> None:
         """``docker save IMAGE | ctr -n k8s.io images import -`` against monsoon's private dockerd (or DOCKER_HOST).
         Pods then use ``image: IMAGE`` with ``imagePullPolicy: Never`` (and a tag other than latest)."""
-        env = dict(os.environ)
-        host = dockerd.docker_host()
-        if host:
-            env["DOCKER_HOST"] = host
+        env = _docker_env()
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         imp = subprocess.run(self.ctr("images", "import", "-"), stdin=save.stdout, capture_output=True,
                              timeout=600)
