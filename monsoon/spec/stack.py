@@ -937,17 +937,24 @@ def load_stack(name_or_path: str | Path, *, commands: bool = False) -> StackSpec
 
 
 def jar_sha256(stack: StackSpec) -> dict[str, str]:
-    """sha256 of the jars the stack's services require (``requires: [{path: ...jar}]``) that exist, by file name:
-    what a calibration and the run history record as the platform under test."""
-    out = {}
+    """sha256 of the jars the stack's services require (``requires: [{path: ...jar}]``) that exist: what a
+    calibration and the run history record as the platform under test. Keyed by file name, or by
+    ``<folder>/<name>`` where two required jars share a name (Hono's components are each a ``quarkus-run.jar``).
+    The path's {repo}, {cache} and {stack_file_dir} are filled in (TB's and Hono's jars live in the cache)."""
+    ctx = {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
+           "stack_file_dir": str(Path(stack.source).resolve().parent) if stack.source else str(REPO)}
+    found: list[Path] = []
     for svc in stack.services.values():
         for r in svc.requires:
-            if r.path and r.path.endswith(".jar"):
-                p = Path(r.path.replace("{repo}", str(REPO)))
-                if p.is_file():
-                    h = hashlib.sha256()
-                    with open(p, "rb") as fh:
-                        for chunk in iter(lambda: fh.read(1 << 20), b""):
-                            h.update(chunk)
-                    out[p.name] = h.hexdigest()
+            text = _render_known(r.path, ctx) if r.path and r.path.endswith(".jar") else None
+            if text is not None and Path(text).is_file() and Path(text) not in found:
+                found.append(Path(text))
+    names = [p.name for p in found]
+    out = {}
+    for p in found:
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        out[p.name if names.count(p.name) == 1 else f"{p.parent.name}/{p.name}"] = h.hexdigest()
     return out

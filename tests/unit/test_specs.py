@@ -436,3 +436,23 @@ def test_an_experiment_may_turn_a_services_restart_policy_off_and_names_a_wrong_
     with pytest.raises(SpecError) as e:
         validate(load_stack("kafka"), load_experiment(str(bad)), "quick")
     assert "restart" in str(e.value) and "no service kafak" in str(e.value) and f"{bad}:" in str(e.value)
+
+
+def test_the_platform_jars_are_found_in_the_cache_and_told_apart_by_folder(tmp_path, monkeypatch):
+    """The calibration's key and the history name the platform build by its jars' sha256: a jar in the cache
+    (TB's, Hono's) counts, and Hono's components, each a quarkus-run.jar, are told apart by their folder."""
+    import hashlib
+    from monsoon.spec import stack as stack_mod
+    monkeypatch.setattr(stack_mod, "CACHE", tmp_path / "cache")
+    for rel in ("cache/tb/platform.jar", "cache/hono/auth/quarkus-run.jar", "here/mqtt/quarkus-run.jar"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(rel.encode())
+    text = STACK.replace('    ready: {tcp: "127.0.0.1:{port:db}"}\n', '    ready: {tcp: "127.0.0.1:{port:db}"}\n'
+                         '    requires: [{path: "{cache}/tb/platform.jar"}, {path: "{cache}/hono/auth/quarkus-run.jar"},\n'
+                         '               {path: "{stack_file_dir}/mqtt/quarkus-run.jar"}, {path: "{cache}/nope.jar"}]\n')
+    s = load_stack(write(tmp_path / "here", "s.yaml", text))
+    sha = {rel: hashlib.sha256(rel.encode()).hexdigest()
+           for rel in ("cache/tb/platform.jar", "cache/hono/auth/quarkus-run.jar", "here/mqtt/quarkus-run.jar")}
+    assert stack_mod.jar_sha256(s) == {"platform.jar": sha["cache/tb/platform.jar"],
+                                       "auth/quarkus-run.jar": sha["cache/hono/auth/quarkus-run.jar"],
+                                       "mqtt/quarkus-run.jar": sha["here/mqtt/quarkus-run.jar"]}
