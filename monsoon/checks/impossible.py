@@ -57,10 +57,13 @@ def _fmt(v: float) -> str:
     return f"{v:,.6g}"
 
 
-def negative(series: list[tuple[float, float]], metric: str, what: str = "a backlog") -> Impossible | None:
+def negative(series: list[tuple[float, float]], metric: str, what: str = "a backlog",
+             uncounted: float = 0.0) -> Impossible | None:
     """The first sample below zero of a gauge that counts things (``what`` says which: a queue depth, a consumer
-    lag), None when every sample is >= 0."""
-    bad = [(t, v) for t, v in series if v < 0]
+    lag), None when every sample is >= 0. ``uncounted``: how far below zero a sample may be and still be what the
+    platform finishes without counting it in (``observe.queue_depth_uncounted`` x the devices), not a wrong
+    metric."""
+    bad = [(t, v) for t, v in series if v < -uncounted]
     if not bad:
         return None
     return Impossible(metric, bad[0][0], bad[0][1], f"{what} is never negative", len(bad),
@@ -119,7 +122,9 @@ def backlog(events, what: str, series: list[tuple[float, float]]) -> Impossible 
     Kafka lag also a partition whose committed offset is past its log end (a negative lag that the lag poll
     writes as 0, so the total alone cannot show it)."""
     metric, counts = BACKLOGS.get(what, (what, "a backlog"))
-    found = negative(series, metric, counts)
+    meta = events.meta()
+    per_device = meta.get("queue_depth_uncounted") if what == "queue depth" else None
+    found = negative(series, metric, counts, float(per_device or 0) * float(meta.get("devices") or 0))
     if not what.startswith("kafka"):
         return found
     over = []

@@ -74,6 +74,7 @@ def run_experiment(ctx: RunContext) -> ExperimentResult:
                transport=exp.load.transport or stack_spec.devices.transport, engine=exp.load.engine, workers=exp.load.workers,
                durations=plan.durations.model_dump(),
                stack_source=stack_spec.source, experiment_source=exp.source,
+               queue_depth_uncounted=stack_spec.observe.queue_depth_uncounted,
                checks=[{"name": n, "params": p} for n, p in checks],
                faults=[f.model_dump(mode="json", exclude={"description"}) for f in plan.faults])
 

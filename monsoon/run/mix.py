@@ -197,7 +197,8 @@ def run_mix(stack_spec: StackSpec, exp: ExperimentSpec, out_dir: Path, *, run_id
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add(META, kind="request-mix", run_id=run_id, stack=stack_spec.name, experiment=exp.name, profile=profile,
                mix=m, shares=shares, devices=exp.load.devices, stack_source=stack_spec.source,
-               experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
+               queue_depth_uncounted=stack_spec.observe.queue_depth_uncounted, experiment_source=exp.source,
+               checks=[{"name": n, "params": p} for n, p in checks])
         course = Course(tl, label, progress, watch=stack_spec.observe.service)
         with course.guarded(on_interrupt=course.interrupted):
             restart: dict[str, str] | None = dict(exp.restart) if exp.restart else None

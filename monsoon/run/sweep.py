@@ -158,7 +158,8 @@ def run_sweep(stack_spec, exp, out_dir: Path, *, run_id: str, profile: str = "qu
     with RecordingTimeline(out_dir / TIMELINE_FILE) as tl:
         tl.add(META, kind="size-sweep", run_id=run_id, stack=stack_spec.name, experiment=exp.name,
                profile=profile, sizes=sizes, sweep=sw, devices=exp.load.devices, stack_source=stack_spec.source,
-               experiment_source=exp.source, checks=[{"name": n, "params": p} for n, p in checks])
+               queue_depth_uncounted=stack_spec.observe.queue_depth_uncounted, experiment_source=exp.source,
+               checks=[{"name": n, "params": p} for n, p in checks])
         course = Course(tl, label, progress, watch=stack_spec.observe.service)
         with course.guarded(on_interrupt=course.interrupted):
             with course.start_stack(stack_spec, out_dir, run_id=run_id, profile=profile, env=exp.env,

@@ -76,6 +76,7 @@ META = event("meta", "What the run is: its id, stack, experiment, profile and pl
              ["run_id", "stack", "profile"],
              ["experiment", "kind", "base_rate", "base_rate_auto", "env", "restart", "shape", "multiplier",
               "devices", "qos", "transport", "engine", "workers", "durations", "stack_source", "experiment_source",
+              "queue_depth_uncounted",              # observe.queue_depth_uncounted: per device, below zero
               "checks", "faults",
               "rates", "params", "criteria",       # a calibration (kind "calibration")
               "mix", "shares",                     # a request mix (kind "request-mix")

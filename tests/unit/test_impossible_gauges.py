@@ -211,3 +211,33 @@ def test_serves_throughout_names_a_gc_counter_that_fell_and_does_not_read_it(tmp
     assert v.verdict == FAIL                       # judged on the acks, as ever: the GC share is evidence only
     assert "gc_time_pct" not in v.figures
     assert "gc_seconds (observe.metrics.gc_seconds) not read: 0 at t=14s (a counter only rises" in v.message
+
+
+def test_a_stack_that_states_what_its_queue_depth_leaves_out_is_judged_below_zero_down_to_that(tmp_path):
+    """ThingsBoard's put-minus-done depth reads -3 per device from the first connect (its connect and activity
+    events reach the rule engine through no counter of the formula): a stack stating queue_depth_uncounted: 5
+    is judged on it down to -5 x the run's devices, and below that the metric is wrong again."""
+    pts = [(float(t), -301.0 if t < 10 else (8000.0 if t < 70 else -250.0)) for t in range(0, 130)]
+
+    def stated(d, pts, per_device=5, devices=100):
+        b = RunBuilder(d).phases(10, 60, 60).lag(pts, collector="metrics", field="queue_depth")
+        b.events[0].update(queue_depth_uncounted=per_device, devices=devices)
+        return run(b)
+    v = lag_recovers_within(stated(tmp_path / "tb", pts), seconds=60)
+    assert v.verdict == PASS and v.figures["peak_lag"] == 8000.0, v.message
+    assert lag_bounded(stated(tmp_path / "tb2", pts), max=10000).verdict == PASS
+    # 20 devices allow only -100: -301 is wrong again, and so is the same run of a stack that states nothing
+    few = lag_recovers_within(stated(tmp_path / "few", pts, devices=20), seconds=60)
+    assert few.verdict == UNKNOWN and "-301 at t=0s" in few.message
+    assert lag_recovers_within(queue_run(tmp_path / "none", pts), seconds=60).verdict == UNKNOWN
+    # a Kafka lag is never excused by it
+    b = RunBuilder(tmp_path / "kafka").phases(10, 60, 60).lag([(float(t), -5.0) for t in range(130)])
+    b.events[0].update(queue_depth_uncounted=5, devices=100)
+    assert lag_recovers_within(run(b), seconds=60).verdict == UNKNOWN
+
+
+def test_queue_depth_uncounted_needs_a_queue_depth():
+    from monsoon.spec.stack import ObserveSpec
+    with pytest.raises(ValueError, match="queue_depth_uncounted needs metrics.queue_depth"):
+        ObserveSpec(queue_depth_uncounted=5)
+    assert ObserveSpec(metrics_url="http://x", metrics={"queue_depth": "a - b"}, queue_depth_uncounted=5)
