@@ -96,3 +96,29 @@ def code_strings(path: Path) -> set[str]:
             and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
     return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
             and id(n) not in docs}
+
+
+# ------------------------------------------------------------ real runs kept as fixtures (tests/fixtures/)
+
+#: the checks that read the acked/stored/sent datasets, which a fixture keeps for some devices only
+DATASET_CHECKS = {"no_acked_loss", "no_duplicates", "no_unexpected"}
+
+
+def rejudge(kept: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """(the checks of a copy of the kept experiment folder judged again with ``monsoon analyze``, by name; the
+    run's own result.json). Never in place: analyze writes into the tree it reads."""
+    import shutil
+    from monsoon.analysis import analyze
+    recorded = json.loads((kept / "result.json").read_text())
+    shutil.copytree(kept, tmp_path / "run" / f"{recorded['stack']}--{recorded['experiment']}")
+    (result,) = analyze(tmp_path / "run")["results"]
+    return {c["name"]: c for c in result["checks"]}, recorded
+
+
+def assert_as_recorded(got: dict, recorded: dict) -> None:
+    """The run's verdicts again; and its figures again where the check reads only what was kept whole."""
+    assert {n: c["verdict"] for n, c in got.items()} == {c["name"]: c["verdict"] for c in recorded["checks"]}
+    for c in recorded["checks"]:
+        if c["name"] not in DATASET_CHECKS:
+            now = got[c["name"]]["figures"]
+            assert {k: now.get(k) for k in c["figures"]} == c["figures"], c["name"]

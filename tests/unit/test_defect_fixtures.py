@@ -12,18 +12,15 @@ figures the run recorded."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from monsoon.analysis import analyze
 from monsoon.selftest.defects import DEFECTS
+from tests.unit.helpers import assert_as_recorded, rejudge
 
 FAIL, PASS = "fail", "pass"
 KEPT = Path(__file__).resolve().parents[1] / "fixtures" / "defects"
-# the checks that read the acked/stored/sent datasets, of which 10 of 50 devices are kept
-DATASET_CHECKS = {"no_acked_loss", "no_duplicates", "no_unexpected"}
 
 # each defect: the check that must fail, and its headline figures on the reduced fixture
 DEFECT_FIGURES: dict[str, tuple[str, dict]] = {
@@ -90,19 +87,7 @@ def test_the_fixtures_are_the_defect_catalogue_and_small():
 
 def judged(name: str, tmp_path: Path) -> tuple[dict, dict]:
     """(the checks of a copy of the fixture judged again by name, the run's own result.json)."""
-    recorded = json.loads((KEPT / name / "result.json").read_text())
-    shutil.copytree(KEPT / name, tmp_path / "run" / f"{recorded['stack']}--{recorded['experiment']}")
-    (result,) = analyze(tmp_path / "run")["results"]
-    return {c["name"]: c for c in result["checks"]}, recorded
-
-
-def _as_recorded(got: dict, recorded: dict) -> None:
-    """The run's verdicts again; and its figures again where the check reads only what was kept whole."""
-    assert {n: c["verdict"] for n, c in got.items()} == {c["name"]: c["verdict"] for c in recorded["checks"]}
-    for c in recorded["checks"]:
-        if c["name"] not in DATASET_CHECKS:
-            now = got[c["name"]]["figures"]
-            assert {k: now.get(k) for k in c["figures"]} == c["figures"], c["name"]
+    return rejudge(KEPT / name, tmp_path)
 
 
 @pytest.mark.parametrize("name", list(DEFECT_FIGURES))
@@ -113,7 +98,7 @@ def test_a_seeded_defect_fails_its_check_again(name, tmp_path):
     assert {k: got[check]["figures"].get(k) for k in figures} == figures
     for said in DEFECT_MESSAGES[name]:
         assert said in got[check]["message"]
-    _as_recorded(got, recorded)
+    assert_as_recorded(got, recorded)
 
 
 @pytest.mark.parametrize("name", list(CLEAN_FIGURES))
@@ -123,7 +108,7 @@ def test_a_clean_control_passes_every_check_again(name, tmp_path):
         {n: c["message"] for n, c in got.items() if c["verdict"] != PASS}
     for check, figures in CLEAN_FIGURES[name].items():
         assert {k: got[check]["figures"].get(k) for k in figures} == figures, check
-    _as_recorded(got, recorded)
+    assert_as_recorded(got, recorded)
 
 
 def test_the_kept_timelines_hold_only_declared_events():
