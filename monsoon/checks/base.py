@@ -127,6 +127,16 @@ class RunData:
         return ""
 
 
+def when(run: RunData, t: float) -> str:
+    """A timeline time as the checks' messages say it: ``t=233s (51s into the burst)``, naming the load phase
+    it falls in (none after the load: ``t=320s``)."""
+    s = f"t={t:.0f}s"
+    for p in run.events.phases():
+        if p["start"] <= t < p["end"]:
+            return s + f" ({t - p['start']:.0f}s into the {p['name']})"
+    return s
+
+
 def check_base(name: str) -> str:
     """The registered check behind a verdict's name: ``latency_objective[steady]`` -> ``latency_objective``."""
     return name.split("[", 1)[0]

@@ -9,7 +9,7 @@ import bisect
 import builtins
 
 from monsoon.checks import impossible
-from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, when
 from monsoon.checks.burrow import ERRORS, OK, STATUS_NAMES, WARN, kafka_samples, partition_statuses
 from monsoon.rundir import ACKED_DATA, STORED_DATA
 from monsoon.timeline.columnar import run_file_exists
@@ -161,14 +161,6 @@ def drain_time(events, tolerance: float = 10.0, span: float = 5.0, capacity: flo
 
 # ------------------------------------------------------------ the checks
 
-def _when(run: RunData, t: float) -> str:
-    s = f"t={t:.0f}s"
-    for p in run.events.phases():
-        if p["start"] <= t < p["end"]:
-            return s + f" ({t - p['start']:.0f}s into the {p['name']})"
-    return s
-
-
 def lag_bounded(run: RunData, max: float) -> Verdict:
     """The backlog (Kafka consumer lag, else the platform's queue depth) never exceeds ``max``."""
     name = "lag_bounded"
@@ -202,8 +194,8 @@ def lag_bounded(run: RunData, max: float) -> Verdict:
     if over:
         figures["samples_over"] = len(over)
         return Verdict(name, FAIL, figures,
-                       f"{what} peaked at {peak:,.0f} at {_when(run, t_peak)}, above the limit {limit:,.0f} "
-                       f"(first over at {_when(run, over[0][0])}, {len(over)} samples over){drain_note}")
+                       f"{what} peaked at {peak:,.0f} at {when(run, t_peak)}, above the limit {limit:,.0f} "
+                       f"(first over at {when(run, over[0][0])}, {len(over)} samples over){drain_note}")
     ts = [t for t, _ in series]
     gap = _max((b - a for a, b in zip(ts, ts[1:])), default=0.0)
     figures["longest_gap_s"] = round(gap, 1)
@@ -212,7 +204,7 @@ def lag_bounded(run: RunData, max: float) -> Verdict:
                        f"{what} stayed <= {peak:,.0f} (limit {limit:,.0f}) where sampled, but sampling had a "
                        f"{gap:.0f}s gap: the lag in between is unknown")
     return Verdict(name, PASS, figures,
-                   f"{what} peaked at {peak:,.0f} at {_when(run, t_peak)} (limit {limit:,.0f}){drain_note}")
+                   f"{what} peaked at {peak:,.0f} at {when(run, t_peak)} (limit {limit:,.0f}){drain_note}")
 
 
 def consumer_not_stalled(run: RunData, window: int = 10) -> Verdict:
@@ -234,7 +226,7 @@ def consumer_not_stalled(run: RunData, window: int = 10) -> Verdict:
                "window": window, "warn_polls": warns}
     if errs:
         firsts = sorted((v[0] for v in errs.values()), key=lambda s: (-s.status, s.t))
-        parts = [f"{s.partition} {s.name} at {_when(run, s.t)}: {s.reason}" for s in firsts[:3]]
+        parts = [f"{s.partition} {s.name} at {when(run, s.t)}: {s.reason}" for s in firsts[:3]]
         return Verdict(name, FAIL, figures,
                        f"worst status {STATUS_NAMES[worst]} ({worst}); {len(errs)} partition(s) in error: "
                        + "; ".join(parts))

@@ -9,7 +9,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, combine
+from monsoon.checks.base import FAIL, PASS, RunData, UNKNOWN, Verdict, combine, when
 from monsoon.checks.memory import gc_log_files, gc_logs
 from monsoon.timeline.views import KILL_KINDS, explained_by_kill, fault_windows
 from monsoon.timeline.store import Events
@@ -342,14 +342,6 @@ def heap_headroom(run) -> tuple[list[Headroom], str]:
 
 # =============================================================== the check
 
-def _when(run, t: float) -> str:
-    burst = run.events.phase("burst")
-    when = f"t={t:.0f}s"
-    if burst and t >= burst["start"]:
-        when += f" ({t - burst['start']:.0f}s into the burst)"
-    return when
-
-
 def _signal_of(code) -> str:
     if isinstance(code, int) and code > 128:
         try:
@@ -466,7 +458,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
         if d.injected:
             figures["injected_kills"] = len(d.injected)
         if d.ooms:
-            results.append((FAIL, "; ".join(f"{e['service']} died: {why} at {_when(run, e['t'])}" for e, why in d.ooms[:3])
+            results.append((FAIL, "; ".join(f"{e['service']} died: {why} at {when(run, e['t'])}" for e, why in d.ooms[:3])
                             + f"; {len(after_oom)} restart(s) after it"))
         else:
             notes.append("no out-of-memory death" + (f" ({len(d.injected)} exit(s) caused by injected kills)"
@@ -474,11 +466,11 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
                          + (f"; {len(d.unexpected)} death(s) without OOM evidence: see no_unexpected_exit"
                             if d.unexpected else ""))
         for e in d.uncovered:
-            results.append((UNKNOWN, f"{e['service']} died of SIGKILL (exit 137) at {_when(run, e['t'])} and no "
+            results.append((UNKNOWN, f"{e['service']} died of SIGKILL (exit 137) at {when(run, e['t'])} and no "
                                      f"angle could tell whether the kernel OOM killer did it (no cgroup samples of "
                                      f"it, kernel log unreadable)"))
         for svc, inc in d.stray:
-            what = (f"cgroup oom_kill {inc.before}→{inc.after} in {inc.cgroup} at {_when(run, inc.t)} "
+            what = (f"cgroup oom_kill {inc.before}→{inc.after} in {inc.cgroup} at {when(run, inc.t)} "
                     f"without an exit 137 of {svc}")
             if inc.shared:
                 results.append((UNKNOWN, what + ": the cgroup is shared with other processes, so the victim "
@@ -493,7 +485,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
                 killed = any(e["service"] == x.service and x.start <= e["t"] <= x.end + LIMIT_GAP_S + 2.0
                              for e, _ in d.ooms)
                 results.append((FAIL, f"{x.service} stalled at its memory limit for {x.seconds:.0f} s from "
-                                      f"{_when(run, x.start)}: cgroup usage {x.usage_mb:,.1f} of {x.limit_mb:,.0f} MB"
+                                      f"{when(run, x.start)}: cgroup usage {x.usage_mb:,.1f} of {x.limit_mb:,.0f} MB"
                                       + (f" ({x.anon_mb:,.0f} MB anonymous)" if x.anon_mb is not None else "")
                                       + f", {x.acked:,} of {x.scheduled:,} messages acked meanwhile"
                                       + (f", {x.refaults:,} evicted file pages re-read (thrashing)" if x.refaults
@@ -519,7 +511,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
             angles += 1
             figures[f"{key}_oom_killed"] = len(pe.of("oom"))
         if pe.of("oom"):
-            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in pe.of("oom")[:3])))
+            results.append((FAIL, "; ".join(f"{e.text} at {when(run, e.t)}" for e in pe.of("oom")[:3])))
         elif pe.good:
             notes.append(f"{label}: {pe.keys} container(s), 0 OOMKilled")
         for p in pe.problems:
@@ -538,7 +530,7 @@ def no_oom(run: RunData, min_headroom_pct: float | None = None) -> Verdict:
                 figures[f"heap_headroom_pct.{r.service}"] = r.pct
         desc = (f"heap headroom {worst.pct:.1f}%: {worst.service}'s heap after GC peaked at "
                 f"{worst.peak_after_gc_mb:,.0f} MB of {worst.max_mb:,.0f} MB max ({worst.source})"
-                + (f" at {_when(run, worst.t)}" if worst.t is not None else ""))
+                + (f" at {when(run, worst.t)}" if worst.t is not None else ""))
         if min_headroom_pct is not None:
             lim = float(min_headroom_pct)
             figures["min_headroom_pct"] = lim
@@ -594,11 +586,11 @@ def no_unexpected_exit(run: RunData) -> Verdict:
         if d.ooms:
             figures["oom_deaths"] = len(d.ooms)
         if d.unexpected:
-            results.append((FAIL, "; ".join(f"{why} at {_when(run, e['t'])}" for e, why in d.unexpected[:3])
+            results.append((FAIL, "; ".join(f"{why} at {when(run, e['t'])}" for e, why in d.unexpected[:3])
                             + (f" (and {len(d.unexpected) - 3} more)" if len(d.unexpected) > 3 else "")
                             + f"; {len(restarts)} restart(s)"))
         for f in failed:
-            results.append((FAIL, f"{f['service']} could not be restarted at {_when(run, f['t'])}: "
+            results.append((FAIL, f"{f['service']} could not be restarted at {when(run, f['t'])}: "
                                   f"{str(f.get('error', ''))[:200]}"))
         if not d.unexpected and not failed:
             notes.append("no unexpected death or restart"
@@ -620,7 +612,7 @@ def no_unexpected_exit(run: RunData) -> Verdict:
             figures[f"{key}_injected_kills"] = injected_p
         if exits_p or n_restarts:
             shown = (exits_p or restarts_p)[:3]
-            results.append((FAIL, "; ".join(f"{e.text} at {_when(run, e.t)}" for e in shown)
+            results.append((FAIL, "; ".join(f"{e.text} at {when(run, e.t)}" for e in shown)
                             + f"; {n_restarts} restart(s) without an OOMKilled or an injected kill"))
         else:
             notes.append(f"{label}: {pe.keys} container(s), no unexpected exit or restart")

@@ -21,16 +21,27 @@ KEPT = Path(__file__).resolve().parents[1] / "fixtures" / "platforms"
 # each kept run: (stack, experiment), then per check its verdict, headline figures (on the kept devices for the
 # dataset checks) and words of its message
 STORIES: dict[str, tuple[tuple[str, str], dict[str, tuple[str, dict, list[str]]]]] = {
-    # Hono's MQTT adapter (-Xmx192m) at 2.5 x its calibrated capacity of 11,102 msg/s: it died of
-    # OutOfMemoryError 33 s into the burst; what it acked was in Kafka, so nothing acked was lost
+    # Hono's MQTT adapter (-Xmx192m) at 2.5 x its calibrated capacity of 11,102 msg/s: its heap was full 13 s into
+    # the 30 s burst and it died of OutOfMemoryError 3 s after it (the run said "33s into the burst" then: the
+    # OOM check counted from the burst's start whatever the phase); what it acked was in Kafka, none of it lost
     "hono-kafka-x10-adapter-oom": (("hono-kafka", "hono-burst-x10"), {
         "no_oom": (FAIL, {"oom_events": 1, "restarts": 1, "heap_headroom_pct": 3.6, "heap_peak_after_gc_mb": 185},
-                   ["mqtt-adapter died: java.lang.OutOfMemoryError (JVM exit 3) at t=85s (33s into the burst)"]),
+                   ["mqtt-adapter died: java.lang.OutOfMemoryError (JVM exit 3) at t=85s (3s into the recovery)",
+                    "at t=65s (13s into the burst)"]),
         "no_acked_loss": (PASS, {"acked": 1154, "acked_lost": 0, "stored_unacked": 3150},
                           ["all 1,154 acked messages stored"]),
         "lag_recovers_within": (PASS, {"peak_lag": 4683}, []),
         "serves_throughout": (FAIL, {"judged_seconds": 60}, ["mqtt-adapter served 16 of 915,915 messages"]),
         "load_valid": (UNKNOWN, {"late_pct": 13.671}, ["the generator fell behind its schedule"]),
+    }),
+    # ThingsBoard with its Kafka queue at 2.5 x its calibrated capacity of 3,638 msg/s: the flood became consumer
+    # lag (439,338 at its peak), drained 110 s after the burst, and nothing acked was lost; the heap after GC
+    # reached 766 of 768 MB in the drain without an OutOfMemoryError
+    "thingsboard-kafka-x10-lag-drained": (("thingsboard-kafka", "thingsboard-burst-x10"), {
+        "no_oom": (PASS, {"oom_events": 0, "heap_headroom_pct": 0.3}, ["766 MB of 768 MB max (heap_max metric) at t=320s"]),
+        "no_acked_loss": (PASS, {"acked": 30470, "acked_lost": 0, "duplicates": 0}, ["all 30,470 acked messages stored"]),
+        "lag_recovers_within": (PASS, {"peak_lag": 439338, "recovery_s": 110}, ["peaked at 439,338"]),
+        "load_valid": (PASS, {"late_pct": 2.944}, []),
     }),
 }
 
@@ -41,7 +52,7 @@ def test_the_kept_platform_runs_are_the_stories_and_small():
         rec = json.loads((KEPT / name / "result.json").read_text())
         assert (rec["stack"], rec["experiment"]) == (stack, experiment)
     sizes = {d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) for d in KEPT.iterdir()}
-    assert all(s < 700_000 for s in sizes.values()), sizes
+    assert all(s < 1_200_000 for s in sizes.values()), sizes
 
 
 @pytest.mark.parametrize("name", list(STORIES))
