@@ -396,19 +396,20 @@ def test_an_interrupt_stops_the_demo_and_kills_the_neighbour(tmp_path, monkeypat
         pids.append(p.pid)
         return p
     monkeypatch.setattr(bud.subprocess, "Popen", popen)
-    demo = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    # the demo interrupts us itself once it runs (its SIGINT handler in place): a timer could fire while the
+    # demo is still being started on a busy machine, and a demo that is not running yet cannot show the stop
+    demo = [sys.executable, "-c", "import os, signal, time; print('started', flush=True); "
+            "os.kill(os.getppid(), signal.SIGALRM); time.sleep(60)"]
 
     def interrupt(*_):
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.0)
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
             bud.run_budget(b, tmp_path, n=1, of=1, t_all=t0, demo_args=[], verbose=False, demo=demo,
                            runs=tmp_path / "runs")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert time.monotonic() - t0 < 20 and len(pids) == 2       # the neighbour, the demo
     assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
