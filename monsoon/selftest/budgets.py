@@ -230,6 +230,13 @@ def _stop(proc: subprocess.Popen, first: int, wait_s: float, *, children: bool =
             proc.wait()
 
 
+#: run the demo through this: SIGINT back to its default, then exec. A process that a script started in the
+#: background inherits SIGINT ignored, and Python then leaves it ignored: the demo would not hear the SIGINT
+#: that stops it (and tears its stacks down), and would be SIGKILLed STOP_WAIT_S later with its stacks left up
+HEAR_SIGINT = (sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
 def _elapsed(s: float) -> str:
     return f"{int(s // 60)}m{int(s % 60):02d}s"
 
@@ -258,7 +265,7 @@ def run_budget(b: Budget, out: Path, *, n: int, of: int, t_all: float, demo_args
             beside.enter_context(busy_neighbour(entry))
         # its own session: a Ctrl-C reaches it once, from here, and it tears its stacks down
         with open(log_path, "w") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env,
+            proc = subprocess.Popen([*HEAR_SIGINT, *cmd], cwd=REPO, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", bufsize=1, start_new_session=True)
 

@@ -385,8 +385,12 @@ def test_a_demo_without_a_summary_is_not_reproduced(tmp_path):
     assert e["problems"][0].startswith("no run directory in the demo's output (exit 4")
 
 
-def test_an_interrupt_stops_the_demo_and_kills_the_neighbour(tmp_path, monkeypatch):
+@pytest.mark.parametrize("started_in_the_background", [False, True])
+def test_an_interrupt_stops_the_demo_and_kills_the_neighbour(tmp_path, monkeypatch, started_in_the_background):
+    """Also when monsoon was started in the background by a script, which leaves SIGINT ignored in it (and, but
+    for budgets.HEAR_SIGINT, in the demo: it then slept its 60 s through the SIGINT)."""
     import signal
+    was = signal.signal(signal.SIGINT, signal.SIG_IGN) if started_in_the_background else None
     [b] = bud.parse_budgets("neighbour")
     pids = []
     real_popen = bud.subprocess.Popen
@@ -411,6 +415,8 @@ def test_an_interrupt_stops_the_demo_and_kills_the_neighbour(tmp_path, monkeypat
                            runs=tmp_path / "runs")
     finally:
         signal.signal(signal.SIGALRM, old)
+        if was is not None:
+            signal.signal(signal.SIGINT, was)
     assert time.monotonic() - t0 < 20 and len(pids) == 2       # the neighbour, the demo
     assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
 
