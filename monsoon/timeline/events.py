@@ -152,7 +152,8 @@ OP_LOAD_END = op("load-end", "The load is over: the fleet's totals (FleetTotals,
                  ["sent", "acked"],
                  ["scheduled", "failed", "late", "dropped", "unacked", "p50_ms", "p99_ms", "max_ms", "reconnects",
                   "elapsed_s", "lost_in_flight", "cpus",
-                  "failures"])     # a request fleet's failures by cause
+                  "failures",      # a request fleet's failures by cause
+                  "legs"])         # Hono's fleets: each leg's summary (monsoon.load.hono.HonoTotals)
 OP_FINAL_READ_BACK = op("final-read-back", "Reading storage again after the other services stopped failed.",
                         ["ok", "error"])
 OP_DEPROVISIONED = op("deprovisioned", "The devices a registry holds for the run deleted (or why not).", [],

@@ -183,3 +183,22 @@ def test_the_readers_name_events_by_their_declared_constants():
                         if k.arg in ("op", "event") and isinstance(k.value, ast.Constant):
                             bad.append(f"{p.relative_to(REPO)}:{node.lineno}: {k.arg}={k.value.value!r}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_fleet_s_totals_are_declared_on_load_end():
+    """The load-end op carries a fleet's totals (harness.totals_dict): every field of every totals class must be
+    declared, or the run stops with UndeclaredEvent at the end of its load. Hono's legs were not (its HTTP and
+    CoAP mixes failed so on the real Hono, which CI cannot build)."""
+    import dataclasses
+    from monsoon.load.base import FleetTotals
+    import monsoon.load.aio  # noqa: F401  (RequestTotals)
+    import monsoon.load.hono  # noqa: F401  (HonoTotals)
+
+    def subclasses(c):
+        return [c, *(s for sub in c.__subclasses__() for s in subclasses(sub))]
+    classes = subclasses(FleetTotals)
+    assert {c.__name__ for c in classes} >= {"FleetTotals", "RequestTotals", "HonoTotals"}
+    declared = E.OPS[E.OP_LOAD_END].fields
+    for c in classes:
+        missing = {f.name for f in dataclasses.fields(c)} - {"last_seq"} - declared
+        assert not missing, (c.__name__, missing)
