@@ -730,8 +730,7 @@ def _check_helm_doc(doc: LocatedDoc) -> None:
 def helm_path(value: str, stack_file: Path | str, ctx: dict[str, str] | None = None) -> Path | None:
     """A helm section's path (chart, values file) with {repo} {cache} {stack_file_dir} filled in, relative to the
     stack file's folder; None when it names a placeholder only known once the run starts."""
-    ctx = ctx or {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
-                  "stack_file_dir": str(Path(stack_file).resolve().parent)}
+    ctx = ctx or _known_now(stack_file)
     text = _render_known(value, ctx)
     if text is None:
         return None
@@ -856,11 +855,12 @@ def _check_images(doc: LocatedDoc) -> None:
                         "digits, '-'): it names the Deployment and its container")
 
 
-def _known_now(doc: LocatedDoc) -> dict[str, str]:
+def _known_now(doc: LocatedDoc | Path | str) -> dict[str, str]:
     """The placeholders known before a run (the others, {run_dir} {stack_dir} {dir} {port:NAME}, only once it
-    starts)."""
+    starts), for the stack file ``doc`` (its parsed form or its path)."""
+    path = doc.path if isinstance(doc, LocatedDoc) else doc
     return {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
-            "stack_file_dir": str(Path(doc.path).resolve().parent)}
+            "stack_file_dir": str(Path(path).resolve().parent)}
 
 
 def _render_known(value: str, ctx: dict[str, str]) -> str | None:
@@ -949,8 +949,7 @@ def jar_sha256(stack: StackSpec) -> dict[str, str]:
     calibration and the run history record as the platform under test. Keyed by file name, or by
     ``<folder>/<name>`` where two required jars share a name (Hono's components are each a ``quarkus-run.jar``).
     The path's {repo}, {cache} and {stack_file_dir} are filled in (TB's and Hono's jars live in the cache)."""
-    ctx = {"repo": str(REPO), "cache": str(CACHE), "python": sys.executable,
-           "stack_file_dir": str(Path(stack.source).resolve().parent) if stack.source else str(REPO)}
+    ctx = _known_now(stack.source or REPO / "stack.yaml")
     found: list[Path] = []
     for svc in stack.services.values():
         for r in svc.requires:
@@ -958,11 +957,21 @@ def jar_sha256(stack: StackSpec) -> dict[str, str]:
             if text is not None and Path(text).is_file() and Path(text) not in found:
                 found.append(Path(text))
     names = [p.name for p in found]
-    out = {}
-    for p in found:
+    return {(p.name if names.count(p.name) == 1 else f"{p.parent.name}/{p.name}"): _file_sha256(p) for p in found}
+
+
+_SHA256: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(p: Path) -> str:
+    """A file's sha256, hashed once per process while its size and mtime hold: TB's jar is 328 MB, and a run
+    asks for it when it reads its calibration, when it records one and when it writes its history."""
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SHA256:
         h = hashlib.sha256()
         with open(p, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
-        out[p.name if names.count(p.name) == 1 else f"{p.parent.name}/{p.name}"] = h.hexdigest()
-    return out
+        _SHA256[key] = h.hexdigest()
+    return _SHA256[key]
