@@ -61,7 +61,8 @@ def loadgen_config(devices: Sequence[Device], host: str, port: int, options: Fle
         "qos": int(o.qos),
         "topic": o.topic,
         "client_id_prefix": client_id_prefix,
-        "devices": [{"name": d.name, "token": d.token} for d in devices],
+        "devices": [{"name": d.name, "token": d.token, **({"password": d.password} if d.password else {})}
+                    for d in devices],
         "segments": segs,
         "late_tolerance_ms": o.late_tolerance_s * 1000.0,
         "payload": (o.payload or Payload()).native_spec(),

@@ -74,13 +74,16 @@ def own_socket_fds() -> int:
 
 
 class Broker:
-    def __init__(self, workdir: Path, port: int, *, anonymous: bool = True) -> None:
+    def __init__(self, workdir: Path, port: int, *, anonymous: bool = True, password_file: Path | None = None) -> None:
         self.port = port
         self.conf = workdir / f"mosquitto-{port}.conf"
         self.log = workdir / f"mosquitto-{port}.log"
         self.conf.write_text(
             f"listener {port} 127.0.0.1\n"
             f"allow_anonymous {'true' if anonymous else 'false'}\n"
+            # run as root, mosquitto drops to user mosquitto before it reads the password file (in a 0700 tmp dir)
+            + (f"password_file {password_file}\n" + ("user root\n" if os.geteuid() == 0 else "")
+               if password_file else "") +
             "persistence false\n"
             "max_queued_messages 0\n"
             "log_type error\nlog_type warning\nlog_type notice\n"

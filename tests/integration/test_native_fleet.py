@@ -364,6 +364,43 @@ def test_connect_nothing_listening_names_endpoint(tmp_path: Path, loadgen: Path)
     fleet.close()
 
 
+def test_devices_with_a_password_log_in_with_it_and_a_wrong_one_is_refused(loadgen: Path, tmp_path: Path) -> None:
+    """As Hono's MQTT adapter wants: user name and password in CONNECT. A broker that allows no anonymous client
+    takes the devices whose password is right, and refuses the one whose password is wrong, naming it."""
+    import shutil
+
+    from monsoon.load.stats import FleetConnectError
+    from monsoon.stack.provision import Device
+
+    passwd = shutil.which("mosquitto_passwd")
+    if passwd is None:
+        pytest.skip("mosquitto_passwd not found (apt-get install -y mosquitto)")
+    devices = [Device(f"dev-{i}", f"dev-{i}@tenant", f"secret-{i}") for i in range(3)]
+    pw = tmp_path / "passwd"
+    pw.touch()
+    for d in devices:
+        subprocess.run([passwd, "-b", str(pw), d.token, d.password], check=True, capture_output=True)
+    pw.chmod(0o600)
+    b = Broker(tmp_path, free_port(), anonymous=False, password_file=pw)
+    try:
+        b.start()
+        with NativeFleet(devices, "127.0.0.1", b.port, shape=Steady(rate=30, duration=1),
+                         acked_path=tmp_path / "acked.csv") as fleet:
+            fleet.connect(timeout=10)
+            assert fleet.connected == 3
+            totals = fleet.run(threading.Event(), None)
+        assert totals.scheduled == totals.acked == 30
+        wrong = [Device("dev-0", "dev-0@tenant", "not-the-secret")]
+        fleet = NativeFleet(wrong, "127.0.0.1", b.port, shape=Steady(rate=1, duration=1),
+                            acked_path=tmp_path / "acked2.csv")
+        with pytest.raises(FleetConnectError) as ei:
+            fleet.connect(timeout=5)
+        fleet.close()
+        assert "dev-0" in str(ei.value) and "not authori" in str(ei.value).lower(), str(ei.value)
+    finally:
+        b.stop()
+
+
 def test_the_rendered_kubernetes_job_runs_as_pods_would(broker: Broker, loadgen: Path, tmp_path: Path) -> None:
     """`monsoon load-job`'s ConfigMap + Job, run the way Kubernetes runs an Indexed Job: the container's command,
     once per index with JOB_COMPLETION_INDEX set, all at once. Together the pods send the experiment's whole load,

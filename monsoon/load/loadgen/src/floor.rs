@@ -39,7 +39,7 @@ pub fn run(port: u16, connections: usize, messages: u64, batch: usize) -> Result
         let mut s = TcpStream::connect(&addr).map_err(|e| format!("floor: connect {addr}: {e}"))?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         let mut b = Vec::new();
-        mqtt::connect(&mut b, &format!("floor-{i:06}"), "", 60);
+        mqtt::connect(&mut b, &format!("floor-{i:06}"), "", None, 60);
         s.write_all(&b).map_err(|e| e.to_string())?;
         let mut ack = [0u8; 4];
         s.read_exact(&mut ack).map_err(|e| format!("floor: CONNACK: {e}"))?;

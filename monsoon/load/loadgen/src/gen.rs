@@ -36,6 +36,9 @@ pub struct DeviceSpec {
     pub name: String,
     #[serde(default)]
     pub token: String,
+    /// the MQTT password sent with the token, where the platform wants one (Hono); the JSON list only
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -106,7 +109,7 @@ pub fn load_devices(d: &Devices) -> Result<Vec<DeviceSpec>, String> {
                 let mut it = line.splitn(2, ',');
                 let name = it.next().unwrap().trim().to_string();
                 let token = it.next().unwrap_or("").trim().to_string();
-                out.push(DeviceSpec { name, token });
+                out.push(DeviceSpec { name, token, password: None });
             }
             Ok(out)
         }
@@ -140,6 +143,7 @@ struct Conn {
     raw: Vec<u8>,
     client_id: String,
     token: String,
+    password: Option<String>,
     src: Option<IpAddr>,
     stream: Option<TcpStream>,
     st: St,
@@ -324,7 +328,7 @@ impl Gen {
                 c.wpos = 0;
                 c.rleft.clear();
                 c.unwritten.clear();
-                mqtt::connect(&mut c.wbuf, &c.client_id, &c.token, self.cfg.keepalive_s);
+                mqtt::connect(&mut c.wbuf, &c.client_id, &c.token, c.password.as_deref(), self.cfg.keepalive_s);
                 c.wtotal = c.wbuf.len() as u64;
                 c.wdone = 0;
                 c.last_tx = now;
@@ -561,7 +565,7 @@ impl Gen {
                                 }
                                 c.backoff = 0.2;
                             } else {
-                                let why = format!("CONNACK refused (return code {})", body[1]);
+                                let why = format!("CONNACK refused (return code {}: {})", body[1], mqtt::connack_reason(body[1]));
                                 if self.in_connect_phase {
                                     self.fatal = Some(format!("broker {} refused device {}: {}", self.addr, c.name, why));
                                 }
@@ -768,6 +772,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
                 name: d.name.clone(),
                 client_id: format!("{}{}", cfg.client_id_prefix, d.name),
                 token: d.token.clone(),
+                password: d.password.clone(),
                 src: if srcs.is_empty() { None } else { Some(srcs[g % srcs.len()]) },
                 stream: None,
                 st: St::Idle,

@@ -6,9 +6,10 @@
 //!   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
 //!   monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B]
 //!
-//! run: one connection per device (clean session, username = device token, client id =
+//! run: one connection per device (clean session, username = device token, password = the
+//!   device's password where it has one, client id =
 //!   client_id_prefix + name), one epoll loop on one thread. Config (JSON): host, port,
-//!   qos (0|1), topic, client_id_prefix, devices ([{name, token}] or a CSV path with
+//!   qos (0|1), topic, client_id_prefix, devices ([{name, token, password?}] or a CSV path with
 //!   name,token), segments [[start_s, end_s, rate_msg_s], ...] (monsoon.load.schedule.Schedule's),
 //!   late_tolerance_ms, payload ({parts: [...]}, from Payload.native_spec(); empty = minimal),
 //!   acked_path ("{shard}" is replaced by the shard index), source_addrs (each client socket

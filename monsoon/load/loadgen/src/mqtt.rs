@@ -39,13 +39,19 @@ fn put_str(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(s);
 }
 
-pub fn connect(buf: &mut Vec<u8>, client_id: &str, username: &str, keepalive: u16) {
-    let mut body = Vec::with_capacity(16 + client_id.len() + username.len());
+/// CONNECT, clean session. An empty `username` sends none; `password` is sent only with a username (MQTT
+/// 3.1.1 forbids a password without one), as Hono's adapters want (`<auth-id>@<tenant>` and its password).
+pub fn connect(buf: &mut Vec<u8>, client_id: &str, username: &str, password: Option<&str>, keepalive: u16) {
+    let password = if username.is_empty() { None } else { password };
+    let mut body = Vec::with_capacity(16 + client_id.len() + username.len() + password.map_or(0, |p| 2 + p.len()));
     put_str(&mut body, b"MQTT");
     body.push(4); // protocol level 3.1.1
     let mut flags = 0x02u8; // clean session
     if !username.is_empty() {
         flags |= 0x80;
+    }
+    if password.is_some() {
+        flags |= 0x40;
     }
     body.push(flags);
     body.extend_from_slice(&keepalive.to_be_bytes());
@@ -53,9 +59,25 @@ pub fn connect(buf: &mut Vec<u8>, client_id: &str, username: &str, keepalive: u1
     if !username.is_empty() {
         put_str(&mut body, username.as_bytes());
     }
+    if let Some(p) = password {
+        put_str(&mut body, p.as_bytes());
+    }
     buf.push(CONNECT);
     put_len(buf, body.len());
     buf.extend_from_slice(&body);
+}
+
+/// What a CONNACK's return code means (MQTT 3.1.1, 3.2.2.3).
+pub fn connack_reason(code: u8) -> &'static str {
+    match code {
+        0 => "accepted",
+        1 => "unacceptable protocol version",
+        2 => "identifier rejected",
+        3 => "server unavailable",
+        4 => "bad user name or password",
+        5 => "not authorized",
+        _ => "reserved",
+    }
 }
 
 /// `topic16` is the length-prefixed topic.
@@ -164,7 +186,7 @@ mod tests {
     #[test]
     fn connect_packet_bytes() {
         let mut b = Vec::new();
-        connect(&mut b, "cid", "tok", 15);
+        connect(&mut b, "cid", "tok", None, 15);
         let want: Vec<u8> = [
             &[CONNECT, 20][..],
             &[0, 4, b'M', b'Q', b'T', b'T', 4, 0x82, 0, 15],
@@ -175,8 +197,25 @@ mod tests {
         assert_eq!(b, want);
         // no username: no username flag, no username field
         let mut b = Vec::new();
-        connect(&mut b, "c", "", 300);
+        connect(&mut b, "c", "", None, 300);
         assert_eq!(b, [CONNECT, 13, 0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0x01, 0x2C, 0, 1, b'c']);
+        // a password after the username, with its flag (0x40)
+        let mut b = Vec::new();
+        connect(&mut b, "c", "u@t", Some("pw"), 60);
+        let want: Vec<u8> = [
+            &[CONNECT, 22][..],
+            &[0, 4, b'M', b'Q', b'T', b'T', 4, 0xC2, 0, 60],
+            &[0, 1, b'c'],
+            &[0, 3, b'u', b'@', b't'],
+            &[0, 2, b'p', b'w'],
+        ]
+        .concat();
+        assert_eq!(b, want);
+        assert_eq!(connack_reason(5), "not authorized");
+        // no username: no password either (MQTT 3.1.1, 3.1.2.9)
+        let mut b = Vec::new();
+        connect(&mut b, "c", "", Some("pw"), 300);
+        assert_eq!(b[9], 0x02);
     }
 
     #[test]

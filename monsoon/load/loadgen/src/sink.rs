@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn answers_connect_publish_ping() {
         let mut data = Vec::new();
-        mqtt::connect(&mut data, "c", "u", 15);
+        mqtt::connect(&mut data, "c", "u", None, 15);
         data.extend(publish(1, 0xBEEF));
         data.extend(publish(0, 0)); // QoS 0: no answer
         data.extend([mqtt::PINGREQ, 0]);
