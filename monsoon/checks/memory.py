@@ -78,7 +78,9 @@ def parse_gc_log(text: str) -> list[GcPause]:
 
 def gc_log_files(run_dir: Path) -> dict[str, list[Path]]:
     """``services/<service>/gc.log`` and the files the JVM rotated away (``gc.log.0``, ``gc.log.001``, ...: at
-    every restart and at the size limit), oldest first (by modification time: rotation reuses numbers)."""
+    every restart and at the size limit), oldest first: ``gc.log`` last, the others by the wall time their first
+    line is decorated with (rotation reuses numbers), else by modification time (which a copy of the run, or a
+    git checkout of a kept one, does not keep)."""
     out: dict[str, list[Path]] = {}
     rotated = GC_LOG + "."
     for p in Path(run_dir).glob(f"services/*/{GC_LOG}*"):
@@ -87,7 +89,10 @@ def gc_log_files(run_dir: Path) -> dict[str, list[Path]]:
 
     def age(p: Path) -> tuple[int, float]:
         try:
-            return (p.name == GC_LOG, p.stat().st_mtime)
+            with p.open("rb") as fh:
+                first = fh.readline(200).decode(errors="replace")
+            wall = _decorations(first)[1]
+            return (p.name == GC_LOG, wall if wall is not None else p.stat().st_mtime)
         except OSError:
             return (p.name == GC_LOG, 0.0)
     return {svc: sorted(ps, key=age) for svc, ps in sorted(out.items())}

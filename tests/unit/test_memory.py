@@ -273,3 +273,18 @@ def test_gc_logs_read_the_files_the_jvm_rotated_at_each_restart_oldest_first(tmp
     ps = gc_logs(tmp_path)["platform"]
     assert [p.jvm for p in ps] == [0] * 10 + [1] * 10 + [2] * 10
     assert [p.after_mb for p in ps[::10]] == [100.0, 101.0, 102.0]
+
+
+def test_rotated_gc_logs_are_ordered_by_their_first_wall_time_when_a_copy_lost_their_mtimes(tmp_path):
+    """A kept run (a git checkout, a cp without -p) has every file's mtime of the copy: the lives' order comes
+    from the wall time each file starts with."""
+    import os
+    from monsoon.checks.memory import gc_logs
+    d = tmp_path / "services" / "platform"
+    d.mkdir(parents=True)
+    for name, life, mtime in (("gc.log.0", 0, 300), ("gc.log.1", 1, 100), ("gc.log", 2, 200)):
+        (d / name).write_text(gc_text([(t, 100.0 + life) for t in range(0, 100, 10)], wall0=1e9 + life * 100))
+        os.utime(d / name, (mtime, mtime))
+    ps = gc_logs(tmp_path)["platform"]
+    assert [p.after_mb for p in ps[::10]] == [100.0, 101.0, 102.0]
+    assert [p.jvm for p in ps] == [0] * 10 + [1] * 10 + [2] * 10
