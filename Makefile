@@ -10,7 +10,7 @@ export MONSOON_CACHE := $(abspath $(CACHE))
 SETUP   := $(PY) -m monsoon.hostsetup
 PYTEST_ARGS ?=
 
-.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze bench-day clean reap story-budgets
+.PHONY: test-rust test-java lint help setup dtls prereqs venv kafka debs postgres platform toxiproxy ferretdb infinispan cassandra loadgen docker images k8s demo test test-unit defects bench-load bench-analyze bench-day clean reap story-budgets wheel
 .DEFAULT_GOAL := help
 
 help:
@@ -26,6 +26,7 @@ help:
 	@echo "make setup      install everything the above need (venv, then monsoon setup: Kafka jars, Postgres, Toxiproxy, FerretDB, Infinispan, Cassandra, the reference platform, the load engine, Docker and its images, Kubernetes)"
 	@echo "make images     build the container images (monsoon/platform, kafka, postgres, toxiproxy) from a debootstrapped Debian"
 	@echo "make reap       kill what runs killed with -9 left behind (live runs are left alone)"
+	@echo "make wheel      monsoon's wheel with the native load engine inside, tagged manylinux by auditwheel, into dist/ (WHEEL_DIR=...)"
 
 prereqs:
 	@tools/check-prereqs
@@ -134,6 +135,11 @@ bench-analyze: venv
 BENCH_DAY_ARGS ?=
 bench-day: venv loadgen
 	@$(PY) -m monsoon.selftest.day $(BENCH_DAY_ARGS)
+
+# the wheel users install: pip wheel (setup.py compiles monsoon-loadgen), then auditwheel repair (manylinux tag)
+WHEEL_DIR ?= dist
+wheel:
+	@tools/build-wheel $(WHEEL_DIR)
 
 reap: venv
 	$(PY) -m monsoon.cli reap

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -223,6 +224,14 @@ def test_the_wheel_brings_the_native_engine_prebuilt_and_it_runs_without_cargo(t
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.endswith(".data/scripts/monsoon-loadgen") for n in names), names[-20:]
     assert not [n for n in names if "/target/" in n], "cargo's target/ in the wheel"
+    # what users install: the same wheel tagged manylinux by auditwheel (tools/build-wheel, make wheel), which
+    # checks the engine's binary against the policies and grafts no library into it
+    repaired = Path(sh([REPO / "tools" / "build-wheel", "--repair", wheel, tmp_path / "manylinux"], tmp_path,
+                       timeout=300).stdout.strip().splitlines()[-1])
+    assert re.fullmatch(r"monsoon-[\d.]+-py3-none-manylinux_2_\d+_" + plat.split("_", 1)[1] + r"\.whl",
+                        repaired.name), repaired.name
+    assert sorted(n for n in zipfile.ZipFile(repaired).namelist() if ".libs/" in n) == [], "auditwheel grafted"
+    wheel = repaired
 
     venv = tmp_path / "venv"
     sh([sys.executable, "-m", "venv", venv], tmp_path)
