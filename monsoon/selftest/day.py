@@ -23,9 +23,12 @@ exactly as many rows as the engine counted acks.
 Every ``--every`` seconds (60) the ``day`` collector samples the RSS and CPU of every monsoon process (this
 Python process, which also writes the acked parts and the timeline; each engine worker; each sink process), the
 run directory's size on disk (allocated blocks: the workers' CSV shards have their consumed bytes punched out)
-and the bytes per acked message so far. ``rss_growth_pct`` is each process's growth from its peak in the minute after
-``--baseline-min`` (10; a third of the load when the load is shorter than three times that) to its peak in the
-last minute of the load (peaks, because RSS saw-tooths with the 30 s cycle that turns the shards into parts). Progress goes to stderr; the last line on stdout is one JSON object.
+and the bytes per acked message so far. Between samples it reads each process's RSS at every poll of the sampler
+(about once a second) and keeps the highest: each sample carries ``rss_peak_mb`` beside ``rss_mb``.
+``rss_growth_pct`` is each process's growth from its peak in the minute after ``--baseline-min`` (10; a third of
+the load when the load is shorter than three times that) to its peak in the last minute of the load (peaks,
+because RSS saw-tooths with the 30 s cycle that turns the shards into parts: one reading a minute lands on a
+trough or a crest by chance). Progress goes to stderr; the last line on stdout is one JSON object.
 """
 from __future__ import annotations
 
@@ -150,7 +153,8 @@ def rss_summary(samples: list[dict], base_at: float, window_s: float = PEAK_WIND
     last = [s for s in samples if end["t"] - window_s < s["t"] <= end["t"]] or [end]
 
     def peak(window: list[dict], n: str) -> float | None:
-        vals = [s["procs"][n]["rss_mb"] for s in window if s["procs"].get(n, {}).get("rss_mb") is not None]
+        vals = [p.get("rss_peak_mb", p["rss_mb"]) for s in window
+                if (p := s["procs"].get(n, {})).get("rss_mb") is not None]
         return max(vals) if vals else None
 
     names = list(dict.fromkeys(n for s in samples for n in s["procs"]))
@@ -296,6 +300,7 @@ class DayCollector(Collector):
         self.on_sample = on_sample
         self._next = 0.0
         self._prev: dict[str, tuple[float, float]] = {}    # name -> (cpu seconds, monotonic) of its last sample
+        self._peak: dict[str, float] = {}   # name -> the highest RSS read since its last sample (MB)
         self._lock = threading.Lock()
         self.done = False
 
@@ -317,7 +322,9 @@ class DayCollector(Collector):
             rss, cpu = proc_rss_mb(pid), proc_cpu_s(pid)
             if rss <= 0:            # exited (or a zombie not yet reaped): nothing to measure
                 continue
-            p: dict[str, Any] = {"pid": pid, "rss_mb": round(rss, 1), "cpu_s": round(cpu, 2)}
+            peak = max(rss, self._peak.pop(name, 0.0))
+            p: dict[str, Any] = {"pid": pid, "rss_mb": round(rss, 1), "rss_peak_mb": round(peak, 1),
+                                 "cpu_s": round(cpu, 2)}
             prev = self._prev.get(name)
             if prev is not None and now > prev[1]:
                 p["cores"] = round((cpu - prev[0]) / (now - prev[1]), 3)
@@ -331,9 +338,21 @@ class DayCollector(Collector):
             self.on_sample(s)
         return s
 
+    def watch_peaks(self) -> None:
+        """Read every process's RSS now, keeping each one's highest since its last sample: a sample a minute
+        alone lands on a trough or a crest of the saw-tooth by chance."""
+        with self._lock:
+            for name, pid in self.procs().items():
+                rss = proc_rss_mb(pid)
+                if rss > self._peak.get(name, 0.0):
+                    self._peak[name] = rss
+
     def sample(self) -> dict[str, Any] | None:
         t = self.load_t()
-        if t is None or t < self._next or self.done:
+        if t is None or self.done:
+            return None
+        if t < self._next:
+            self.watch_peaks()
             return None
         self._next = (int(t // self.every) + 1) * self.every
         return self.take(t)

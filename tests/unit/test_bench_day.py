@@ -66,6 +66,16 @@ def test_rss_growth_compares_peaks_so_a_saw_tooth_is_not_growth() -> None:
     assert day.rss_summary(rising, 100.0)["rss_growth_pct"]["python"] > 5
 
 
+def test_rss_growth_uses_the_peaks_read_between_one_minute_samples() -> None:
+    """With a sample a minute, each end's window holds one reading: a trough at the baseline (277) and a crest at
+    the end (309) read as +11.5 %. The peak kept between samples (309 at both ends) says there was no growth."""
+    samples = [_sample(t, python=277 if t < 3000 else 309) for t in range(0, 3660, 60)]
+    assert day.rss_summary(samples, 600.0)["rss_growth_pct"]["python"] == 11.55
+    for s in samples:
+        s["procs"]["python"]["rss_peak_mb"] = 309
+    assert day.rss_summary(samples, 600.0)["rss_growth_pct"]["python"] == 0.0
+
+
 def test_cpu_cores_and_the_curve_columns() -> None:
     samples = [_sample(0, python=100), _sample(60, python=110), _sample(120, python=111)]
     assert day.cpu_cores(samples) == {"python": 0.1}
@@ -108,9 +118,14 @@ def test_the_day_collector_samples_once_an_interval_and_stops_at_the_load_end(tm
     assert s is not None and set(s["procs"]) == {"python"} and s["procs"]["python"]["rss_mb"] > 0
     assert s["disk_bytes"] >= 10000 and s["bytes_per_message"] == s["disk_bytes"] / 1000
     t[0] = 30.0
-    assert c.sample() is None                       # the same minute
+    c._peak["python"] = 1e6                         # as if a crest had been read between samples
+    assert c.sample() is None                       # the same minute: RSS read for the peak only
+    assert c._peak["python"] == 1e6
     t[0] = 61.0
     assert c.sample()["t"] == 61.0 and "cores" in c.samples[-1]["procs"]["python"]
+    p = c.samples[-1]["procs"]["python"]
+    assert p["rss_peak_mb"] == 1e6 and p["rss_mb"] < 1e6    # the crest between samples is kept ...
+    assert "python" not in c._peak                          # ... and the next interval starts afresh
     c.finish(62.0)
     t[0] = 200.0
     assert c.sample() is None and c.take(201.0) is None

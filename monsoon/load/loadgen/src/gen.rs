@@ -137,6 +137,21 @@ struct Pending {
     ts: i64,
 }
 
+/// The fewest slots [`trim`] leaves a queue.
+const TRIM_MIN: usize = 64;
+
+/// A per-connection queue's memory back towards what it holds. Its capacity follows a latency spike up (one slot
+/// per message in flight or unwritten) and would otherwise keep that high-water mark for the rest of the run: in a
+/// 72-minute day at 200,000 msg/s the worker's RSS rose in steps at the worst ack latencies. Shrinks to twice the
+/// length when the queue uses less than an eighth of its capacity, so a queue that refills reallocates rarely.
+#[inline]
+fn trim<T>(q: &mut VecDeque<T>) {
+    let cap = q.capacity();
+    if cap > TRIM_MIN && q.len() < cap / 8 {
+        q.shrink_to((q.len() * 2).max(TRIM_MIN));
+    }
+}
+
 struct Conn {
     gidx: u64,
     name: String,
@@ -414,6 +429,7 @@ impl Gen {
                     self.c.late += 1;
                 }
             }
+            trim(&mut c.unwritten);
         }
         if c.wpos >= c.wbuf.len() {
             c.wbuf.clear();
@@ -600,6 +616,7 @@ impl Gen {
             None
         };
         let Some(p) = p else { return };
+        trim(&mut c.pending);
         self.c.acked += 1;
         self.inflight -= 1;
         let us = ((now - p.intended) * 1e6) as i64;
@@ -1095,6 +1112,23 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_gives_back_its_high_water_capacity() {
+        let mut q: VecDeque<u64> = VecDeque::new();
+        q.extend(0..10_000u64);          // a latency spike: 10,000 in flight on one connection
+        assert!(q.capacity() >= 10_000);
+        while q.len() > 10 {
+            q.pop_front();
+            trim(&mut q);
+        }
+        assert!(q.capacity() < 1_000, "capacity {} kept after the spike", q.capacity());
+        assert_eq!(q.iter().copied().collect::<Vec<_>>(), (9_990..10_000).collect::<Vec<_>>());
+        let mut small: VecDeque<u64> = VecDeque::with_capacity(TRIM_MIN);
+        small.push_back(1);
+        trim(&mut small);
+        assert!(small.capacity() >= TRIM_MIN, "a small queue is left alone");
+    }
 
     #[test]
     fn shard_ranges_are_disjoint_cover_and_balanced() {
