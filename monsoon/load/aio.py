@@ -77,6 +77,7 @@ class AsyncFleet(PacedFleet):
         self._queued = 0                  # messages in the devices' backlogs
         self._started = 0                 # requests started
         self._late = 0
+        self._held = 0      # late sends that waited in their device's backlog for a free slot
         self._backlog_dropped = 0
         self._draining = False            # stop set / gave up: backlogs are no longer worked off
         self._failed_async = 0
@@ -155,11 +156,14 @@ class AsyncFleet(PacedFleet):
             self._queued += 1
         return True
 
-    def _start(self, dev: _Dev, intended: float) -> None:
-        """Send one message of ``dev`` now: its seq, payload and request (counted late if overdue)."""
+    def _start(self, dev: _Dev, intended: float, waited: bool = False) -> None:
+        """Send one message of ``dev`` now: its seq, payload and request (counted late if overdue; ``waited``:
+        it waited in the device's backlog for a free slot, so its lateness is the platform's, counted held too)."""
         now = self._clock()
         if now - intended > self.late_tolerance_s:
             self._late += 1
+            if waited:
+                self._held += 1
         self._started += 1
         seq = dev.next_seq
         dev.next_seq = seq + 1
@@ -181,7 +185,7 @@ class AsyncFleet(PacedFleet):
         self._inflight -= 1
         if dev.backlog and not self._draining and not self._closing:
             self._queued -= 1
-            self._start(dev, dev.backlog.popleft())
+            self._start(dev, dev.backlog.popleft(), waited=True)
         if self._wake_on_empty and self._inflight == 0:
             self._wake()
 
@@ -231,7 +235,8 @@ class AsyncFleet(PacedFleet):
         pacer, targets = self._start_pacing()
         t0 = self._t0
         tick = self._ticker(targets, lambda: (pacer.scheduled, self._started - self._failed_async, self._acked,
-                                              pacer.failed + self._failed_async, self._late), on_second)
+                                              pacer.failed + self._failed_async, self._late, self._held),
+                            on_second)
 
         try:
             # --- load phase: take every due message off the schedule (a full device queues it)

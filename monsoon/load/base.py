@@ -250,7 +250,7 @@ class PacedFleet(FleetBase):
         self._open_hlog(self._wall0_ms / 1000.0)
         return Pacer(schedule, t0, clock=self._clock, late_tolerance=self.late_tolerance_s), targets
 
-    def _ticker(self, targets: list[float], counters: Callable[[], tuple[int, int, int, int, int]],
+    def _ticker(self, targets: list[float], counters: Callable[[], tuple[int, ...]],
                 on_second: Callable[[SecondStats], None] | None) -> SecondTicker:
         return SecondTicker(self._t0, targets, counters, lambda: self._n_connected, self._hist_sec,
                             self._hist_total, self._hlog, self._flush_acked, on_second)

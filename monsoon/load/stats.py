@@ -54,6 +54,9 @@ class SecondStats:
     #: CPU seconds the generator used in this second (the native workers' own, summed; an in-process
     #: fleet's: monsoon's whole process, an upper bound); None = not measured
     gen_cpu_s: float | None = None
+    #: of ``late``, the sends that waited for a request slot of their device: the platform held every slot
+    #: (it answers slower than it is sent to), not the generator falling behind (the request fleets count it)
+    held: int = 0
 
 
 def machine_cpus() -> int:
@@ -103,20 +106,20 @@ class SecondTicker:
     """The one per-second stats writer of the in-process fleets (MQTT, HTTP, CoAP).
 
     At every second boundary it writes that second: the fleet's counters as deltas since the previous one
-    (``counters()`` -> scheduled, sent, acked, failed, late), the second's latency histogram into the interval
+    (``counters()`` -> scheduled, sent, acked, failed, late[, held]), the second's latency histogram into the interval
     log and the run's total (then resets it), the acked log flushed, and one :class:`SecondStats` to
     ``on_second``. ``catch_up(now)`` writes every second that has ended by ``now``; ``finish(now)`` also
     writes the last, partial one, so per-second sums equal the totals. ``next_at`` is when the current
     second ends (a fleet's poll wakes up then)."""
 
-    def __init__(self, t0: float, targets: list[float], counters: Callable[[], tuple[int, int, int, int, int]],
+    def __init__(self, t0: float, targets: list[float], counters: Callable[[], tuple[int, ...]],
                  connected: Callable[[], int], hist_sec: HdrHistogram, hist_total: HdrHistogram, hlog: Any,
                  flush: Callable[[], None], on_second: Callable[[SecondStats], None] | None):
         self.t0, self.targets, self.counters, self.connected = t0, targets, counters, connected
         self.hist_sec, self.hist_total, self.hlog, self.flush, self.on_second = hist_sec, hist_total, hlog, flush, on_second
         self.sec = 0
         self.next_at = t0 + 1.0
-        self._prev = (0, 0, 0, 0, 0)
+        self._prev: tuple[int, ...] = (0, 0, 0, 0, 0, 0)
         self._cpu = time.process_time()
 
     def _emit(self, s: int) -> None:
@@ -135,7 +138,7 @@ class SecondTicker:
             self.on_second(SecondStats(
                 t=s, target_rate=self.targets[s] if s < len(self.targets) else 0.0, scheduled=d[0], sent=d[1],
                 acked=d[2], failed=d[3], late=d[4], connected=self.connected(), p50_ms=p50, p99_ms=p99, max_ms=mx,
-                gen_cpu_s=round(self._cpu - cpu, 4),
+                gen_cpu_s=round(self._cpu - cpu, 4), held=d[5] if len(d) > 5 else 0,
             ))
 
     def catch_up(self, now: float) -> None:

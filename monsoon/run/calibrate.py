@@ -40,7 +40,7 @@ CALIBRATION_DIR = "calibration"
 DEFAULT_MAX_AGE_DAYS = 7.0
 MAX_AGE_ENV = "MONSOON_CALIBRATION_MAX_AGE_DAYS"
 DIR_ENV = "MONSOON_CALIBRATION_DIR"
-CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-growth", "latency-knee", "gc",
+CRITERIA = ("stack-died", "generator", "held", "acked-rate", "stored-rate", "backlog-growth", "latency-knee", "gc",
             "errors")   # errors: a request mix's operations failed (monsoon.load.mix.judge_ops)
 
 
@@ -50,7 +50,7 @@ CRITERIA = ("stack-died", "generator", "acked-rate", "stored-rate", "backlog-gro
 class Criteria:
     """When a step counts as "not kept up" (see the module docstring)."""
     tolerance: float = 0.10           # achieved rates may fall this fraction below the sent rate
-    late_fraction: float = 0.5        # more late sends than this fraction: generator-bound
+    late_fraction: float = 0.5        # more late sends than this fraction: generator-bound (held ones: the stack's)
     latency_k: float = 5.0            # knee: p99 > k x the first step's p99 ...
     latency_floor_ms: float = 250.0   # ... and above this absolute floor
     slope_fraction: float = 0.05      # backlog growth: slope > this x target ...
@@ -70,6 +70,7 @@ class Step:
     acked: int = 0
     failed: int = 0
     late: int = 0
+    held: int = 0                      # of late: waited for a request slot the stack held (request fleets)
     stored_rate: float | None = None   # slope of the storage count, msg/s (None: no count collector)
     backlog_slope: float | None = None  # slope of queue depth / Kafka lag, msg/s (None: not observed)
     backlog_end: float | None = None
@@ -120,9 +121,13 @@ def step_failures(step: Step, baseline_p99_ms: float | None,
     if step.send_rate < (1 - tol) * step.target:
         out.append(("generator", f"the fleet sent {step.send_rate:,.0f}/s of the {step.target:,.0f}/s target "
                                  f"(sent {step.sent:,} of {step.scheduled:,} scheduled)"))
-    elif step.scheduled and step.late / step.scheduled > crit.late_fraction:
-        out.append(("generator", f"{step.late:,} of {step.scheduled:,} sends were late "
+    elif step.scheduled and (step.late - step.held) / step.scheduled > crit.late_fraction:
+        out.append(("generator", f"{step.late - step.held:,} of {step.scheduled:,} sends were late "
                                  f"(> {crit.late_fraction:.0%}): the fleet cannot keep its schedule"))
+    elif step.scheduled and step.late / step.scheduled > crit.late_fraction:
+        out.append(("held", f"{step.late:,} of {step.scheduled:,} sends were late (> {crit.late_fraction:.0%}), "
+                            f"{step.held:,} of them waiting for a request slot the stack held: it answers slower "
+                            f"than it is sent to"))
     ref = step.send_rate
     if step.ack_rate < (1 - tol) * ref:
         out.append(("acked-rate", f"acked {step.ack_rate:,.0f}/s < {1 - tol:.0%} of sent {ref:,.0f}/s"))
@@ -247,6 +252,7 @@ def measure_step(index: int, target: float, seconds: list[dict], stored: list[tu
         st.acked += int(s.get("acked", 0))
         st.failed += int(s.get("failed", 0))
         st.late += int(s.get("late", 0))
+        st.held += int(s.get("held", 0))
     cpus = [float(s["gen_cpu_s"]) for s in seconds if s.get("gen_cpu_s") is not None]
     st.gen_cpu_s = round(sum(cpus), 4) if cpus else None
     p99s = [s["p99_ms"] for s in seconds if s.get("p99_ms") is not None]

@@ -90,7 +90,7 @@ PHASE = event("phase", "One phase of the load shape (warmup, burst, recovery...)
 LOAD = event("load", "One second of the fleet (SecondStats; sec: the fleet's second index).",
              ["sec", "target_rate", "scheduled", "sent", "acked", "failed", "late", "connected",
               "p50_ms", "p99_ms", "max_ms"],
-             ["gen_cpu_s"])
+             ["gen_cpu_s", "held"])
 SAMPLE = event("sample", "One collector's values at one tick (its own fields), or the error it raised.",
                ["collector"], ["error"], open=True)
 SILENCE = event("silence", "A collector that answered nothing from start to end (open: until the end of the run).",
@@ -119,7 +119,7 @@ STORED = event("stored", "Storage read back into a dataset (final: read again af
 # --- calibrations and sweeps ----------------------------------------------------------------------------------
 CALIBRATION_STEP = event("calibration-step", "One measured step of a calibration ladder (its Step, and its window).",
                          ["index", "target", "seconds", "window"],
-                         ["scheduled", "sent", "acked", "failed", "late", "stored_rate", "backlog_slope",
+                         ["scheduled", "sent", "acked", "failed", "late", "held", "stored_rate", "backlog_slope",
                           "backlog_end", "p99_ms", "exits", "gc_fraction", "gen_cpu_s", "ok", "criterion", "reason",
                           "mix", "criteria", "send_rate", "ack_rate"])
 SWEEP_SIZE = event("sweep-size", "One payload size of a size sweep measured: its capacity and why it stopped there.",

@@ -88,6 +88,19 @@ def test_generator_late_sends_are_generator_bound_not_a_stack_limit():
     assert (d.criterion, d.generator_bound, d.capacity_msg_s) == ("generator", True, 5000)
 
 
+def test_sends_held_by_the_stack_are_its_limit_not_the_generators():
+    """Run hono-mix-cal-b's step at 488 msg/s: 2,037 of 3,884 sends late, the generator at 0.33 cores, the sends
+    waiting for HTTP request slots Hono held (command queries). That is the stack's limit, not a lower bound."""
+    steps = ladder(391, 488)
+    steps[-1] = Step(1, 488.0, 8.0, scheduled=3884, sent=3884, acked=3872, late=2037, held=1990,
+                     stored_rate=None, backlog_slope=2.0, p99_ms=1458.0)
+    d = decide(steps)
+    assert (d.criterion, d.capacity_msg_s, d.generator_bound, d.lower_bound) == ("held", 391, False, False)
+    assert "1,990 of them waiting for a request slot the stack held" in d.reason
+    steps[-1].held = 0                                     # late without waiting for a slot: the generator's
+    assert decide(steps).criterion == "generator" and decide(steps).generator_bound
+
+
 def test_stack_died_during_a_step():
     d = decide(ladder(1000, 1250, exits=1))
     assert (d.capacity_msg_s, d.criterion) == (1000, "stack-died")
@@ -118,11 +131,12 @@ def test_judge_step_without_storage_or_backlog_signals():
 
 
 def test_measure_step_from_seconds_and_samples():
-    secs = [{"scheduled": 100, "sent": 100, "acked": 99, "late": 1, "failed": 0, "p99_ms": p} for p in (5, 7, 900)]
+    secs = [{"scheduled": 100, "sent": 100, "acked": 99, "late": 1, "failed": 0, "p99_ms": p, "held": 1}
+            for p in (5, 7, 900)]
     stored = [(t, 50.0 * t) for t in range(10, 14)]
     backlog = [(t, 0.0) for t in range(10, 14)]
     s = measure_step(2, 100, secs, stored, backlog)
-    assert (s.sent, s.acked, s.late, s.seconds) == (300, 297, 3, 3.0)
+    assert (s.sent, s.acked, s.late, s.held, s.seconds) == (300, 297, 3, 3, 3.0)
     assert s.p99_ms == 7            # median of the per-second p99s: one GC pause is not a knee
     assert s.stored_rate == pytest.approx(50.0) and s.backlog_slope == pytest.approx(0.0) and s.backlog_end == 0
     assert measure_step(0, 100, [], [(1, 1.0)], []).stored_rate is None       # too few samples
