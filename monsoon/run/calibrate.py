@@ -656,10 +656,11 @@ def x1_line(info: dict | None, base_rate: float | None = None) -> str:
             if base_rate is not None else "x1 = ? (not settled)"
     when = str(info.get("calibrated_at") or "?").replace("T", " ").replace("+00:00", " UTC")
     frac = float(info.get("fraction") or 0)
-    line = (f"x1 = {float(info['base_rate']):,.0f} msg/s = {frac:.0%} of {float(info['capacity_msg_s']):,.0f} msg/s "
+    pct = f"{frac:.1%}" if frac < 0.1 and round(frac * 100) != frac * 100 else f"{frac:.0%}"   # 3.3 %, not 3 %
+    line = (f"x1 = {float(info['base_rate']):,.0f} msg/s = {pct} of {float(info['capacity_msg_s']):,.0f} msg/s "
             f"measured at {when}")
     if info.get("fixed"):
-        line = f"x1 = {float(info['base_rate']):,.0f} msg/s (fixed rate) = {frac:.0%} of the " \
+        line = f"x1 = {float(info['base_rate']):,.0f} msg/s (fixed rate) = {pct} of the " \
                f"{float(info['capacity_msg_s']):,.0f} msg/s measured at {when}"
     if info.get("lower_bound"):
         line += " (a lower bound: the stack kept up with all the generator sent)"

@@ -352,3 +352,11 @@ def test_a_dry_run_judges_the_saved_calibration_by_the_whole_key_as_the_run_does
                   calibration_dir=tmp_path / "cal")
     assert "the stack file changed since the calibration (sha256)" in res.dry_run, res.dry_run
     assert "2,000 msg/s" not in res.dry_run and not out.exists()
+
+
+def test_the_x1_line_keeps_a_small_fraction_readable():
+    info = {"base_rate": 20.1, "capacity_msg_s": 610.0, "calibrated_at": "2026-11-30T04:20:28+00:00"}
+    assert cal.x1_line({**info, "fraction": 0.033}) == \
+        "x1 = 20 msg/s = 3.3% of 610 msg/s measured at 2026-11-30 04:20:28 UTC"    # not "3%"
+    assert cal.x1_line({**info, "base_rate": 152.5, "fraction": 0.25}).startswith("x1 = 152 msg/s = 25% of 610")
+    assert cal.x1_line({**info, "fraction": 0.08}).startswith("x1 = 20 msg/s = 8% of 610")
