@@ -23,6 +23,7 @@ import pyarrow
 from hdrh.histogram import HdrHistogram
 
 from monsoon.load.base import FleetBase, FleetOptions
+from monsoon.load.hono import LEGS, leg_cycle
 from monsoon.load.loadgen_build import CRATE_DIR, LoadgenBuildError, ensure_loadgen
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
@@ -32,8 +33,8 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release, shard_block, shard_path
 
 
-__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "loopback_sources",
-           "shard_range"]
+__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "NativeHonoCoapFleet", "ensure_loadgen", "legs_summary",
+           "loadgen_config", "loopback_sources", "shard_range"]
 
 SLICE_BYTES = 16 << 20   # the most of one shard's CSV turned into a part at once (~330,000 acks): bounded memory
 
@@ -127,6 +128,8 @@ class NativeFleet(FleetBase):
     workers' own CPU seconds.
     """
 
+    ENDPOINT = "MQTT broker"     # what the fleet's connect errors call the endpoint
+
     def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                  **fields: Any) -> None:
         super().__init__(devices, host, port, options, **fields)
@@ -189,7 +192,7 @@ class NativeFleet(FleetBase):
                 while w.connected is None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise FleetConnectError(f"MQTT broker {self.endpoint}: worker {w.index} did not "
+                        raise FleetConnectError(f"{self.ENDPOINT} {self.endpoint}: worker {w.index} did not "
                                                 f"connect its devices within {timeout:g}s")
                     try:
                         msg = w.lines.get(timeout=min(left, 0.5))
@@ -197,10 +200,10 @@ class NativeFleet(FleetBase):
                         continue
                     if msg is None:
                         raise FleetConnectError(
-                            f"MQTT broker {self.endpoint}: load worker {w.index} exited "
+                            f"{self.ENDPOINT} {self.endpoint}: load worker {w.index} exited "
                             f"({w.proc.poll()}) before connecting: {self._stderr(w)}")
                     if "error" in msg:
-                        raise FleetConnectError(f"MQTT broker {self.endpoint}: {msg['error']}")
+                        raise FleetConnectError(f"{self.ENDPOINT} {self.endpoint}: {msg['error']}")
                     if msg.get("event") == "connected":
                         w.connected = msg
             self._n_connected = sum(w.connected["connected"] for w in self._workers if w.connected)
@@ -346,12 +349,16 @@ class NativeFleet(FleetBase):
                          "maxrss_mb": (w.rusage.ru_maxrss / 1024.0) if w.rusage else None}
                         for w in self._workers],
         }
+        self._totals_extra(tots)
         return FleetTotals(
             scheduled=s("scheduled"), sent=s("sent"), acked=s("acked"), failed=s("failed"),
             late=s("late"), dropped=s("dropped"), unacked=s("unacked"), last_seq=last_seq,
             p50_ms=p50, p99_ms=p99, max_ms=mx, reconnects=s("reconnects"),
             elapsed_s=max(float(t["elapsed_s"]) for t in tots), lost_in_flight=s("lost_in_flight"),
         )
+
+    def _totals_extra(self, tots: list[dict]) -> None:
+        """What a transport adds to ``extra`` from the workers' totals lines (none for MQTT)."""
 
     def _reap(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -462,3 +469,50 @@ class NativeFleet(FleetBase):
                     p.unlink()
             except OSError:
                 pass
+
+
+def legs_summary(tots: list[dict]) -> dict[str, dict[str, Any]]:
+    """The ``legs`` of the workers' totals lines added up, as :meth:`~monsoon.load.hono.LegRecorder.summary` gives
+    them: per leg ``ok``, ``failed``, ``errors`` by code and the round trip's p50/p99/p99.9/max in ms."""
+    out: dict[str, dict[str, Any]] = {}
+    for leg in LEGS:
+        parts = [t["legs"][leg] for t in tots if leg in (t.get("legs") or {})]
+        errors: dict[str, int] = {}
+        for p in parts:
+            for code, n in (p.get("codes") or {}).items():
+                errors[code] = errors.get(code, 0) + int(n)
+        h = _hist_sum(parts, "hist")
+        n = h.get_total_count() if h is not None else 0
+        pct = {f"{k}_ms": (round(h.get_value_at_percentile(q) / 1000.0, 3) if h is not None and n else None)
+               for k, q in (("p50", 50), ("p99", 99), ("p999", 99.9))}
+        out[leg] = {"ok": sum(int(p.get("ok") or 0) for p in parts), "failed": sum(errors.values()), "errors": errors,
+                    **pct, "max_ms": round(h.get_max_value() / 1000.0, 3) if h is not None and n else None}
+    return out
+
+
+class NativeHonoCoapFleet(NativeFleet):
+    """Devices on Eclipse Hono's CoAP adapter over DTLS with a pre-shared key, from native workers
+    (``monsoon-loadgen run`` with ``transport: hono-coap``, OpenSSL's DTLS): what
+    :class:`~monsoon.load.coap.HonoCoapFleet` does (PSK identity ``Device.token``, key
+    ``psk_key(Device.password)``; telemetry, events, command queries ``?hono-ttd=5`` and command responses by
+    ``legs``; every request confirmable, one outstanding per device), each device holding its DTLS session
+    through the run. The legs' totals (as :meth:`~monsoon.load.hono.LegRecorder.summary`) are in
+    ``extra["legs"]`` and the failed messages by cause (``coap 5.03``, ``timeout``, ...) in ``extra["errors"]``;
+    per-second leg files are not written by this engine."""
+
+    transport = "hono-coap"
+    ENDPOINT = "CoAP/DTLS endpoint"
+    TTD_S = 5
+
+    def config(self, *, connect_timeout_s: float = 30.0) -> dict[str, Any]:
+        return super().config(connect_timeout_s=connect_timeout_s) | {
+            "transport": "hono-coap", "kinds": list(leg_cycle(self.options.legs)), "ttd_s": self.TTD_S,
+            "leg_timeout_s": float(self.options.request_timeout_s)}
+
+    def _totals_extra(self, tots: list[dict]) -> None:
+        self.extra["legs"] = legs_summary(tots)
+        errors: dict[str, int] = {}
+        for t in tots:
+            for cause, n in (t.get("errors") or {}).items():
+                errors[cause] = errors.get(cause, 0) + int(n)
+        self.extra["errors"] = errors
