@@ -12,6 +12,7 @@ pub const POST: u8 = 0x02;
 pub const EMPTY: u8 = 0x00;
 pub const CHANGED: u8 = 0x44; // 2.04
 pub const CONTENT: u8 = 0x45; // 2.05
+#[allow(dead_code)]
 pub const NOT_FOUND: u8 = 0x84; // 4.04
 
 pub const OPT_LOCATION_PATH: u16 = 8;
@@ -180,6 +181,7 @@ impl<'a> Msg<'a> {
     }
 
     /// Option `num`'s values joined by `/` (a path).
+    #[allow(dead_code)]
     pub fn path(&self, num: u16) -> String {
         let parts: Vec<String> = self.opt_all(num).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
         parts.join("/")

@@ -882,7 +882,7 @@ mod tests {
         assert_eq!(kind_of(&k, 0, 0), TELEMETRY);
         assert_eq!(kind_of(&k, 1, 0), EVENT);
         assert_eq!(kind_of(&k, 0, 2), COMMAND);
-        assert_eq!(kind_of(&k, 4, 1), EVENT);
+        assert_eq!(kind_of(&k, 3, 1), EVENT);
         assert_eq!(kind_of(&[], 5, 5), TELEMETRY);
         assert!(parse_kinds(&["cmd".into()]).unwrap_err().contains("unknown kind \"cmd\""));
     }
