@@ -121,6 +121,11 @@ impl Worker {
     }
 
     fn datagram(&mut self, peer: SocketAddr, data: &[u8]) {
+        if is_client_hello(data) && self.sessions.get(&peer).is_some_and(|s| s.up) {
+            // a new client on an address whose session is still open (a client that left without close_notify,
+            // its port now another's): RFC 6347 4.2.8, the new handshake replaces the old session
+            self.sessions.remove(&peer);
+        }
         if !self.sessions.contains_key(&peer) {
             let Ok(ssl) = dtls::new_ssl(&self.ctx) else { return };
             let io = PeerIo { inbox: Default::default(), sock: self.sock.clone(), peer };
@@ -173,6 +178,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// A DTLS record of epoch 0 carrying a ClientHello (content type 22, handshake type 1 at byte 13).
+pub fn is_client_hello(d: &[u8]) -> bool {
+    d.len() > 13 && d[0] == 22 && d[3] == 0 && d[4] == 0 && d[13] == 1
 }
 
 fn serve(ctx: SslContext, sock: UdpSocket, n: Arc<Counters>, stop: Arc<AtomicBool>, command_every: u64, fail_every: u64) {
@@ -232,4 +242,93 @@ pub fn run(o: Opts, stop: Arc<AtomicBool>) -> Result<i32, String> {
                         "requests": g(&n.requests), "commands": g(&n.commands), "failed": g(&n.failed)}})
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A blocking connected UDP socket under a client session (the engine's own is non-blocking, on mio).
+    #[derive(Debug)]
+    struct Blocking(UdpSocket);
+    impl Read for Blocking {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.0.recv(b)
+        }
+    }
+    impl Write for Blocking {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.send(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn sink(command_every: u64) -> (SocketAddr, Arc<AtomicBool>, Arc<Counters>) {
+        let mut keys = HashMap::new();
+        keys.insert(b"dev-1@T".to_vec(), dtls::psk_key("s3cret"));
+        let sock = bind(0).unwrap();
+        let addr = sock.local_addr().unwrap();
+        let (stop, n) = (Arc::new(AtomicBool::new(false)), Arc::new(Counters::default()));
+        let ctx = dtls::server_context(keys).unwrap();
+        let (s2, n2) = (stop.clone(), n.clone());
+        std::thread::spawn(move || serve(ctx, sock, n2, s2, command_every, 0));
+        (addr, stop, n)
+    }
+
+    fn client(addr: SocketAddr, secret: &str) -> Result<SslStream<Blocking>, String> {
+        let (ctx, idx) = dtls::client_context().unwrap();
+        let mut ssl = dtls::new_ssl(&ctx).unwrap();
+        ssl.set_ex_data(idx, dtls::Psk { identity: b"dev-1@T".to_vec(), key: dtls::psk_key(secret) });
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.connect(addr).unwrap();
+        u.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+        ssl.connect(Blocking(u)).map_err(|e| format!("{e}"))
+    }
+
+    #[test]
+    fn psk_handshake_and_hono_answers() {
+        let (addr, stop, n) = sink(1);
+        let mut s = client(addr, "s3cret").expect("handshake");
+        let mut req = Vec::new();
+        Builder::new(&mut req, coap::CON, coap::POST, 77, &[1, 2, 3, 4])
+            .path(coap::OPT_URI_PATH, "telemetry")
+            .opt(coap::OPT_URI_QUERY, b"hono-ttd=5")
+            .payload(b"{}");
+        s.ssl_write(&req).unwrap();
+        let mut buf = [0u8; 1500];
+        let k = s.ssl_read(&mut buf).unwrap();
+        let m = Msg::parse(&buf[..k]).unwrap();
+        assert_eq!((m.typ, m.code, m.mid, m.token), (coap::ACK, coap::CHANGED, 77, &[1u8, 2, 3, 4][..]));
+        assert_eq!(m.path(coap::OPT_LOCATION_PATH), "command_response/req1");
+        let mut req = Vec::new();
+        Builder::new(&mut req, coap::CON, coap::POST, 78, &[5]).path(coap::OPT_URI_PATH, "event");
+        s.ssl_write(&req).unwrap();
+        let k = s.ssl_read(&mut buf).unwrap();
+        let m = Msg::parse(&buf[..k]).unwrap();
+        assert_eq!((m.code, m.mid), (coap::CHANGED, 78));
+        assert_eq!(m.opt_all(coap::OPT_LOCATION_PATH).count(), 0);
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(n.handshakes.load(Ordering::Relaxed), 1);
+        assert_eq!(n.requests.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_wrong_key_never_completes_the_handshake() {
+        let (addr, stop, n) = sink(1);
+        assert!(client(addr, "not-it").is_err());
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(n.handshakes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn client_hello_records() {
+        let mut d = vec![22u8, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 1, 0];
+        assert!(is_client_hello(&d));
+        d[4] = 1; // epoch 1: encrypted, not a new handshake
+        assert!(!is_client_hello(&d));
+        assert!(!is_client_hello(&[23u8; 20]));
+    }
 }
