@@ -6,8 +6,8 @@ two-request round trip).
 * ``cpu_us_per_request``: CPU seconds of the generator per CoAP request (every leg's request: a command round trip
   is two), ``native`` (:class:`~monsoon.load.native.NativeHonoCoapFleet`, one worker: the engine's own CPU over
   the load, from its start to its drain, handshakes excluded) beside ``python``
-  (:class:`~monsoon.load.coap.HonoCoapFleet`, aiocoap + tinydtls, in a child process: ``getrusage`` around
-  connect + run, interpreter start-up excluded; left out with the reason when DTLSSocket is not installed).
+  (:class:`~monsoon.load.coap.HonoCoapFleet`, aiocoap + tinydtls, in a child process: ``getrusage`` around the
+  run, after the handshakes; left out with the reason when DTLSSocket is not installed).
 * ``sessions``: ``--coap-sessions`` PSK devices (2,500) doing their DTLS handshakes, then holding the sessions
   through a low rate for ``--coap-hold`` s: ``held`` = the lowest connected count over the hold, ``rss_mb`` the
   worker's peak VmRSS, ``connect_s`` how long the handshakes took.
@@ -141,10 +141,10 @@ def child_python_coap(port: int, rate: float, duration: float, devices: int, wor
     if missing:
         return {"unavailable": missing}
     devs = coap_devices(devices)
-    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     with HonoCoapFleet(devs, "127.0.0.1", port, shape=Steady(rate=rate, duration=duration),
                        acked_path=Path(workdir) / "acked-coap-python.parquet") as f:
         f.connect(timeout=60)
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)    # the load only, as the native figure (handshakes apart)
         t = f.run(threading.Event())
         legs = f.extra["legs"]
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
