@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from monsoon.load.coap import HonoCoapFleet, dtls_missing
 from monsoon.load.native import NativeHonoCoapFleet
 from monsoon.load.shapes import Steady
 from monsoon.stack.provision import Device
@@ -135,8 +136,6 @@ def run_native_coap(devices: list[Device], port: int, rate: float, duration: flo
 
 def child_python_coap(port: int, rate: float, duration: float, devices: int, workdir: str) -> dict[str, Any]:
     """The Python :class:`~monsoon.load.coap.HonoCoapFleet` (in a child process), measured by ``getrusage``."""
-    from monsoon.load.coap import HonoCoapFleet, dtls_missing
-
     missing = dtls_missing()
     if missing:
         return {"unavailable": missing}
