@@ -23,7 +23,7 @@ import pyarrow
 from hdrh.histogram import HdrHistogram
 
 from monsoon.load.base import FleetBase, FleetOptions
-from monsoon.load.hono import LEGS, leg_cycle
+from monsoon.load.hono import LegRecorder, leg_cycle
 from monsoon.load.loadgen_build import CRATE_DIR, LoadgenBuildError, ensure_loadgen
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
@@ -33,8 +33,8 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release, shard_block, shard_path
 
 
-__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "NativeHonoCoapFleet", "ensure_loadgen", "legs_summary",
-           "loadgen_config", "loopback_sources", "shard_range"]
+__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "NativeHonoCoapFleet", "ensure_loadgen", "loadgen_config",
+           "loopback_sources", "shard_range"]
 
 SLICE_BYTES = 16 << 20   # the most of one shard's CSV turned into a part at once (~330,000 acks): bounded memory
 
@@ -255,6 +255,7 @@ class NativeFleet(FleetBase):
         conn_by_worker: dict[int, int] = {}
 
         def emit(sec: int, lines: list[dict]) -> None:
+            self._second_extra(sec, lines)
             h = _hist_sum(lines, "hist")
             if h is not None and self._hlog is not None:
                 self._hlog.write(sec, h)
@@ -359,6 +360,9 @@ class NativeFleet(FleetBase):
 
     def _totals_extra(self, tots: list[dict]) -> None:
         """What a transport adds to ``extra`` from the workers' totals lines (none for MQTT)."""
+
+    def _second_extra(self, sec: int, lines: list[dict]) -> None:
+        """What a transport takes from second ``sec``'s lines of the workers (nothing for MQTT)."""
 
     def _reap(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -471,34 +475,16 @@ class NativeFleet(FleetBase):
                 pass
 
 
-def legs_summary(tots: list[dict]) -> dict[str, dict[str, Any]]:
-    """The ``legs`` of the workers' totals lines added up, as :meth:`~monsoon.load.hono.LegRecorder.summary` gives
-    them: per leg ``ok``, ``failed``, ``errors`` by code and the round trip's p50/p99/p99.9/max in ms."""
-    out: dict[str, dict[str, Any]] = {}
-    for leg in LEGS:
-        parts = [t["legs"][leg] for t in tots if leg in (t.get("legs") or {})]
-        errors: dict[str, int] = {}
-        for p in parts:
-            for code, n in (p.get("codes") or {}).items():
-                errors[code] = errors.get(code, 0) + int(n)
-        h = _hist_sum(parts, "hist")
-        n = h.get_total_count() if h is not None else 0
-        pct = {f"{k}_ms": (round(h.get_value_at_percentile(q) / 1000.0, 3) if h is not None and n else None)
-               for k, q in (("p50", 50), ("p99", 99), ("p999", 99.9))}
-        out[leg] = {"ok": sum(int(p.get("ok") or 0) for p in parts), "failed": sum(errors.values()), "errors": errors,
-                    **pct, "max_ms": round(h.get_max_value() / 1000.0, 3) if h is not None and n else None}
-    return out
-
-
 class NativeHonoCoapFleet(NativeFleet):
     """Devices on Eclipse Hono's CoAP adapter over DTLS with a pre-shared key, from native workers
     (``monsoon-loadgen run`` with ``transport: hono-coap``, OpenSSL's DTLS): what
     :class:`~monsoon.load.coap.HonoCoapFleet` does (PSK identity ``Device.token``, key
     ``psk_key(Device.password)``; telemetry, events, command queries ``?hono-ttd=5`` and command responses by
     ``legs``; every request confirmable, one outstanding per device), each device holding its DTLS session
-    through the run. The legs' totals (as :meth:`~monsoon.load.hono.LegRecorder.summary`) are in
-    ``extra["legs"]`` and the failed messages by cause (``coap 5.03``, ``timeout``, ...) in ``extra["errors"]``;
-    per-second leg files are not written by this engine."""
+    through the run. The legs are recorded as the Python fleets do (:class:`~monsoon.load.hono.LegRecorder`: each
+    second's outcomes and round trips from the workers' lines into ``legs.json`` and ``legs-<leg>.hlog``, the
+    summary in ``extra["legs"]``); the failed messages by cause (``coap 5.03``, ``timeout``, ...) are in
+    ``extra["errors"]``."""
 
     transport = "hono-coap"
     ENDPOINT = "CoAP/DTLS endpoint"
@@ -509,8 +495,38 @@ class NativeHonoCoapFleet(NativeFleet):
             "transport": "hono-coap", "kinds": list(leg_cycle(self.options.legs)), "ttd_s": self.TTD_S,
             "leg_timeout_s": float(self.options.request_timeout_s)}
 
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
+        self.recorder = LegRecorder()
+
+    def _open_hlog(self, start_wall_s: float) -> None:
+        super()._open_hlog(start_wall_s)
+        self.recorder.open(self.acked_path.parent, start_wall_s)
+
+    def _second_extra(self, sec: int, lines: list[dict]) -> None:
+        for ln in lines:
+            for leg, d in (ln.get("legs") or {}).items():
+                lg = self.recorder.legs[leg]
+                if d.get("ok"):
+                    lg.ok += int(d["ok"])
+                    lg.sec_codes["ok"] += int(d["ok"])
+                for code, n in (d.get("codes") or {}).items():
+                    lg.codes[code] += int(n)
+                    lg.sec_codes[code] += int(n)
+                if d.get("hist"):
+                    lg.hist_sec.add(HdrHistogram.decode(d["hist"]))
+        self.recorder.sec = sec
+        self.recorder.second()
+
+    def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> FleetTotals:
+        try:
+            return super()._run(stop, on_second)
+        finally:
+            self.recorder.write()
+
     def _totals_extra(self, tots: list[dict]) -> None:
-        self.extra["legs"] = legs_summary(tots)
+        self.extra["legs"] = self.recorder.summary()
         errors: dict[str, int] = {}
         for t in tots:
             for cause, n in (t.get("errors") or {}).items():

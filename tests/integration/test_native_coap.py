@@ -3,6 +3,7 @@ monsoon's own DTLS sink (``monsoon-loadgen coap-sink``), real UDP sockets on loo
 ``HonoCoapFleet`` against the same sink where aiocoap's tinydtls transport is installed. No timed assertions."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ from monsoon.load.fleet import build_fleet
 from monsoon.load.native import LoadgenBuildError, NativeHonoCoapFleet, ensure_loadgen
 from monsoon.load.shapes import Steady
 from monsoon.load.stats import FleetConnectError
+from monsoon.rundir import LEG_LATENCY_FILE, LEGS_FILE
 from monsoon.selftest.coap_bench import CoapSink, coap_devices
 from monsoon.stack.provision import Device
 
@@ -64,6 +66,12 @@ def test_telemetry_events_and_command_round_trips_over_dtls(loadgen: Path, tmp_p
     assert counts["handshakes"] == 12 and counts["failed_handshakes"] == 0, counts
     assert counts["commands"] == legs["command_request"]["ok"], counts
     assert counts["requests"] == 200 + legs["command_response"]["ok"], counts
+    # the legs' files, as the Python fleets write them: outcomes per second, round trips per second
+    doc = json.loads((tmp_path / LEGS_FILE).read_text())["legs"]
+    for leg, summary in legs.items():
+        assert doc[leg]["summary"] == summary
+        assert sum(int(o.get("ok", 0)) for _, o in doc[leg]["seconds"]) == summary["ok"], doc[leg]
+        assert (tmp_path / LEG_LATENCY_FILE.format(leg=leg)).stat().st_size > 0
 
 
 def test_error_answers_count_by_code_and_a_query_without_command(loadgen: Path, tmp_path: Path) -> None:

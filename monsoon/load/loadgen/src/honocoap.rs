@@ -12,8 +12,8 @@
 //! `POST /command_response/<req-id>?hono-cmd-status=200`). A message is acked by the 2.xx of its first request;
 //! an error code, a timeout (leg_timeout_s, + ttd_s for a query) or a broken session fails it, counted by
 //! cause (`coap 5.03`, `timeout`, `connection ...`). The four legs (telemetry, event, command_request,
-//! command_response) are measured request to response; their totals (ok, outcomes by code, histogram) are in
-//! the totals line under `legs`. CoAP retransmits an unanswered request at 2, 4, 8 and 16 s (ACK_TIMEOUT 2 s),
+//! command_response) are measured request to response: each second's line has `legs` ({leg: {ok, codes,
+//! hist}} for the legs with an outcome that second), the totals line their totals. CoAP retransmits an unanswered request at 2, 4, 8 and 16 s (ACK_TIMEOUT 2 s),
 //! stops on an empty ACK (a separate response follows) and ACKs a confirmable separate response.
 //! The lines printed are those of the MQTT engine (see main.rs), plus `errors` and `legs` in the totals.
 use crate::coap::{self, Builder, Msg};
@@ -107,6 +107,10 @@ struct Leg {
     ok: u64,
     codes: BTreeMap<String, u64>,
     hist: Histogram<u64>,
+    /// this second's: successes, outcomes other than ok, round trips
+    sec_ok: u64,
+    sec_codes: BTreeMap<String, u64>,
+    hist_sec: Histogram<u64>,
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -372,9 +376,12 @@ impl Eng {
         let leg = &mut self.legs[leg_i];
         if success && (cmd || ex.leg != COMMAND) {
             leg.ok += 1;
-            rec(&mut leg.hist, now - ex.start);
+            leg.sec_ok += 1;
+            rec(&mut leg.hist_sec, now - ex.start);
         } else {
-            *leg.codes.entry(if success { NO_COMMAND.to_string() } else { label.clone() }).or_insert(0) += 1;
+            let outcome = if success { NO_COMMAND.to_string() } else { label.clone() };
+            *leg.sec_codes.entry(outcome.clone()).or_insert(0) += 1;
+            *leg.codes.entry(outcome).or_insert(0) += 1;
         }
         if ex.leg != CMD_RESPONSE {
             if success {
@@ -627,7 +634,9 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         hist_sec: new_hist(),
         hist_total: new_hist(),
         late_hist: new_hist(),
-        legs: (0..4).map(|_| Leg { ok: 0, codes: BTreeMap::new(), hist: new_hist() }).collect(),
+        legs: (0..4)
+            .map(|_| Leg { ok: 0, codes: BTreeMap::new(), hist: new_hist(), sec_ok: 0, sec_codes: BTreeMap::new(), hist_sec: new_hist() })
+            .collect(),
         errors: BTreeMap::new(),
         csv,
         pbuf: Vec::with_capacity(2048),
@@ -738,6 +747,20 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         if let Some(w) = g.csv.as_mut() {
             let _ = w.flush();
         }
+        // each leg's second: {ok, codes (outcomes other than ok), hist (round trips)}, legs without any left out
+        let mut legs = Map::new();
+        for (i, name) in LEGS.iter().enumerate() {
+            let l = &mut g.legs[i];
+            if l.sec_ok == 0 && l.sec_codes.is_empty() {
+                continue;
+            }
+            let h = if l.hist_sec.len() > 0 { json!(encode_hist(&l.hist_sec)) } else { Value::Null };
+            legs.insert(name.to_string(), json!({"ok": l.sec_ok, "codes": l.sec_codes, "hist": h}));
+            let _ = l.hist.add(&l.hist_sec);
+            l.hist_sec.reset();
+            l.sec_ok = 0;
+            l.sec_codes.clear();
+        }
         let v = json!({
             "t": s, "target_rate": sched.rate_at(s as f64),
             "scheduled": cur.scheduled - prev.scheduled, "sent": cur.sent - prev.sent,
@@ -747,6 +770,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
             "p50_ms": p50, "p99_ms": p99, "max_ms": mx, "hist": hist,
             "cpu_s": ((cpu - prev_cpu.0) * 1e6).round() / 1e6,
             "writes": io.0 - prev_cpu.1 .0, "reads": io.1 - prev_cpu.1 .1, "wakeups": io.2 - prev_cpu.1 .2,
+            "legs": legs,
         });
         *prev = cur;
         *prev_cpu = (cpu, io);
