@@ -37,6 +37,9 @@
 //!   `send_late_*` is that delay's distribution). Messages due but not sent when stopped
 //!   (SIGTERM/SIGINT/stdin) are `dropped`. acked.csv: device,seq,intended_ms,acked_ms.
 //!
+//! run with `"transport": "hono-coap"` (config keys kinds, ttd_s, leg_timeout_s): CoAP over DTLS with PSK, Hono's
+//!   CoAP device flow; see honocoap.rs. coap-sink: its DTLS endpoint for tests and the benchmark (coapsink.rs).
+//!
 //! sink: ack-only MQTT 3.1.1 server on 127.0.0.1:P (SO_REUSEPORT: threads and processes
 //!   share the port). CONNACK, PUBACK per QoS1 PUBLISH, PINGRESP, SUBACK; no routing.
 //!
