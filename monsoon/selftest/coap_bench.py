@@ -45,13 +45,14 @@ class CoapSink:
     counts (handshakes, failed_handshakes, requests, commands, failed)."""
 
     def __init__(self, binary: Path, devices: list[Device], workdir: Path, port: int, *, command_every: int = 1,
-                 fail_every: int = 0, threads: int = 1) -> None:
+                 fail_every: int = 0, separate_every: int = 0, threads: int = 1) -> None:
         self.port = port
         keys = Path(workdir) / f"coap-sink-{port}.json"
         keys.write_text(json.dumps([{"token": d.token, "password": d.password or ""} for d in devices]))
         self.proc = subprocess.Popen(
             [str(binary), "coap-sink", "--port", str(port), "--keys", str(keys), "--threads", str(threads),
-             "--command-every", str(command_every), "--fail-every", str(fail_every)],
+             "--command-every", str(command_every), "--fail-every", str(fail_every),
+             "--separate-every", str(separate_every)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if '"listening"' not in line:

@@ -90,6 +90,20 @@ def test_error_answers_count_by_code_and_a_query_without_command(loadgen: Path, 
     assert legs["command_request"]["ok"] == 0
 
 
+def test_separate_responses_are_acked_and_count_as_answers(loadgen: Path, tmp_path: Path) -> None:
+    devs = coap_devices(4)
+    # every 3rd POST: an empty ACK first, then the response as a confirmable message (Hono past its ACK timeout)
+    with CoapSink(loadgen, devs, tmp_path, free_udp_port(), separate_every=3) as sink:
+        with native(devs, sink.port, tmp_path, rate=60.0, duration=2.0) as f:
+            f.connect()
+            t = f.run(threading.Event())
+            legs = f.extra["legs"]
+        counts = sink.close()
+    assert counts["separate"] == counts["requests"] // 3 > 0, counts
+    assert (t.scheduled, t.acked, t.failed) == (120, 120, 0), f.extra["errors"]
+    assert legs["command_response"]["ok"] == legs["command_request"]["ok"] > 0, legs
+
+
 def test_a_wrong_pre_shared_key_is_one_clear_line_before_the_load(loadgen: Path, tmp_path: Path) -> None:
     devs = coap_devices(3)
     wrong = [Device(d.name, d.token, "not-the-secret") for d in devs]

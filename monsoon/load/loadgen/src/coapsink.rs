@@ -2,7 +2,8 @@
 //! does, without a backend: 2.04 to every POST (telemetry, event, command response), and to a command query
 //! (`?hono-ttd=N`) 2.04 with a command (`Location-Path: command_response/<req-id>`) at once, every
 //! `command_every`-th query (0 = never: 2.04 without a command, as when the ttd ends); 2.05 to a GET.
-//! `fail_every` > 0 answers every so many POSTs 5.03 instead (to see errors counted by code).
+//! `fail_every` > 0 answers every so many POSTs 5.03 instead (to see errors counted by code); `separate_every` > 0
+//! answers every so many confirmable POSTs with an empty ACK and then a separate confirmable response.
 //! One thread per SO_REUSEPORT socket (the kernel keeps a client's datagrams on one of them); a session per
 //! client address. Devices' keys come from a JSON device list ([{token, password}] or {"devices": [...]}, the
 //! load engine's config): identity = token, key = SHA-256(password)[..16] (`monsoon.stack.provision.psk_key`).
@@ -24,6 +25,7 @@ pub struct Opts {
     pub keys: HashMap<Vec<u8>, Vec<u8>>,
     pub command_every: u64,
     pub fail_every: u64,
+    pub separate_every: u64,
 }
 
 #[derive(Default)]
@@ -33,6 +35,7 @@ struct Counters {
     requests: AtomicU64,
     commands: AtomicU64,
     failed: AtomicU64,
+    separate: AtomicU64,
 }
 
 /// identity -> key of the devices in a JSON file (a list of devices, or an object with a `devices` list).
@@ -73,10 +76,14 @@ struct Worker {
     n: Arc<Counters>,
     command_every: u64,
     fail_every: u64,
+    separate_every: u64,
+    separate_mid: u16,
     queries: u64,
     posts: u64,
     next_req: u64,
     out: Vec<u8>,
+    /// a separate response to send after the answer (the answer then is the empty ACK)
+    second: Option<Vec<u8>>,
 }
 
 impl Worker {
@@ -86,36 +93,49 @@ impl Worker {
             return None; // a ping's reply or an ACK of ours: nothing to answer
         }
         self.n.requests.fetch_add(1, Ordering::Relaxed);
-        let (typ, mid) = if m.typ == coap::CON { (coap::ACK, m.mid) } else { (coap::NON, m.mid.wrapping_add(0x8000)) };
+        let (mut typ, mut mid) = if m.typ == coap::CON { (coap::ACK, m.mid) } else { (coap::NON, m.mid.wrapping_add(0x8000)) };
         self.out.clear();
         let mut out = std::mem::take(&mut self.out);
+        if m.code == coap::POST && m.typ == coap::CON && self.separate_every > 0 && (self.posts + 1) % self.separate_every == 0 {
+            // a separate response, as Hono's adapter answers when its backend takes longer than its ACK timeout:
+            // an empty ACK now, then the response as a confirmable message of its own
+            coap::empty(&mut out, coap::ACK, m.mid);
+            self.separate_mid = self.separate_mid.wrapping_add(1);
+            self.n.separate.fetch_add(1, Ordering::Relaxed);
+            (typ, mid) = (coap::CON, self.separate_mid);
+        }
+        let mut out2 = Vec::new();
+        let out_ref: &mut Vec<u8> = if out.is_empty() { &mut out } else { &mut out2 };
         if m.code == coap::GET {
-            Builder::new(&mut out, typ, coap::CONTENT, mid, m.token).uint(coap::OPT_CONTENT_FORMAT, 40).payload(b"</telemetry>,</event>");
+            Builder::new(out_ref, typ, coap::CONTENT, mid, m.token).uint(coap::OPT_CONTENT_FORMAT, 40).payload(b"</telemetry>,</event>");
         } else if m.code == coap::POST {
             self.posts += 1;
             let query = m.opt_all(coap::OPT_URI_QUERY).any(|q| q.starts_with(b"hono-ttd="));
             if self.fail_every > 0 && self.posts % self.fail_every == 0 {
                 self.n.failed.fetch_add(1, Ordering::Relaxed);
-                Builder::new(&mut out, typ, 0xa3, mid, m.token); // 5.03
+                Builder::new(out_ref, typ, 0xa3, mid, m.token); // 5.03
             } else if query {
                 self.queries += 1;
                 if self.command_every > 0 && self.queries % self.command_every == 0 {
                     self.next_req += 1;
                     self.n.commands.fetch_add(1, Ordering::Relaxed);
                     let id = format!("req{}", self.next_req);
-                    Builder::new(&mut out, typ, coap::CHANGED, mid, m.token)
+                    Builder::new(out_ref, typ, coap::CHANGED, mid, m.token)
                         .opt(coap::OPT_LOCATION_PATH, b"command_response")
                         .opt(coap::OPT_LOCATION_PATH, id.as_bytes())
                         .uint(coap::OPT_CONTENT_FORMAT, 50)
                         .payload(b"{\"command\": \"ping\"}");
                 } else {
-                    Builder::new(&mut out, typ, coap::CHANGED, mid, m.token);
+                    Builder::new(out_ref, typ, coap::CHANGED, mid, m.token);
                 }
             } else {
-                Builder::new(&mut out, typ, coap::CHANGED, mid, m.token);
+                Builder::new(out_ref, typ, coap::CHANGED, mid, m.token);
             }
         } else {
-            Builder::new(&mut out, typ, 0x85, mid, m.token); // 4.05 Method Not Allowed
+            Builder::new(out_ref, typ, 0x85, mid, m.token); // 4.05 Method Not Allowed
+        }
+        if !out2.is_empty() {
+            self.second = Some(out2);
         }
         Some(out)
     }
@@ -156,6 +176,9 @@ impl Worker {
                     if let Some(resp) = self.answer(&buf[..n]) {
                         let s = self.sessions.get_mut(&peer).unwrap();
                         let _ = s.stream.ssl_write(&resp);
+                        if let Some(second) = self.second.take() {
+                            let _ = s.stream.ssl_write(&second);
+                        }
                         self.out = resp;
                     }
                 }
@@ -185,7 +208,8 @@ pub fn is_client_hello(d: &[u8]) -> bool {
     d.len() > 13 && d[0] == 22 && d[3] == 0 && d[4] == 0 && d[13] == 1
 }
 
-fn serve(ctx: SslContext, sock: UdpSocket, n: Arc<Counters>, stop: Arc<AtomicBool>, command_every: u64, fail_every: u64) {
+fn serve(ctx: SslContext, sock: UdpSocket, n: Arc<Counters>, stop: Arc<AtomicBool>, command_every: u64, fail_every: u64,
+         separate_every: u64) {
     let mut w = Worker {
         ctx,
         sock: Rc::new(sock),
@@ -193,6 +217,9 @@ fn serve(ctx: SslContext, sock: UdpSocket, n: Arc<Counters>, stop: Arc<AtomicBoo
         n,
         command_every,
         fail_every,
+        separate_every,
+        separate_mid: 0,
+        second: None,
         queries: 0,
         posts: 0,
         next_req: 0,
@@ -228,8 +255,8 @@ pub fn run(o: Opts, stop: Arc<AtomicBool>) -> Result<i32, String> {
     for sock in socks {
         let ctx = dtls::server_context(o.keys.clone()).map_err(|e| format!("coap-sink: DTLS context: {e}"))?;
         let (n, stop) = (n.clone(), stop.clone());
-        let (ce, fe) = (o.command_every, o.fail_every);
-        handles.push(std::thread::spawn(move || serve(ctx, sock, n, stop, ce, fe)));
+        let (ce, fe, se) = (o.command_every, o.fail_every, o.separate_every);
+        handles.push(std::thread::spawn(move || serve(ctx, sock, n, stop, ce, fe, se)));
     }
     println!("{}", json!({"event": "listening", "port": port, "devices": devices}));
     for h in handles {
@@ -239,7 +266,8 @@ pub fn run(o: Opts, stop: Arc<AtomicBool>) -> Result<i32, String> {
     println!(
         "{}",
         json!({"sink": {"handshakes": g(&n.handshakes), "failed_handshakes": g(&n.failed_handshakes),
-                        "requests": g(&n.requests), "commands": g(&n.commands), "failed": g(&n.failed)}})
+                        "requests": g(&n.requests), "commands": g(&n.commands), "failed": g(&n.failed),
+                        "separate": g(&n.separate)}})
     );
     Ok(0)
 }
@@ -274,7 +302,7 @@ mod tests {
         let (stop, n) = (Arc::new(AtomicBool::new(false)), Arc::new(Counters::default()));
         let ctx = dtls::server_context(keys).unwrap();
         let (s2, n2) = (stop.clone(), n.clone());
-        std::thread::spawn(move || serve(ctx, sock, n2, s2, command_every, 0));
+        std::thread::spawn(move || serve(ctx, sock, n2, s2, command_every, 0, 0));
         (addr, stop, n)
     }
 

@@ -78,7 +78,7 @@ floor     --port P [--connections 50] [--messages 1000000] [--batch 10]: the tra
           (pre-encoded QoS 1 publishes, `batch` per write, against a sink); one JSON line with CPU/msg.
 coap-sink CoAP over DTLS (PSK) on 127.0.0.1:P answering as Hono's CoAP adapter (2.04; a command to every
           --command-every-th hono-ttd query, default 1, 0 = none; 5.03 to every --fail-every-th POST, default 0
-          = none). --keys: the devices ([{token, password}] or a run config): identity = token, key =
+          = none; every --separate-every-th an empty ACK, then a separate response). --keys: the devices ([{token, password}] or a run config): identity = token, key =
           SHA-256(password)[..16]. Prints {\"event\": \"listening\", \"port\": P}, and its counts on SIGTERM.
           `run` speaks this transport with \"transport\": \"hono-coap\" in its config (see honocoap.rs).
 ";
@@ -122,7 +122,7 @@ fn real_main() -> Result<i32, String> {
     let mut wait_start = false;
     let mut limit = u64::MAX;
     let (mut connections, mut messages, mut batch) = (50usize, 1_000_000u64, 10usize);
-    let (mut keys, mut command_every, mut fail_every) = (None, 1u64, 0u64);
+    let (mut keys, mut command_every, mut fail_every, mut separate_every) = (None, 1u64, 0u64, 0u64);
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -139,6 +139,9 @@ fn real_main() -> Result<i32, String> {
             "--keys" => keys = Some(val()?),
             "--command-every" => command_every = val()?.parse().map_err(|_| "--command-every: not a number".to_string())?,
             "--fail-every" => fail_every = val()?.parse().map_err(|_| "--fail-every: not a number".to_string())?,
+            "--separate-every" => {
+                separate_every = val()?.parse().map_err(|_| "--separate-every: not a number".to_string())?
+            }
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -161,6 +164,7 @@ fn real_main() -> Result<i32, String> {
                 keys: coapsink::load_keys(&keys.ok_or("coap-sink needs --keys DEVICES.json")?)?,
                 command_every,
                 fail_every,
+                separate_every,
             },
             stop,
         ),
