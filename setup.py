@@ -29,10 +29,23 @@ class bdist_wheel_platform(bdist_wheel):
         return "py3", "none", plat
 
 
+def static_openssl() -> None:
+    """OpenSSL (the engine's DTLS for CoAP) linked statically where libssl-dev's archives are (Debian/Ubuntu
+    x86_64): the wheel's binary then needs no libssl, and auditwheel grafts nothing. openssl-sys reads these
+    target-prefixed variables (pkg-config never links a library of /usr statically); elsewhere OpenSSL is linked
+    dynamically. The same as ``loadgen_build.static_openssl_env`` and the Makefile."""
+    lib = "/usr/lib/x86_64-linux-gnu"
+    if os.path.exists(f"{lib}/libssl.a") and os.path.exists(f"{lib}/libcrypto.a"):
+        for k, v in (("STATIC", "1"), ("LIB_DIR", lib), ("INCLUDE_DIR", "/usr/include")):
+            os.environ.setdefault(f"X86_64_UNKNOWN_LINUX_GNU_OPENSSL_{k}", v)
+
+
 def rust_extensions() -> list:
     if "editable_wheel" in sys.argv or "develop" in sys.argv or os.environ.get("MONSOON_WHEEL_LOADGEN") == "0":
         return []
     from setuptools_rust import RustBin, Strip
+
+    static_openssl()
 
     return [RustBin("monsoon-loadgen", path="monsoon/load/loadgen/Cargo.toml", args=["--locked"], strip=Strip.No,
                     debug=False)]

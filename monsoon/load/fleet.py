@@ -11,7 +11,7 @@ from monsoon.load.hono import HonoHttpFleet
 from monsoon.load.http import HttpFleet
 from monsoon.load.kube_job import KubeJobFleet
 from monsoon.load.mqtt import MqttFleet
-from monsoon.load.native import NativeFleet
+from monsoon.load.native import NativeFleet, NativeHonoCoapFleet
 from monsoon.stack.provision import Device
 
 
@@ -28,17 +28,21 @@ def build_fleet(transport: str, devices: list[Device], host: str, port: int, opt
     ``hono-coap`` (the same over Hono's CoAP adapter, DTLS with PSK). MQTT
     has three engines: ``python`` (:class:`~monsoon.load.mqtt.MqttFleet`), ``native``
     (:class:`~monsoon.load.native.NativeFleet`, ``workers`` processes) and ``kubernetes``
-    (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed Job in monsoon's cluster)."""
+    (:class:`~monsoon.load.kube_job.KubeJobFleet`: ``workers`` pods of an Indexed Job in monsoon's cluster);
+    ``hono-coap`` two: ``python`` and ``native`` (:class:`~monsoon.load.native.NativeHonoCoapFleet`)."""
     if options is None:
         options = FleetOptions(**fields)
     elif fields:
         options = dataclasses.replace(options, **fields)
     if transport == "mqtt" and engine == "native":
         return NativeFleet(devices, host, port, options)
+    if transport == "hono-coap" and engine == "native":
+        return NativeHonoCoapFleet(devices, host, port, options)
     if transport == "mqtt" and engine == "kubernetes":
         return KubeJobFleet(devices, host, port, options)
     if engine != "python":
-        raise ValueError(f"engine {engine!r} drives MQTT only (use one of: python, native, kubernetes for mqtt)")
+        raise ValueError(f"engine {engine!r} drives MQTT only, and native hono-coap too (use one of: python, native, "
+                         "kubernetes for mqtt; python or native for hono-coap)")
     if options.workers != 1:
         raise ValueError("workers > 1 needs engine: native")
     if transport == "mqtt":

@@ -70,6 +70,17 @@ def packaged_loadgen() -> Path | None:
     return None
 
 
+def static_openssl_env() -> dict[str, str]:
+    """The variables that make openssl-sys link OpenSSL (the engine's DTLS) statically from libssl-dev's archives,
+    where they are (Debian/Ubuntu x86_64): the binary then needs no libssl where it runs (a pod's image, a wheel).
+    Empty elsewhere (dynamic linking). The same as setup.py's ``static_openssl`` and the Makefile."""
+    lib = "/usr/lib/x86_64-linux-gnu"
+    if not (os.path.exists(f"{lib}/libssl.a") and os.path.exists(f"{lib}/libcrypto.a")):
+        return {}
+    return {f"X86_64_UNKNOWN_LINUX_GNU_OPENSSL_{k}": v
+            for k, v in (("STATIC", "1"), ("LIB_DIR", lib), ("INCLUDE_DIR", "/usr/include"))}
+
+
 def ensure_loadgen() -> Path:
     """Path of the ``monsoon-loadgen`` binary.
 
@@ -106,7 +117,7 @@ def ensure_loadgen() -> Path:
             return binary
         r = subprocess.run(
             [cargo, "build", "--release", "--locked", "--target-dir", str(target)], cwd=CRATE_DIR,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **static_openssl_env()},
         )
         if r.returncode != 0 or not binary.exists():
             raise LoadgenBuildError(

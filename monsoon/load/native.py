@@ -23,6 +23,7 @@ import pyarrow
 from hdrh.histogram import HdrHistogram
 
 from monsoon.load.base import FleetBase, FleetOptions
+from monsoon.load.hono import LegRecorder, leg_cycle
 from monsoon.load.loadgen_build import CRATE_DIR, LoadgenBuildError, ensure_loadgen
 from monsoon.load.payloads import Payload
 from monsoon.load.schedule import Schedule
@@ -32,8 +33,8 @@ from monsoon.stack.provision import Device
 from monsoon.timeline.columnar import FLUSH_S, PartWriter, csv_block_table, release, shard_block, shard_path
 
 
-__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "ensure_loadgen", "loadgen_config", "loopback_sources",
-           "shard_range"]
+__all__ = ["CRATE_DIR", "LoadgenBuildError", "NativeFleet", "NativeHonoCoapFleet", "ensure_loadgen", "loadgen_config",
+           "loopback_sources", "shard_range"]
 
 SLICE_BYTES = 16 << 20   # the most of one shard's CSV turned into a part at once (~330,000 acks): bounded memory
 
@@ -127,6 +128,8 @@ class NativeFleet(FleetBase):
     workers' own CPU seconds.
     """
 
+    ENDPOINT = "MQTT broker"     # what the fleet's connect errors call the endpoint
+
     def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
                  **fields: Any) -> None:
         super().__init__(devices, host, port, options, **fields)
@@ -189,7 +192,7 @@ class NativeFleet(FleetBase):
                 while w.connected is None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise FleetConnectError(f"MQTT broker {self.endpoint}: worker {w.index} did not "
+                        raise FleetConnectError(f"{self.ENDPOINT} {self.endpoint}: worker {w.index} did not "
                                                 f"connect its devices within {timeout:g}s")
                     try:
                         msg = w.lines.get(timeout=min(left, 0.5))
@@ -197,10 +200,10 @@ class NativeFleet(FleetBase):
                         continue
                     if msg is None:
                         raise FleetConnectError(
-                            f"MQTT broker {self.endpoint}: load worker {w.index} exited "
+                            f"{self.ENDPOINT} {self.endpoint}: load worker {w.index} exited "
                             f"({w.proc.poll()}) before connecting: {self._stderr(w)}")
                     if "error" in msg:
-                        raise FleetConnectError(f"MQTT broker {self.endpoint}: {msg['error']}")
+                        raise FleetConnectError(f"{self.ENDPOINT} {self.endpoint}: {msg['error']}")
                     if msg.get("event") == "connected":
                         w.connected = msg
             self._n_connected = sum(w.connected["connected"] for w in self._workers if w.connected)
@@ -252,6 +255,7 @@ class NativeFleet(FleetBase):
         conn_by_worker: dict[int, int] = {}
 
         def emit(sec: int, lines: list[dict]) -> None:
+            self._second_extra(sec, lines)
             h = _hist_sum(lines, "hist")
             if h is not None and self._hlog is not None:
                 self._hlog.write(sec, h)
@@ -346,12 +350,19 @@ class NativeFleet(FleetBase):
                          "maxrss_mb": (w.rusage.ru_maxrss / 1024.0) if w.rusage else None}
                         for w in self._workers],
         }
+        self._totals_extra(tots)
         return FleetTotals(
             scheduled=s("scheduled"), sent=s("sent"), acked=s("acked"), failed=s("failed"),
             late=s("late"), dropped=s("dropped"), unacked=s("unacked"), last_seq=last_seq,
             p50_ms=p50, p99_ms=p99, max_ms=mx, reconnects=s("reconnects"),
             elapsed_s=max(float(t["elapsed_s"]) for t in tots), lost_in_flight=s("lost_in_flight"),
         )
+
+    def _totals_extra(self, tots: list[dict]) -> None:
+        """What a transport adds to ``extra`` from the workers' totals lines (none for MQTT)."""
+
+    def _second_extra(self, sec: int, lines: list[dict]) -> None:
+        """What a transport takes from second ``sec``'s lines of the workers (nothing for MQTT)."""
 
     def _reap(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -462,3 +473,62 @@ class NativeFleet(FleetBase):
                     p.unlink()
             except OSError:
                 pass
+
+
+class NativeHonoCoapFleet(NativeFleet):
+    """Devices on Eclipse Hono's CoAP adapter over DTLS with a pre-shared key, from native workers
+    (``monsoon-loadgen run`` with ``transport: hono-coap``, OpenSSL's DTLS): what
+    :class:`~monsoon.load.coap.HonoCoapFleet` does (PSK identity ``Device.token``, key
+    ``psk_key(Device.password)``; telemetry, events, command queries ``?hono-ttd=5`` and command responses by
+    ``legs``; every request confirmable, one outstanding per device), each device holding its DTLS session
+    through the run. The legs are recorded as the Python fleets do (:class:`~monsoon.load.hono.LegRecorder`: each
+    second's outcomes and round trips from the workers' lines into ``legs.json`` and ``legs-<leg>.hlog``, the
+    summary in ``extra["legs"]``); the failed messages by cause (``coap 5.03``, ``timeout``, ...) are in
+    ``extra["errors"]``."""
+
+    transport = "hono-coap"
+    ENDPOINT = "CoAP/DTLS endpoint"
+    TTD_S = 5
+
+    def config(self, *, connect_timeout_s: float = 30.0) -> dict[str, Any]:
+        return super().config(connect_timeout_s=connect_timeout_s) | {
+            "transport": "hono-coap", "kinds": list(leg_cycle(self.options.legs)), "ttd_s": self.TTD_S,
+            "leg_timeout_s": float(self.options.request_timeout_s)}
+
+    def __init__(self, devices: list[Device], host: str, port: int, options: FleetOptions | None = None,
+                 **fields: Any) -> None:
+        super().__init__(devices, host, port, options, **fields)
+        self.recorder = LegRecorder()
+
+    def _open_hlog(self, start_wall_s: float) -> None:
+        super()._open_hlog(start_wall_s)
+        self.recorder.open(self.acked_path.parent, start_wall_s)
+
+    def _second_extra(self, sec: int, lines: list[dict]) -> None:
+        for ln in lines:
+            for leg, d in (ln.get("legs") or {}).items():
+                lg = self.recorder.legs[leg]
+                if d.get("ok"):
+                    lg.ok += int(d["ok"])
+                    lg.sec_codes["ok"] += int(d["ok"])
+                for code, n in (d.get("codes") or {}).items():
+                    lg.codes[code] += int(n)
+                    lg.sec_codes[code] += int(n)
+                if d.get("hist"):
+                    lg.hist_sec.add(HdrHistogram.decode(d["hist"]))
+        self.recorder.sec = sec
+        self.recorder.second()
+
+    def _run(self, stop: threading.Event, on_second: Callable[[SecondStats], None] | None) -> FleetTotals:
+        try:
+            return super()._run(stop, on_second)
+        finally:
+            self.recorder.write()
+
+    def _totals_extra(self, tots: list[dict]) -> None:
+        self.extra["legs"] = self.recorder.summary()
+        errors: dict[str, int] = {}
+        for t in tots:
+            for cause, n in (t.get("errors") or {}).items():
+                errors[cause] = errors.get(cause, 0) + int(n)
+        self.extra["errors"] = errors

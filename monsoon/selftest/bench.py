@@ -34,6 +34,9 @@ the bench runs during a measured phase):
    ``worst_second_error_pct`` the same for the worst single second, and ``late_p99_ms`` = p99 of
    how late messages were handed to the socket vs their intended time; ``generator_cores`` the
    engine's own CPU seconds per second (``gen_cpu_s``), as every run reports it.
+4. **CoAP over DTLS** (``coap``): Hono's CoAP device flow (PSK) against ``monsoon-loadgen coap-sink``: CPU per
+   request of the native engine beside the Python ``HonoCoapFleet`` (goal <= 50 us native), and ``--coap-sessions``
+   (2,500) devices holding their DTLS sessions (their RSS); see :mod:`monsoon.selftest.coap_bench`.
 
 The sink is ``monsoon-loadgen sink`` (ack-only MQTT 3.1.1, SO_REUSEPORT): one process (one
 thread) for the CPU phase, like one broker; ``--sinks`` processes sharing the same port from
@@ -68,6 +71,7 @@ from monsoon.load.payloads import Payload
 from monsoon.load.shapes import Steady
 from monsoon.load.stats import machine_cpus
 from monsoon.stack.provision import Device
+from monsoon.selftest.coap_bench import child_python_coap, phase_coap
 from monsoon.selftest.peer import LOCUST_VERSION, PeerUnavailable, measure_locust
 
 
@@ -441,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--quick", action="store_true", help="a smoke test: short phases, 2,000 connections")
-    ap.add_argument("--only", choices=["cpu", "connections", "pacing"], action="append",
+    ap.add_argument("--only", choices=["cpu", "connections", "pacing", "coap"], action="append",
                     help="run only these phases (repeatable)")
     ap.add_argument("--cpu-duration", type=float, help="seconds of the native and MqttFleet CPU runs (10)")
     ap.add_argument("--native-rate", type=float, default=100_000, help="native CPU-run rate, msg/s (100000)")
@@ -481,12 +485,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sinks", type=int, default=4,
                     help="sink processes sharing the port from the connections phase on (4; the CPU phase "
                          "runs first against one sink process, like one broker)")
+    ap.add_argument("--coap-devices", type=int, default=50, help="PSK devices of the CoAP CPU runs (50)")
+    ap.add_argument("--coap-rate", type=float, default=5_000.0, help="native hono-coap CPU-run rate, msg/s (5000)")
+    ap.add_argument("--coap-python-rate", type=float, default=300.0,
+                    help="Python HonoCoapFleet CPU-run rate, msg/s (300)")
+    ap.add_argument("--coap-sessions", type=int, default=2_500, help="PSK devices holding DTLS sessions (2500)")
+    ap.add_argument("--coap-hold", type=float, help="seconds they hold them (10)")
+    ap.add_argument("--coap-hold-rate", type=float, default=250.0, help="msg/s while holding them (250)")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         kind, *rest = a.child
         if kind == "paho":
             r = child_paho(int(rest[0]), int(rest[1]), int(rest[2]))
+        elif kind == "hono-coap":
+            r = child_python_coap(int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3]), rest[4])
         else:
             r = child_python(int(rest[0]), float(rest[1]), float(rest[2]), int(rest[3]), rest[4])
         print(json.dumps(r), flush=True)
@@ -505,9 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     a.connections = a.connections or (2_000 if q else 50_000)
     a.hold = a.hold or (5.0 if q else 60.0)
     a.pacing_duration = a.pacing_duration or (5.0 if q else 60.0)
+    a.coap_hold = a.coap_hold or (3.0 if q else 10.0)
     if q:
         a.hold_rate = min(a.hold_rate, 200.0)
-    phases = a.only or ["cpu", "connections", "pacing"]
+    phases = a.only or ["cpu", "connections", "pacing", "coap"]
 
 
     log("building/locating monsoon-loadgen (cargo build --release --locked on first use)")
@@ -546,6 +560,12 @@ def main(argv: list[str] | None = None) -> int:
                 result["worst_second_error_pct"] = pc["worst_second_error_pct"]
                 result["late_p99_ms"] = pc["late_p99_ms"]
                 result["pacing"] = pc
+            if "coap" in phases:
+                co = phase_coap(a, binary, workdir, log, run_child, free_port)
+                result["coap_cpu_us_per_request"] = co["cpu_us_per_request"]
+                result["coap_sessions_held"] = co["sessions"]["held_min"]
+                result["coap_sessions_rss_mb"] = co["sessions"]["rss_mb"]
+                result["coap"] = co
             runs = [*result.get("cpu_runs", {}).values(), result.get("connections"), result.get("pacing")]
             result["sink"] = {"kind": "monsoon-loadgen sink (ack-only MQTT 3.1.1, SO_REUSEPORT)",
                               "processes": sinks.n, "threads_each": 1, "cpu_s_total": round(sinks.cpu_s(), 3),
@@ -573,6 +593,10 @@ def main(argv: list[str] | None = None) -> int:
     if "pacing_error_pct" in result:
         goals["pacing<1%"] = result["pacing_error_pct"] is not None and result["pacing_error_pct"] < 1.0
         goals["late_p99<10ms"] = result["late_p99_ms"] is not None and result["late_p99_ms"] < 10.0
+    if result.get("coap_cpu_us_per_request", {}).get("native") is not None:
+        goals["coap<=50us"] = result["coap_cpu_us_per_request"]["native"] <= 50.0
+    if "coap_sessions_held" in result:
+        goals[f"coap_sessions>={a.coap_sessions}"] = result["coap_sessions_held"] >= a.coap_sessions
     result["goals_met"] = goals
     print(json.dumps(result), flush=True)
     return 0

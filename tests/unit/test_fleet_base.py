@@ -13,7 +13,7 @@ from monsoon.load.fleet import build_fleet
 from monsoon.load.http import HttpFleet
 from monsoon.load.kube_job import KubeJobFleet
 from monsoon.load.mqtt import MqttFleet
-from monsoon.load.native import NativeFleet
+from monsoon.load.native import NativeFleet, NativeHonoCoapFleet
 from monsoon.load.shapes import Steady
 from monsoon.stack.provision import Device
 
@@ -54,6 +54,7 @@ def test_build_fleet_picks_the_engine_and_refuses_what_it_cannot_drive(tmp_path)
     assert type(build_fleet("mqtt", DEVS, "h", 1, o)) is MqttFleet
     assert type(build_fleet("mqtt", DEVS, "h", 1, o, engine="native", workers=2)) is NativeFleet
     assert type(build_fleet("mqtt", DEVS, "h", 1, o, engine="kubernetes")) is KubeJobFleet
+    assert type(build_fleet("hono-coap", DEVS, "h", 1, o, engine="native")) is NativeHonoCoapFleet
     assert type(build_fleet("http", DEVS, "h", 1, o)) is HttpFleet
     assert type(build_fleet("coap", DEVS, "h", 1, shape=o.shape, acked_path=o.acked_path)) is CoapFleet
     assert isinstance(build_fleet("http", DEVS, "h", 1, o), (AsyncFleet, PacedFleet))

@@ -8,7 +8,8 @@ import pytest
 
 from monsoon.stack.provision import Device
 from monsoon.load.schedule import Schedule
-from monsoon.load.native import NativeFleet, loadgen_config, shard_range
+from monsoon.load.hono import leg_cycle
+from monsoon.load.native import NativeFleet, NativeHonoCoapFleet, loadgen_config, shard_range
 from monsoon.load.payloads import Payload
 from monsoon.load.shapes import Ramp, Stage, Stages, Steady
 
@@ -137,3 +138,17 @@ def test_too_many_devices_per_native_worker_is_refused(tmp_path):
     f = NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=1, duration=1), acked_path=tmp_path / "a.csv",
                     workers=3)
     assert f.source_addrs == ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]   # 10,000 per address
+
+
+def test_the_hono_coap_config_carries_the_kinds_the_ttd_and_the_leg_timeout(tmp_path) -> None:
+    devs = [Device(f"d{i}", f"d{i}@T", f"s{i}") for i in range(3)]
+    f = NativeHonoCoapFleet(devs, "127.0.0.1", 5684, shape=Steady(rate=10, duration=1),
+                            acked_path=tmp_path / "acked.parquet", legs={"telemetry": 1, "command": 1},
+                            request_timeout_s=7.5)
+    cfg = f.config()
+    assert cfg["transport"] == "hono-coap" and cfg["ttd_s"] == 5 and cfg["leg_timeout_s"] == 7.5
+    assert cfg["kinds"] == list(leg_cycle({"telemetry": 1, "command": 1}))
+    assert cfg["kinds"].count("command") == 50 and "event" not in cfg["kinds"]
+    assert cfg["devices"][1] == {"name": "d1", "token": "d1@T", "password": "s1"}
+    assert "transport" not in NativeFleet(devs, "127.0.0.1", 1883, shape=Steady(rate=10, duration=1),
+                                          acked_path=tmp_path / "a2.parquet").config()

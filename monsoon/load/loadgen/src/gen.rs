@@ -30,6 +30,9 @@ fn d_drain() -> f64 { 5.0 }
 fn d_ctimeout() -> f64 { 30.0 }
 fn d_pending() -> usize { 512 }
 fn d_batch() -> f64 { 5.0 }
+fn d_transport() -> String { "mqtt".into() }
+fn d_ttd() -> u32 { 5 }
+fn d_leg_timeout() -> f64 { 10.0 }
 
 #[derive(Deserialize, Debug, Clone)]
 pub struct DeviceSpec {
@@ -93,6 +96,18 @@ pub struct Config {
     /// message falls with the batch while each message leaves at most one tick after its time
     #[serde(default = "d_batch")]
     pub batch_ms: f64,
+    /// `mqtt` (this module) or `hono-coap` (CoAP over DTLS with PSK, Hono's CoAP adapter: `honocoap`)
+    #[serde(default = "d_transport")]
+    pub transport: String,
+    /// hono-coap: the kinds of consecutive messages (`monsoon.load.hono.leg_cycle`); empty = all telemetry
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// hono-coap: the hono-ttd of a command query (s)
+    #[serde(default = "d_ttd")]
+    pub ttd_s: u32,
+    /// hono-coap: how long one request waits for its answer (s; a command query: this + ttd_s)
+    #[serde(default = "d_leg_timeout")]
+    pub leg_timeout_s: f64,
 }
 
 pub fn load_devices(d: &Devices) -> Result<Vec<DeviceSpec>, String> {
@@ -734,6 +749,11 @@ pub fn run(cfg: Config, shard: (usize, usize), ctl: Control) -> Result<i32, Stri
 
 /// `run`, also handing back the totals line it printed (None when it ended before the load).
 pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Result<(i32, Option<Value>), String> {
+    match cfg.transport.as_str() {
+        "mqtt" => {}
+        "hono-coap" => return crate::honocoap::run_totals(cfg, shard, ctl),
+        o => return Err(format!("transport {o:?}: use mqtt or hono-coap")),
+    }
     raise_nofile();
     if cfg.qos > 1 {
         return Err(format!("qos must be 0 or 1, got {}", cfg.qos));

@@ -37,12 +37,19 @@
 //!   `send_late_*` is that delay's distribution). Messages due but not sent when stopped
 //!   (SIGTERM/SIGINT/stdin) are `dropped`. acked.csv: device,seq,intended_ms,acked_ms.
 //!
+//! run with `"transport": "hono-coap"` (config keys kinds, ttd_s, leg_timeout_s): CoAP over DTLS with PSK, Hono's
+//!   CoAP device flow; see honocoap.rs. coap-sink: its DTLS endpoint for tests and the benchmark (coapsink.rs).
+//!
 //! sink: ack-only MQTT 3.1.1 server on 127.0.0.1:P (SO_REUSEPORT: threads and processes
 //!   share the port). CONNACK, PUBACK per QoS1 PUBLISH, PINGRESP, SUBACK; no routing.
 //!
 //! schedule: prints `k device intended_s` of the shard's messages (for tests).
+mod coap;
+mod coapsink;
+mod dtls;
 mod floor;
 mod gen;
+mod honocoap;
 mod mqtt;
 mod payload;
 mod schedule;
@@ -69,6 +76,11 @@ sink      ack-only MQTT server on 127.0.0.1:P with SO_REUSEPORT (CONNACK, PUBACK
 schedule  print `k device intended_s` for the shard's messages (testing aid).
 floor     --port P [--connections 50] [--messages 1000000] [--batch 10]: the transport's cost alone
           (pre-encoded QoS 1 publishes, `batch` per write, against a sink); one JSON line with CPU/msg.
+coap-sink CoAP over DTLS (PSK) on 127.0.0.1:P answering as Hono's CoAP adapter (2.04; a command to every
+          --command-every-th hono-ttd query, default 1, 0 = none; 5.03 to every --fail-every-th POST, default 0
+          = none; every --separate-every-th an empty ACK, then a separate response). --keys: the devices ([{token, password}] or a run config): identity = token, key =
+          SHA-256(password)[..16]. Prints {\"event\": \"listening\", \"port\": P}, and its counts on SIGTERM.
+          `run` speaks this transport with \"transport\": \"hono-coap\" in its config (see honocoap.rs).
 ";
 
 /// `monsoon-loadgen <crate version>`: what `--version` prints (the crate's version, which monsoon's wheel carries).
@@ -110,6 +122,7 @@ fn real_main() -> Result<i32, String> {
     let mut wait_start = false;
     let mut limit = u64::MAX;
     let (mut connections, mut messages, mut batch) = (50usize, 1_000_000u64, 10usize);
+    let (mut keys, mut command_every, mut fail_every, mut separate_every) = (None, 1u64, 0u64, 0u64);
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -123,6 +136,12 @@ fn real_main() -> Result<i32, String> {
             "--connections" => connections = val()?.parse().map_err(|_| "--connections: not a number".to_string())?,
             "--messages" => messages = val()?.parse().map_err(|_| "--messages: not a number".to_string())?,
             "--batch" => batch = val()?.parse().map_err(|_| "--batch: not a number".to_string())?,
+            "--keys" => keys = Some(val()?),
+            "--command-every" => command_every = val()?.parse().map_err(|_| "--command-every: not a number".to_string())?,
+            "--fail-every" => fail_every = val()?.parse().map_err(|_| "--fail-every: not a number".to_string())?,
+            "--separate-every" => {
+                separate_every = val()?.parse().map_err(|_| "--separate-every: not a number".to_string())?
+            }
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
     }
@@ -138,6 +157,17 @@ fn real_main() -> Result<i32, String> {
     match cmd {
         "floor" => floor::run(port.ok_or("floor needs --port P")?, connections, messages, batch),
         "sink" => sink::run(port.ok_or("sink needs --port P")?, threads, stop),
+        "coap-sink" => coapsink::run(
+            coapsink::Opts {
+                port: port.ok_or("coap-sink needs --port P")?,
+                threads,
+                keys: coapsink::load_keys(&keys.ok_or("coap-sink needs --keys DEVICES.json")?)?,
+                command_every,
+                fail_every,
+                separate_every,
+            },
+            stop,
+        ),
         "run" => {
             let cfg = read_config(&config)?;
             let start_ms = Arc::new(AtomicI64::new(0));
