@@ -282,6 +282,52 @@ fn pct(h: &Histogram<u64>) -> (Value, Value, Value) {
     )
 }
 
+/// What every engine (MQTT, Hono's CoAP) takes from its config before it opens a socket: the device list (only
+/// this shard's part is used; the config's copy is freed, since 250,000 devices over 13 workers would otherwise be
+/// held 13 times), the shard's range of it, the endpoint's IPv4 address, the source addresses, and a check that
+/// the open-file limit holds a socket per device.
+pub(crate) struct Shard {
+    pub all: Vec<DeviceSpec>,
+    pub lo: usize,
+    pub hi: usize,
+    pub addr: SocketAddr,
+    pub srcs: Vec<IpAddr>,
+}
+
+impl Shard {
+    pub(crate) fn of(cfg: &mut Config, shard: (usize, usize)) -> Result<Shard, String> {
+        let all = load_devices(&cfg.devices)?;
+        cfg.devices = Devices::List(Vec::new());
+        if all.is_empty() {
+            return Err("no devices".into());
+        }
+        let (si, sn) = shard;
+        if sn == 0 || si >= sn {
+            return Err(format!("bad shard {si}/{sn}"));
+        }
+        let (lo, hi) = shard_range(all.len(), si, sn);
+        let addr = (cfg.host.as_str(), cfg.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("{}:{}: {e}", cfg.host, cfg.port))?
+            .find(|a| a.is_ipv4())
+            .ok_or_else(|| format!("{}: no IPv4 address", cfg.host))?;
+        let srcs: Vec<IpAddr> = cfg
+            .source_addrs
+            .iter()
+            .map(|s| s.parse::<IpAddr>().map_err(|e| format!("source address {s:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let need = (hi - lo) as u64 + 64;
+        if nofile_limit() < need {
+            return Err(format!(
+                "shard has {} devices but the open-file limit is {} (hard limit reached): use more shards/workers",
+                hi - lo,
+                nofile_limit()
+            ));
+        }
+        Ok(Shard { all, lo, hi, addr, srcs })
+    }
+}
+
 pub fn raise_nofile_pub() {
     raise_nofile()
 }
@@ -761,36 +807,8 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
     if !(cfg.batch_ms >= 0.0 && cfg.batch_ms <= 1000.0) {
         return Err(format!("batch_ms must be from 0 to 1000, got {}", cfg.batch_ms));
     }
-    let all = load_devices(&cfg.devices)?;
-    // only this shard's devices are kept (the list of all of them is freed once the
-    // connections are built: 250,000 devices over 13 workers would otherwise be held 13 times)
-    cfg.devices = Devices::List(Vec::new());
-    if all.is_empty() {
-        return Err("no devices".into());
-    }
+    let Shard { all, lo, hi, addr, srcs } = Shard::of(&mut cfg, shard)?;
     let (si, sn) = shard;
-    if sn == 0 || si >= sn {
-        return Err(format!("bad shard {si}/{sn}"));
-    }
-    let (lo, hi) = shard_range(all.len(), si, sn);
-    let addr = (cfg.host.as_str(), cfg.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{}:{}: {e}", cfg.host, cfg.port))?
-        .find(|a| a.is_ipv4())
-        .ok_or_else(|| format!("{}: no IPv4 address", cfg.host))?;
-    let srcs: Vec<IpAddr> = cfg
-        .source_addrs
-        .iter()
-        .map(|s| s.parse::<IpAddr>().map_err(|e| format!("source address {s:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    let need = (hi - lo) as u64 + 64;
-    if nofile_limit() < need {
-        return Err(format!(
-            "shard has {} devices but the open-file limit is {} (hard limit reached): use more shards/workers",
-            hi - lo,
-            nofile_limit()
-        ));
-    }
     let tb = cfg.topic.as_bytes();
     if tb.is_empty() || tb.len() > 65535 || cfg.topic.contains('+') || cfg.topic.contains('#') {
         return Err(format!("invalid publish topic {:?}", cfg.topic));

@@ -18,7 +18,7 @@
 //! The lines printed are those of the MQTT engine (see main.rs), plus `errors` and `legs` in the totals.
 use crate::coap::{self, Builder, Msg};
 use crate::dtls::{self, Psk, UdpIo};
-use crate::gen::{cpu_s, encode_hist, load_devices, nofile_limit, raise_nofile_pub, shard_range, Config, Control, Devices};
+use crate::gen::{cpu_s, encode_hist, raise_nofile_pub, Config, Control, Shard};
 use crate::payload::{json_escape, Composer};
 use crate::schedule::{plan, ShardSchedule};
 use hdrhistogram::Histogram;
@@ -29,7 +29,7 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -550,30 +550,8 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
     if !(cfg.leg_timeout_s > 0.0) {
         return Err(format!("leg_timeout_s must be > 0, got {}", cfg.leg_timeout_s));
     }
-    let all = load_devices(&cfg.devices)?;
-    cfg.devices = Devices::List(Vec::new());
-    if all.is_empty() {
-        return Err("no devices".into());
-    }
+    let Shard { all, lo, hi, addr, srcs } = Shard::of(&mut cfg, shard)?;
     let (si, sn) = shard;
-    if sn == 0 || si >= sn {
-        return Err(format!("bad shard {si}/{sn}"));
-    }
-    let (lo, hi) = shard_range(all.len(), si, sn);
-    let addr = (cfg.host.as_str(), cfg.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{}:{}: {e}", cfg.host, cfg.port))?
-        .find(|a| a.is_ipv4())
-        .ok_or_else(|| format!("{}: no IPv4 address", cfg.host))?;
-    let srcs: Vec<IpAddr> = cfg
-        .source_addrs
-        .iter()
-        .map(|s| s.parse::<IpAddr>().map_err(|e| format!("source address {s:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    let need = (hi - lo) as u64 + 64;
-    if nofile_limit() < need {
-        return Err(format!("shard has {} devices but the open-file limit is {}: use more workers", hi - lo, nofile_limit()));
-    }
     let composer = Composer::new(&cfg.payload)?;
     let plans = plan(&cfg.segments)?;
     let mut sched = ShardSchedule::new(plans, all.len() as u64, lo as u64, hi as u64);
