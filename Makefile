@@ -65,6 +65,7 @@ endif
 loadgen: $(LOADGEN)
 $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/Cargo.toml $(LOADGEN_DIR)/Cargo.lock
 	@command -v cargo >/dev/null || { echo "monsoon: cargo not found: install Rust (https://rustup.rs) to build the native load core" >&2; exit 127; }
+	@test -f /usr/include/openssl/ssl.h || pkg-config --exists openssl 2>/dev/null || { echo "monsoon: OpenSSL's headers not found: the native load core's CoAP over DTLS links OpenSSL (apt-get install -y libssl-dev)" >&2; exit 1; }
 	cargo build -q --release --locked --manifest-path $(LOADGEN_DIR)/Cargo.toml
 	touch $@
 

@@ -64,17 +64,15 @@ def test_hono_pod_kills(monsoon):
 def test_hono_coap_command_round_trips(monsoon):
     # Hono's own CoAP load test: devices over DTLS with a PSK (the registry's psk credentials) send confirmable
     # telemetry, events and command queries on hono-kafka-toxiproxy, no fault; each leg's p50/p99/p99.9 and errors
-    # by CoAP code (coap 5.03) in legs.json and the checklist. Without DTLSSocket: a skip saying how to get it.
-    missing = dtls_missing()
-    if missing:
-        pytest.skip(missing)
+    # by CoAP code (coap 5.03) in legs.json and the checklist. The devices are the native engine's (OpenSSL's DTLS).
     monsoon.run("hono-kafka-toxiproxy", "hono-coap-commands", skip_unavailable=True).assert_pass()
 
 
 @pytest.mark.chaos
 def test_hono_coap_infinispan_slowdown(monsoon):
     # 500 ms on the command router -> Infinispan hop under the mix over CoAP with DTLS/PSK: the cold start judged
-    # apart (start stage), the command legs degrade (coap 5.03s counted), every leg recovers after the heal
+    # apart (start stage), the command legs degrade (coap 5.03s counted), every leg recovers after the heal. Its
+    # devices are the Python fleet's (aiocoap over tinydtls): without DTLSSocket, a skip saying how to get it.
     missing = dtls_missing()
     if missing:
         pytest.skip(missing)

@@ -62,8 +62,9 @@ class LoadSpec(_Frozen):
     # the MQTT generator: python (paho, one thread; ~10k msg/s) or native (monsoon-loadgen, Rust; ~100k msg/s per
     # core, ``workers`` processes each taking a shard of the devices, as the pods of the Kubernetes Job do)
     engine: Literal["python", "native", "kubernetes"] = Field(
-        "python", description="the MQTT load generator: python (paho, one thread), native (monsoon-loadgen, Rust) "
-        "or kubernetes (monsoon-loadgen as the pods of an Indexed Job: set by load.kubernetes)")
+        "python", description="the load generator: python (paho for MQTT, asyncio for HTTP and CoAP; one thread), "
+        "native (monsoon-loadgen, Rust: MQTT, and Hono's CoAP over DTLS with PSK) or kubernetes (monsoon-loadgen as "
+        "the pods of an Indexed Job, MQTT: set by load.kubernetes)")
     workers: int = Field(1, ge=1, le=64, description="engine: native only: worker processes (--shard i/workers)")
     kubernetes: KubeLoadSpec | None = Field(None, description="run the load as a Kubernetes Indexed Job in monsoon's "
                                             "cluster: {shards: N} pods, each monsoon-loadgen --shard i/N")
@@ -287,6 +288,9 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
                     "the calibrated capacity): drop it or write base_rate: auto")
     if spec.load.workers > 1 and spec.load.engine not in ("native", "kubernetes"):
         raise _fail(doc, ("load", "workers"), "workers > 1 needs engine: native (the python fleet is one process)")
+    if spec.load.engine == "native" and spec.load.transport not in (None, "mqtt", "hono-coap"):
+        raise _fail(doc, ("load", "engine"), f"engine: native drives mqtt and hono-coap, not {spec.load.transport}: "
+                    "drop engine (the python fleet) or change the transport")
     if spec.load.engine in ("native", "kubernetes"):
         problem = workers_problem(spec.load.devices, spec.load.workers, key="workers")
         if problem:

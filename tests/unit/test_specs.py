@@ -55,6 +55,8 @@ def test_experiment_loads_by_name_and_resolves_per_profile_params(tmp_path):
     (lambda s: s.replace("burst: 10, recovery", "burst: 0, recovery"), 1, "", "needs burst > 0"),
     (lambda s: s.replace("  devices: 5\n", "  devices: 50000\n  engine: native\n  workers: 2\n"), 5,
      "load.workers", "set workers >= 3"),
+    (lambda s: s.replace("  devices: 5\n", "  devices: 5\n  engine: native\n  transport: http\n"), 4,
+     "load.engine", "engine: native drives mqtt and hono-coap, not http"),
 ])
 def test_bad_experiment_names_file_line_and_key(tmp_path, mutate, line, key, msg):
     p = write(tmp_path, "bad.yaml", mutate(GOOD_EXPERIMENT))
