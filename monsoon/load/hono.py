@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from hdrh.histogram import HdrHistogram
 from yarl import URL
 
 from monsoon.load.aio import AsyncFleet, RequestTotals, _Dev
@@ -118,6 +119,19 @@ class LegRecorder:
         lg = self.legs[leg]
         lg.codes[code] += 1
         lg.sec_codes[code] += 1
+
+    def add(self, leg: str, ok: int, codes: Mapping[str, int], hist: HdrHistogram | None) -> None:
+        """Outcomes recorded elsewhere (a native worker's second): ``ok`` answers with their round trips in
+        ``hist``, and the errors by code."""
+        lg = self.legs[leg]
+        lg.ok += ok
+        if ok:
+            lg.sec_codes["ok"] += ok
+        for code, n in codes.items():
+            lg.codes[code] += n
+            lg.sec_codes[code] += n
+        if hist is not None:
+            lg.hist_sec.add(hist)
 
     def second(self) -> None:
         s = self.sec

@@ -507,15 +507,8 @@ class NativeHonoCoapFleet(NativeFleet):
     def _second_extra(self, sec: int, lines: list[dict]) -> None:
         for ln in lines:
             for leg, d in (ln.get("legs") or {}).items():
-                lg = self.recorder.legs[leg]
-                if d.get("ok"):
-                    lg.ok += int(d["ok"])
-                    lg.sec_codes["ok"] += int(d["ok"])
-                for code, n in (d.get("codes") or {}).items():
-                    lg.codes[code] += int(n)
-                    lg.sec_codes[code] += int(n)
-                if d.get("hist"):
-                    lg.hist_sec.add(HdrHistogram.decode(d["hist"]))
+                self.recorder.add(leg, int(d.get("ok") or 0), {c: int(n) for c, n in (d.get("codes") or {}).items()},
+                                  HdrHistogram.decode(d["hist"]) if d.get("hist") else None)
         self.recorder.sec = sec
         self.recorder.second()
 

@@ -72,6 +72,7 @@ from monsoon.load.shapes import Steady
 from monsoon.load.stats import machine_cpus
 from monsoon.stack.provision import Device
 from monsoon.selftest.coap_bench import child_python_coap, phase_coap
+from monsoon.selftest.procfs import proc_rss_mb
 from monsoon.selftest.peer import LOCUST_VERSION, PeerUnavailable, measure_locust
 
 
@@ -95,16 +96,6 @@ def proc_cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(f[11]) + int(f[12])) / CLK_TCK
-
-
-def proc_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
 
 
 class Sinks:

@@ -29,9 +29,10 @@ from monsoon.load.coap import HonoCoapFleet, dtls_missing
 from monsoon.load.native import NativeHonoCoapFleet
 from monsoon.load.shapes import Steady
 from monsoon.stack.provision import Device
+from monsoon.selftest.procfs import proc_rss_mb
 
 
-__all__ = ["CoapSink", "child_python_coap", "coap_devices", "phase_coap", "rss_mb", "run_native_coap"]
+__all__ = ["CoapSink", "child_python_coap", "coap_devices", "phase_coap", "run_native_coap"]
 
 
 def coap_devices(n: int, prefix: str = "coap") -> list[Device]:
@@ -88,17 +89,6 @@ class CoapSink:
         self.close()
 
 
-def rss_mb(pid: int) -> float:
-    """A process's resident set (VmRSS), MB (0 when it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return 0.0
-
-
 def _requests(legs: dict[str, dict[str, Any]]) -> int:
     return sum(int(v.get("ok") or 0) + int(v.get("failed") or 0) for v in legs.values())
 
@@ -119,7 +109,7 @@ def run_native_coap(devices: list[Device], port: int, rate: float, duration: flo
         def second(s: Any) -> None:
             held.append(s.connected)
             if rss_probe:
-                rss.extend(rss_mb(p) for p in f.pids)
+                rss.extend(proc_rss_mb(p) for p in f.pids)
 
         t = f.run(threading.Event(), on_second=second)
         legs, eng, workers = f.extra["legs"], f.extra["engine"], f.extra["workers"]
