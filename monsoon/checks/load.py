@@ -53,10 +53,12 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
     """The generator kept its schedule: late, per-phase pacing error and dropped within limits.
 
     ``during``: a phase's name (``load.shape`` stages, or warmup/burst/recovery) to judge lateness and pacing in
-    that phase alone, the one the experiment's objectives judge. On a request/response transport (HTTP, CoAP)
-    a device's sends wait for a free request slot, so a platform that stalls at its cold start makes the sends
-    of that start late although the generator was idle; the latency, measured from the intended time, still
-    counts that wait."""
+    that phase alone, the one the experiment's objectives judge.
+
+    On a request/response transport (HTTP, CoAP) a device's sends wait for a free request slot. A send that
+    went out late after waiting for a slot the platform held (the ``held`` of the load's seconds) is the
+    platform's lateness, not the generator's: it is reported (``held``, ``held_pct``) and not judged, and
+    ``late_pct`` counts only the rest. The latency, measured from the intended time, still counts that wait."""
     name = "load_valid"
     ev = run.events
     end = ev.first(OP, op=OP_LOAD_END)
@@ -65,13 +67,17 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
         return Verdict(name, UNKNOWN, {}, "no load totals in the timeline (the load did not run to its end)")
     scheduled, sent = int(end.get("scheduled") or 0), int(end.get("sent") or 0)
     late, dropped = int(end.get("late") or 0), int(end.get("dropped") or 0)
+    held = min(late, sum(int(s.get("held") or 0) for s in seconds))
     if scheduled <= 0:
         return Verdict(name, UNKNOWN, {"scheduled": scheduled}, "nothing was scheduled")
     figures: dict[str, float] = {
         "scheduled": scheduled, "sent": sent, "late": late, "dropped": dropped,
-        "late_pct": round(100.0 * late / max(sent, 1), 3),
+        "late_pct": round(100.0 * (late - held) / max(sent, 1), 3),
         "dropped_pct": round(100.0 * dropped / scheduled, 3),
     }
+    if held:
+        figures["held"] = held
+        figures["held_pct"] = round(100.0 * held / max(sent, 1), 3)
     x1 = x1_of(run.meta)
     if x1 is not None:       # the x1 the load was paced from (the side-by-side table shows a fixed one)
         figures["base_rate_msg_s"] = x1
@@ -81,10 +87,10 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
     per: dict[str, list[float]] = {}
     for s in seconds:
         ph = _phase_of(s["t"] - 0.5, phases) or "all"
-        acc = per.setdefault(ph, [0.0, 0.0, 0.0, 0.0])   # target, scheduled, late, sent
+        acc = per.setdefault(ph, [0.0, 0.0, 0.0, 0.0])   # target, scheduled, late (not held), sent
         acc[0] += float(s.get("target_rate") or 0)
         acc[1] += float(s.get("scheduled") or 0)
-        acc[2] += float(s.get("late") or 0)
+        acc[2] += max(0.0, float(s.get("late") or 0) - float(s.get("held") or 0))
         acc[3] += float(s.get("sent") or 0)
     worst, worst_err = None, 0.0
     for ph, (target, took, ph_late, ph_sent) in per.items():
@@ -105,7 +111,7 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
         worst = during
         worst_err = 100.0 * abs(took - target) / target if target >= 1 else 0.0
         figures["late_pct"] = round(100.0 * ph_late / max(ph_sent, 1), 3)
-        figures["late_pct_all"] = round(100.0 * late / max(sent, 1), 3)
+        figures["late_pct_all"] = round(100.0 * (late - held) / max(sent, 1), 3)
         judged = f"the {during} phase"
     figures["pacing_error_pct"] = round(worst_err, 3)
     gen = _generator(seconds, phases, sent, int(end.get("cpus") or 0) or None)
@@ -117,6 +123,8 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
                 + f" in its busiest phase ({gen['gen_peak_phase']})"
                 + (f", {gen['gen_cpu_us_per_msg']:g} us of CPU per message" if gen["gen_cpu_us_per_msg"] else ""))
     share = gen.get("gen_pct_of_machine")
+    held_note = (f"; {held:,} more ({figures['held_pct']:g}%) left late after waiting for a request slot the "
+                 f"platform held (its lateness, not judged)" if held else "")
     problems = []
     if figures["late_pct"] > max_late_pct:
         problems.append(f"{figures['late_pct']:g}% of messages left late (limit {max_late_pct:g}%)"
@@ -129,7 +137,7 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
     if problems:
         return Verdict(name, UNKNOWN, figures,
                        "invalid load: the generator fell behind its schedule: " + "; ".join(problems)
-                       + (f" ({used})" if used else ""))
+                       + (f" ({used})" if used else "") + held_note)
     if share is not None and share > max_generator_pct:
         return Verdict(name, UNKNOWN, figures,
                        f"invalid load: {used}: more than {max_generator_pct:g}% of the machine, so the platform "
@@ -145,5 +153,5 @@ def load_valid(run: RunData, max_late_pct: float = 5.0, max_pacing_error_pct: fl
                    + (f" in {judged} ({figures['late_pct_all']:g}% late over the whole load)"
                       if during != "all" else "")
                    + f": {figures['late_pct']:g}% late, worst phase pacing error "
-                   f"{worst_err:.2f}% ({worst}), {dropped:,} dropped{note}")
+                   f"{worst_err:.2f}% ({worst}), {dropped:,} dropped{held_note}{note}")
 

@@ -269,6 +269,7 @@ class NativeFleet(FleetBase):
                     scheduled=sum(ln["scheduled"] for ln in lines),
                     sent=sum(ln["sent"] for ln in lines), acked=sum(ln["acked"] for ln in lines),
                     failed=sum(ln["failed"] for ln in lines), late=sum(ln["late"] for ln in lines),
+                    held=sum(int(ln.get("held") or 0) for ln in lines),   # the CoAP engine's (NSTART = 1)
                     connected=self._n_connected, p50_ms=p50, p99_ms=p99, max_ms=mx,
                     gen_cpu_s=round(sum(float(ln.get("cpu_s") or 0.0) for ln in lines), 4),
                 ))

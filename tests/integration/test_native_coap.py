@@ -147,3 +147,33 @@ def test_the_python_fleet_speaks_to_the_same_sink(loadgen: Path, tmp_path: Path)
     assert legs["command_response"]["ok"] == legs["command_request"]["ok"] > 0, legs
     # aiocoap's tinydtls transport may open a device's session more than once over a run (seen: 7 for 3 devices)
     assert counts["handshakes"] >= 3 and counts["failed_handshakes"] == 0, counts
+
+
+def test_sends_that_wait_behind_a_stalled_exchange_count_as_held(loadgen: Path, tmp_path: Path) -> None:
+    """SIGSTOP the sink ~2 s under load: each device's exchange waits (CoAP retransmits at 2 s), and the sends due
+    meanwhile queue behind it (NSTART = 1). They go out late, and are counted ``held`` too: the endpoint's
+    lateness, which load_valid and the calibration do not take for the generator's."""
+    import os
+    import signal
+    import time
+
+    devs = coap_devices(6)
+    seconds: list = []
+    with CoapSink(loadgen, devs, tmp_path, free_udp_port()) as sink:
+        with native(devs, sink.port, tmp_path, rate=60.0, duration=6.0) as f:
+            f.connect()
+            box: dict = {}
+            th = threading.Thread(target=lambda: box.update(t=f.run(threading.Event(), on_second=seconds.append)))
+            th.start()
+            time.sleep(1.5)
+            os.kill(sink.pid, signal.SIGSTOP)
+            try:
+                time.sleep(2.0)
+            finally:
+                os.kill(sink.pid, signal.SIGCONT)
+            th.join(timeout=60)
+            t = box["t"]
+    held = sum(s.held for s in seconds)
+    assert t.late > 0, t
+    assert 0 < held <= t.late, (held, t)
+    assert t.acked == t.scheduled, t        # nothing lost: every held send went out and was answered

@@ -16,13 +16,15 @@ from monsoon.load.aio import AsyncFleet
 from tests.unit.helpers import RunBuilder
 
 
-def run(tmp_path, seconds, *, late=0, dropped=0, target=100.0):
-    """``seconds``: per-second (scheduled, late) over a warmup/burst/recovery of 10/10/10 s at x1/x3/x1."""
+def run(tmp_path, seconds, *, late=0, dropped=0, target=100.0, held=None):
+    """``seconds``: per-second (scheduled, late) over a warmup/burst/recovery of 10/10/10 s at x1/x3/x1;
+    ``held``: {second: late sends of it that waited for a request slot the platform held}."""
     b = RunBuilder(tmp_path).phases(10, 10, 10)
     for sec, (took, ls) in enumerate(seconds):
         want = target * (3 if 10 <= sec < 20 else 1)
+        extra = {"held": held[sec]} if held and sec in held else {}
         b.ev("load", sec + 1.0, sec=sec, target_rate=want, scheduled=took, sent=took, acked=took, failed=0,
-             late=ls, connected=10, p50_ms=5.0, p99_ms=9.0, max_ms=12.0)
+             late=ls, connected=10, p50_ms=5.0, p99_ms=9.0, max_ms=12.0, **extra)
     sent = sum(s for s, _ in seconds)
     b.ev("op", 31.0, op="load-end", scheduled=sent + dropped, sent=sent, acked=sent, failed=0,
          late=late if late else sum(x for _, x in seconds), dropped=dropped, unacked=0)
@@ -150,3 +152,29 @@ def test_a_perfect_generator_on_a_ramp_or_a_spike_is_on_target(tmp_path, shape) 
     assert v.figures["pacing_error_pct"] < 1.0, v.figures
     for p in shape.phases():
         assert v.figures[f"pacing_error_pct_{p.name}"] < 1.0, v.figures
+
+
+def test_lateness_the_platform_held_is_reported_and_not_judged(tmp_path):
+    """Run hono-coap-native-b's shape: during a slowed command hop every device's telemetry waited behind its
+    ~2 s command query (NSTART = 1), so 30 % of the sends went out late while the generator idled. Those waited
+    for the platform (held): reported, not judged. The same lateness without held is still invalid load."""
+    secs = on_time()
+    for s in range(10, 20):
+        secs[s] = (300, 150)                      # 1,500 of 5,000 late = 30 %
+    v = load_valid(run(tmp_path, secs, held={s: 140 for s in range(10, 20)}))
+    assert v.verdict == "pass", v.message
+    assert v.figures["held"] == 1400 and v.figures["held_pct"] == 28.0
+    assert v.figures["late_pct"] == 2.0 and v.figures["late_pct_burst"] == round(100 * 100 / 3000, 3)
+    assert "1,400 more (28%)" in v.message and "platform held" in v.message
+    bad = load_valid(run(tmp_path / "b", secs))
+    assert bad.verdict == "unknown" and bad.figures["late_pct"] == 30.0 and "held" not in bad.figures
+
+
+def test_held_lateness_beside_the_generators_own_is_still_judged_on_the_rest(tmp_path):
+    secs = on_time()
+    for s in range(10, 20):
+        secs[s] = (300, 150)
+    v = load_valid(run(tmp_path, secs, held={s: 50 for s in range(10, 20)}))   # 1,000 of 5,000 not held: 20 %
+    assert v.verdict == "unknown", v.message
+    assert v.figures["late_pct"] == 20.0 and v.figures["held"] == 500
+    assert "20% of messages left late" in v.message and "500 more (10%)" in v.message

@@ -55,6 +55,9 @@ struct Due {
     seq: u64,
     intended: f64,
     ts: i64,
+    /// it found its device busy (an exchange outstanding or messages ahead of it): if it goes out late, the
+    /// lateness is the endpoint's, which held the device's one exchange (NSTART = 1), and is counted `held` too
+    waited: bool,
 }
 
 struct Ex {
@@ -100,6 +103,8 @@ struct Counts {
     acked: i64,
     failed: i64,
     late: i64,
+    /// late sends that waited behind their device's outstanding exchange (the `held` of the Python fleets)
+    held: i64,
     dropped: i64,
 }
 
@@ -307,6 +312,9 @@ impl Eng {
             self.composer.render(&mut self.pbuf, d.gidx, &d.raw, seq, ts, sent_ms);
             if now - intended > self.late_tol {
                 self.c.late += 1;
+                if due.waited {
+                    self.c.held += 1;
+                }
             }
             rec(&mut self.late_hist, (now - intended).max(0.0));
         } else {
@@ -538,7 +546,8 @@ impl Eng {
             ts = d.last_ts + 1;
         }
         d.last_ts = ts;
-        d.queue.push_back(Due { seq, intended, ts });
+        let waited = d.ex.is_some() || d.cmd_resp.is_some() || !d.queue.is_empty();
+        d.queue.push_back(Due { seq, intended, ts, waited });
         self.pump(li, now);
         true
     }
@@ -743,7 +752,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
             "t": s, "target_rate": sched.rate_at(s as f64),
             "scheduled": cur.scheduled - prev.scheduled, "sent": cur.sent - prev.sent,
             "acked": cur.acked - prev.acked, "failed": cur.failed - prev.failed,
-            "late": cur.late - prev.late, "dropped": cur.dropped - prev.dropped,
+            "late": cur.late - prev.late, "held": cur.held - prev.held, "dropped": cur.dropped - prev.dropped,
             "connected": g.connected, "inflight": g.inflight,
             "p50_ms": p50, "p99_ms": p99, "max_ms": mx, "hist": hist,
             "cpu_s": ((cpu - prev_cpu.0) * 1e6).round() / 1e6,
@@ -754,6 +763,20 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         *prev_cpu = (cpu, io);
         g.line(v);
     };
+    // the per-second lines and the retransmission timers, in the load loop and in the drain alike
+    macro_rules! housekeep {
+        ($now:expr) => {
+            while $now >= next_sec_at {
+                emit(&mut g, sec, &mut prev, &mut prev_cpu, &sched);
+                sec += 1;
+                next_sec_at = t0 + sec as f64 + 1.0;
+            }
+            if $now >= next_timers {
+                g.timers($now);
+                next_timers = $now + 0.05;
+            }
+        };
+    }
     let mut stopped = false;
     loop {
         let now = g.now();
@@ -769,15 +792,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
             stopped = true;
             break;
         }
-        while now >= next_sec_at {
-            emit(&mut g, sec, &mut prev, &mut prev_cpu, &sched);
-            sec += 1;
-            next_sec_at = t0 + sec as f64 + 1.0;
-        }
-        if now >= next_timers {
-            g.timers(now);
-            next_timers = now + 0.05;
-        }
+        housekeep!(now);
         let mut n = 0;
         while let Some((_, dev, t)) = next {
             let intended = t0 + t;
@@ -811,15 +826,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         if now >= deadline {
             break;
         }
-        while now >= next_sec_at {
-            emit(&mut g, sec, &mut prev, &mut prev_cpu, &sched);
-            sec += 1;
-            next_sec_at = t0 + sec as f64 + 1.0;
-        }
-        if now >= next_timers {
-            g.timers(now);
-            next_timers = now + 0.05;
-        }
+        housekeep!(now);
         let w = deadline.min(next_sec_at).min(next_timers) - g.now();
         g.poll_once(&mut events, w);
     }
@@ -851,7 +858,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
     let c = g.c;
     let totals = json!({"totals": {
         "scheduled": c.scheduled, "sent": c.sent, "acked": c.acked, "failed": c.failed,
-        "late": c.late, "dropped": c.dropped, "unacked": c.sent - c.acked,
+        "late": c.late, "held": c.held, "dropped": c.dropped, "unacked": c.sent - c.acked,
         "last_seq": last_seq, "p50_ms": p50, "p99_ms": p99, "max_ms": mx,
         "reconnects": 0, "elapsed_s": elapsed, "lost_in_flight": 0,
         "send_late_p99_ms": late_p99, "send_late_max_ms": late_max,
