@@ -9,7 +9,9 @@ the bench runs during a measured phase):
    every wake-up writes what is due, the engine before issue 29), ``floor`` / ``floor_unbatched`` (the
    physical floor: ``monsoon-loadgen floor``, pre-encoded 146-byte publishes written ``batch`` at a time
    on as many connections to the same sink, no schedule, no payload work, no accounting, at the batch
-   the engine run achieved: ``ratio_floor`` = monsoon / floor),
+   the engine run achieved: ``ratio_floor`` = monsoon / floor), ``floor_paced`` (the same floor on the engine's
+   clock: ``--rate`` = the engine's rate, a wake-up every tick of ``batch_ms``, writing what is due; what pacing
+   itself costs, without monsoon's schedule, payloads or accounting: ``ratio_floor_paced`` = monsoon / it),
    ``paho`` (a plain paho-mqtt 2.2 client in a subprocess publishing QoS1 as fast as it can,
    large ``max_inflight``, until every PUBACK; measured by ``getrusage`` around connect +
    publish + acks, so interpreter start-up does not count) and ``monsoon_python`` (the
@@ -245,11 +247,14 @@ def run_child(args: list[str]) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_floor(binary: Path, port: int, connections: int, messages: int, batch: int) -> dict:
+def run_floor(binary: Path, port: int, connections: int, messages: int, batch: int,
+              rate: float = 0.0, tick_ms: float = 5.0) -> dict:
     """``monsoon-loadgen floor``: pre-encoded QoS 1 publishes, ``batch`` per write, on ``connections``
-    sockets to the sink until ``messages`` are acked: the transport's cost alone (its own getrusage)."""
+    sockets to the sink until ``messages`` are acked: the transport's cost alone (its own getrusage). ``rate``
+    > 0: paced at that rate, a wake-up every ``tick_ms`` (the batch is then what each tick made due)."""
+    pace = ["--rate", f"{rate:g}", "--tick-ms", f"{tick_ms:g}"] if rate > 0 else []
     p = subprocess.run([str(binary), "floor", "--port", str(port), "--connections", str(connections),
-                        "--messages", str(messages), "--batch", str(batch)],
+                        "--messages", str(messages), "--batch", str(batch), *pace],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"monsoon-loadgen floor failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -303,6 +308,15 @@ def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path, binary: Path |
             f = run_floor(binary, sinks.port, a.devices, max(r["acked"], 10_000), batch)
             f.update(sinks.usage(m0))
             out[key] = f
+            log(f"  -> {f}")
+        r = out.get("monsoon")
+        if r and r.get("acked"):
+            tick = a.batch_ms if a.batch_ms is not None else 5.0
+            log(f"cpu: floor paced: {a.native_rate:g} msg/s on {a.devices} connections, a wake-up every {tick:g} ms")
+            m0 = sinks.mark()
+            f = run_floor(binary, sinks.port, a.devices, r["acked"], 1, rate=a.native_rate, tick_ms=tick)
+            f.update(sinks.usage(m0))
+            out["floor_paced"] = f
             log(f"  -> {f}")
     # paho
     log(f"cpu: paho-mqtt 2.2 baseline, {a.paho_messages} QoS1 messages as fast as possible")
@@ -427,7 +441,8 @@ def cpu_ratios(us: dict) -> dict:
         return round(us[a] / us[b], 4) if us.get(a) and us.get(b) else None
     return {"ratio": r("monsoon", "paho"), "ratio_python": r("monsoon_python", "paho"),
             "ratio_locust": r("monsoon", "locust"),
-            "ratio_floor": r("monsoon", "floor"), "ratio_unbatched_floor": r("monsoon_unbatched", "floor_unbatched"),
+            "ratio_floor": r("monsoon", "floor"), "ratio_floor_paced": r("monsoon", "floor_paced"),
+            "ratio_unbatched_floor": r("monsoon_unbatched", "floor_unbatched"),
             "batching_gain": r("monsoon_unbatched", "monsoon")}
 
 
@@ -526,11 +541,12 @@ def main(argv: list[str] | None = None) -> int:
             if "cpu" in phases:
                 cpu = phase_cpu(a, sinks, workdir, binary)
                 us = {k: per_msg(cpu.get(k)) for k in ("monsoon", "monsoon_unbatched", "floor", "floor_unbatched",
-                                                       "paho", "monsoon_python", "locust")}
+                                                       "floor_paced", "paho", "monsoon_python", "locust")}
                 result["cpu_us_per_msg"] = {**us, **cpu_ratios(us)}
                 result["msgs_per_write"] = {k: (cpu[k].get("msgs_per_write") if k.startswith("monsoon")
                                                 else cpu[k].get("batch"))
-                                            for k in ("monsoon", "monsoon_unbatched", "floor", "floor_unbatched")
+                                            for k in ("monsoon", "monsoon_unbatched", "floor", "floor_unbatched",
+                                                      "floor_paced")
                                             if k in cpu}
                 result["msgs_per_s"] = {k: rate(cpu.get(k)) for k in ("monsoon", "paho", "monsoon_python", "locust")}
                 result["cpu_runs"] = cpu

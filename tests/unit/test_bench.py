@@ -107,11 +107,26 @@ def test_the_physical_floor_runs_against_a_real_sink_and_counts_its_syscalls():
     assert bench.per_msg(f) > 0
 
 
+def test_the_paced_floor_writes_what_each_tick_made_due():
+    """``floor --rate``: the floor on the engine's clock: 30,000 msg/s on 3 connections, a tick of 5 ms, so
+    ~50 publishes per connection a tick (fewer where a tick came late and more was due: never a backlog)."""
+    from monsoon.load.native import ensure_loadgen
+    binary = ensure_loadgen()
+    sinks = bench.Sinks(binary, 1)
+    try:
+        f = bench.run_floor(binary, sinks.port, 3, 30_000, 1, rate=30_000.0, tick_ms=5.0)
+    finally:
+        sinks.close()
+    assert f["acked"] == 30_000 and f["connections"] == 3
+    assert f["writes"] <= 3 * 205 and f["batch"] >= 30_000 / (3 * 205)   # ~200 ticks of 5 ms over ~1 s
+    assert f["elapsed_s"] >= 0.95                                           # paced, not flat out
+
+
 def test_cpu_columns_side_by_side_with_their_ratios():
-    us = {"monsoon": 1.8, "monsoon_unbatched": 8.6, "floor": 0.72, "floor_unbatched": 8.9, "paho": 83.0,
-          "monsoon_python": None}
+    us = {"monsoon": 1.8, "monsoon_unbatched": 8.6, "floor": 0.72, "floor_unbatched": 8.9, "floor_paced": 1.5,
+          "paho": 83.0, "monsoon_python": None}
     r = bench.cpu_ratios(us)
-    assert r["ratio"] == round(1.8 / 83.0, 4) and r["ratio_floor"] == 2.5
+    assert r["ratio"] == round(1.8 / 83.0, 4) and r["ratio_floor"] == 2.5 and r["ratio_floor_paced"] == 1.2
     assert r["ratio_unbatched_floor"] == round(8.6 / 8.9, 4) and r["batching_gain"] == round(8.6 / 1.8, 4)
     assert r["ratio_python"] is None                          # a column that did not run has no ratio
 

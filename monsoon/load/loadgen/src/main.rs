@@ -4,7 +4,7 @@
 //!   monsoon-loadgen run --config FILE.json [--shard i/n | --shard auto/n] [--wait-start]
 //!   monsoon-loadgen sink --port P [--threads N]
 //!   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
-//!   monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B]
+//!   monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B] [--rate R [--tick-ms T]]
 //!
 //! run: one connection per device (clean session, username = device token, password = the
 //!   device's password where it has one, client id =
@@ -66,7 +66,7 @@ USAGE:
   monsoon-loadgen run --config FILE.json [--shard i/n | --shard auto/n] [--wait-start]
   monsoon-loadgen sink --port P [--threads N]
   monsoon-loadgen schedule --config FILE.json [--shard i/n] [--limit N]
-  monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B]
+  monsoon-loadgen floor --port P [--connections N] [--messages M] [--batch B] [--rate R [--tick-ms T]]
 
 run       connect every device of the shard, publish the schedule, print one JSON line per
           second and a final {\"totals\": ...} line. --shard auto/n reads the shard index from
@@ -76,6 +76,8 @@ sink      ack-only MQTT server on 127.0.0.1:P with SO_REUSEPORT (CONNACK, PUBACK
 schedule  print `k device intended_s` for the shard's messages (testing aid).
 floor     --port P [--connections 50] [--messages 1000000] [--batch 10]: the transport's cost alone
           (pre-encoded QoS 1 publishes, `batch` per write, against a sink); one JSON line with CPU/msg.
+          --rate R: paced on the engine's clock instead (a wake-up every --tick-ms, default 5, writing
+          what R made due, each connection's share in one write): what pacing itself costs.
 coap-sink CoAP over DTLS (PSK) on 127.0.0.1:P answering as Hono's CoAP adapter (2.04; a command to every
           --command-every-th hono-ttd query, default 1, 0 = none; 5.03 to every --fail-every-th POST, default 0
           = none; every --separate-every-th an empty ACK, then a separate response). --keys: the devices ([{token, password}] or a run config): identity = token, key =
@@ -122,6 +124,7 @@ fn real_main() -> Result<i32, String> {
     let mut wait_start = false;
     let mut limit = u64::MAX;
     let (mut connections, mut messages, mut batch) = (50usize, 1_000_000u64, 10usize);
+    let (mut rate, mut tick_ms) = (0.0f64, 5.0f64);
     let (mut keys, mut command_every, mut fail_every, mut separate_every) = (None, 1u64, 0u64, 0u64);
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
@@ -136,6 +139,8 @@ fn real_main() -> Result<i32, String> {
             "--connections" => connections = val()?.parse().map_err(|_| "--connections: not a number".to_string())?,
             "--messages" => messages = val()?.parse().map_err(|_| "--messages: not a number".to_string())?,
             "--batch" => batch = val()?.parse().map_err(|_| "--batch: not a number".to_string())?,
+            "--rate" => rate = val()?.parse().map_err(|_| "--rate: not a number".to_string())?,
+            "--tick-ms" => tick_ms = val()?.parse().map_err(|_| "--tick-ms: not a number".to_string())?,
             "--keys" => keys = Some(val()?),
             "--command-every" => command_every = val()?.parse().map_err(|_| "--command-every: not a number".to_string())?,
             "--fail-every" => fail_every = val()?.parse().map_err(|_| "--fail-every: not a number".to_string())?,
@@ -155,7 +160,7 @@ fn real_main() -> Result<i32, String> {
         serde_json::from_str(&text).map_err(|e| format!("config {p}: {e}"))
     };
     match cmd {
-        "floor" => floor::run(port.ok_or("floor needs --port P")?, connections, messages, batch),
+        "floor" => floor::run(port.ok_or("floor needs --port P")?, connections, messages, batch, rate, tick_ms),
         "sink" => sink::run(port.ok_or("sink needs --port P")?, threads, stop),
         "coap-sink" => coapsink::run(
             coapsink::Opts {
