@@ -55,12 +55,11 @@ k8s:
 # the native load core (Rust): monsoon-loadgen
 LOADGEN_DIR := monsoon/load/loadgen
 LOADGEN := $(LOADGEN_DIR)/target/release/monsoon-loadgen
-# OpenSSL (the engine's DTLS) linked statically where libssl-dev's archives are (Debian/Ubuntu x86_64), as
-# setup.py and monsoon.load.loadgen_build do: the binary needs no libssl where it runs
-ifneq ($(wildcard /usr/lib/x86_64-linux-gnu/libssl.a),)
-export X86_64_UNKNOWN_LINUX_GNU_OPENSSL_STATIC := 1
-export X86_64_UNKNOWN_LINUX_GNU_OPENSSL_LIB_DIR := /usr/lib/x86_64-linux-gnu
-export X86_64_UNKNOWN_LINUX_GNU_OPENSSL_INCLUDE_DIR := /usr/include
+# OpenSSL (the engine's DTLS) linked statically where libssl-dev's archives are: see static-openssl.mk
+include $(LOADGEN_DIR)/static-openssl.mk
+OPENSSL_A := $(X86_64_UNKNOWN_LINUX_GNU_OPENSSL_LIB_DIR)
+ifneq ($(and $(wildcard $(OPENSSL_A)/libssl.a),$(wildcard $(OPENSSL_A)/libcrypto.a)),)
+export X86_64_UNKNOWN_LINUX_GNU_OPENSSL_STATIC X86_64_UNKNOWN_LINUX_GNU_OPENSSL_LIB_DIR X86_64_UNKNOWN_LINUX_GNU_OPENSSL_INCLUDE_DIR
 endif
 loadgen: $(LOADGEN)
 $(LOADGEN): $(shell find $(LOADGEN_DIR)/src -type f 2>/dev/null) $(LOADGEN_DIR)/Cargo.toml $(LOADGEN_DIR)/Cargo.lock

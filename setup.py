@@ -30,14 +30,18 @@ class bdist_wheel_platform(bdist_wheel):
 
 
 def static_openssl() -> None:
-    """OpenSSL (the engine's DTLS for CoAP) linked statically where libssl-dev's archives are (Debian/Ubuntu
-    x86_64): the wheel's binary then needs no libssl, and auditwheel grafts nothing. openssl-sys reads these
-    target-prefixed variables (pkg-config never links a library of /usr statically); elsewhere OpenSSL is linked
-    dynamically. The same as ``loadgen_build.static_openssl_env`` and the Makefile."""
-    lib = "/usr/lib/x86_64-linux-gnu"
+    """OpenSSL (the engine's DTLS for CoAP) linked statically where libssl-dev's archives are: the variables of
+    monsoon/load/loadgen/static-openssl.mk (its ``KEY = VALUE`` lines; the Makefile includes it and
+    ``loadgen_build.static_openssl_env`` reads it too), applied when their LIB_DIR has libssl.a and libcrypto.a.
+    Not imported from monsoon: the build runs before monsoon's dependencies are installed."""
+    mk = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monsoon", "load", "loadgen", "static-openssl.mk")
+    if not os.path.exists(mk):
+        return
+    env = dict(ln.split(" = ", 1) for ln in (x.strip() for x in open(mk)) if ln and not ln.startswith("#"))
+    lib = next((v for k, v in env.items() if k.endswith("_LIB_DIR")), "")
     if os.path.exists(f"{lib}/libssl.a") and os.path.exists(f"{lib}/libcrypto.a"):
-        for k, v in (("STATIC", "1"), ("LIB_DIR", lib), ("INCLUDE_DIR", "/usr/include")):
-            os.environ.setdefault(f"X86_64_UNKNOWN_LINUX_GNU_OPENSSL_{k}", v)
+        for k, v in env.items():
+            os.environ.setdefault(k, v)
 
 
 def rust_extensions() -> list:

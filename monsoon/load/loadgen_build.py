@@ -70,15 +70,20 @@ def packaged_loadgen() -> Path | None:
     return None
 
 
-def static_openssl_env() -> dict[str, str]:
-    """The variables that make openssl-sys link OpenSSL (the engine's DTLS) statically from libssl-dev's archives,
-    where they are (Debian/Ubuntu x86_64): the binary then needs no libssl where it runs (a pod's image, a wheel).
-    Empty elsewhere (dynamic linking). The same as setup.py's ``static_openssl`` and the Makefile."""
-    lib = "/usr/lib/x86_64-linux-gnu"
-    if not (os.path.exists(f"{lib}/libssl.a") and os.path.exists(f"{lib}/libcrypto.a")):
+def static_openssl_env(mk: Path = CRATE_DIR / "static-openssl.mk") -> dict[str, str]:
+    """The variables that make openssl-sys link OpenSSL (the engine's DTLS) statically from libssl-dev's archives
+    (``mk``'s ``KEY = VALUE`` lines, which the Makefile includes and setup.py reads), when their LIB_DIR has
+    libssl.a and libcrypto.a: the binary then needs no libssl where it runs (a pod's image, a wheel). Empty
+    elsewhere (dynamic linking)."""
+    try:
+        lines = [ln.strip() for ln in mk.read_text().splitlines()]
+    except OSError:
         return {}
-    return {f"X86_64_UNKNOWN_LINUX_GNU_OPENSSL_{k}": v
-            for k, v in (("STATIC", "1"), ("LIB_DIR", lib), ("INCLUDE_DIR", "/usr/include"))}
+    env = dict(ln.split(" = ", 1) for ln in lines if ln and not ln.startswith("#"))
+    lib = next((v for k, v in env.items() if k.endswith("_LIB_DIR")), "")
+    if not (lib and os.path.exists(f"{lib}/libssl.a") and os.path.exists(f"{lib}/libcrypto.a")):
+        return {}
+    return env
 
 
 def ensure_loadgen() -> Path:

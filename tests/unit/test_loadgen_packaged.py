@@ -91,3 +91,21 @@ def test_this_checkouts_editable_install_has_no_packaged_binary():
         assert lb.packaged_loadgen() is None
     finally:
         lb.packaged_loadgen.cache_clear()
+
+
+def test_static_openssl_variables_come_from_the_one_file_and_apply_only_where_the_archives_are(tmp_path):
+    """static-openssl.mk is the one place the variables are written (the Makefile includes it, setup.py reads it):
+    with libssl.a and libcrypto.a in its LIB_DIR they apply, without them OpenSSL links dynamically."""
+    from monsoon.load.loadgen_build import CRATE_DIR, static_openssl_env
+    shipped = (CRATE_DIR / "static-openssl.mk").read_text()
+    assert "X86_64_UNKNOWN_LINUX_GNU_OPENSSL_STATIC = 1" in shipped
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    mk = tmp_path / "static-openssl.mk"
+    mk.write_text(f"# a comment\nX_OPENSSL_STATIC = 1\nX_OPENSSL_LIB_DIR = {lib}\n")
+    assert static_openssl_env(mk) == {}                     # no archives: dynamic
+    (lib / "libssl.a").write_bytes(b"")
+    assert static_openssl_env(mk) == {}                     # both are needed
+    (lib / "libcrypto.a").write_bytes(b"")
+    assert static_openssl_env(mk) == {"X_OPENSSL_STATIC": "1", "X_OPENSSL_LIB_DIR": str(lib)}
+    assert static_openssl_env(tmp_path / "missing.mk") == {}
