@@ -696,7 +696,9 @@ def _check_helm(doc: LocatedDoc, spec: "StackSpec") -> None:
                         "run: the chart is a file on this machine")
         if path.is_dir() and not (path / "Chart.yaml").is_file():
             raise _fail(doc, ("helm", "chart"), f"{path} has no Chart.yaml: not a chart directory")
-        if not path.exists():
+        if not path.exists() and "{cache}" not in spec.helm.chart:
+            # (a chart in monsoon's cache is one a tool puts there, e.g. tools/build-hono-chart: the stack is valid
+            # before it is built, and its start refuses in one line, its services' requires saying how to get it)
             raise _fail(doc, ("helm", "chart"), f"no such chart: {path} (a chart directory or .tgz; fetch a remote "
                         "chart first: helm pull REPO/CHART --untar)")
     for i, f in enumerate(spec.helm.values_files):
