@@ -175,3 +175,18 @@ def test_the_fetched_chart_renders_the_stacks_values(tmp_path, monkeypatch):
         assert conf[name]["hono"]["kafka"]["commonClientConfig"]["bootstrap.servers"] == f"kafka:{ports['kafka']}"
     jdbc = conf["hono-service-device-registry-conf"]["hono"]["registry"]["jdbc"]["adapter"]
     assert jdbc["url"] == f"jdbc:postgresql://postgres:{ports['postgres']}/postgres"
+
+
+def test_a_psk_key_goes_to_the_registry_as_its_json_decoder_reads_it():
+    """Hono's images (and tools/build-hono-images') run with -Dvertx.json.base64=legacy: standard Base64 there, a
+    '-' or '_' answered 400; run-hono's processes use Vert.x's default, Base64url. hono-helm says which."""
+    import base64
+    from monsoon.stack.provision import psk_credential, psk_key
+    secret = next(s for s in (f"t{i}" for i in range(1000))
+                  if set(base64.b64encode(psk_key(s)).decode()) & set("+/"))
+    std = psk_credential("d", secret, "base64")["secrets"][0]["key"]
+    url = psk_credential("d", secret)["secrets"][0]["key"]
+    assert base64.b64decode(std, validate=True) == psk_key(secret) == base64.urlsafe_b64decode(url)
+    assert set(std) & set("+/") and not set(url) & set("+/")
+    assert load_stack("hono-helm").provisioning.psk_key_encoding == "base64"
+    assert load_stack("hono-kafka-toxiproxy").provisioning.psk_key_encoding == "base64url"
