@@ -224,6 +224,11 @@ class ProvisioningSpec(_Frozen):
     password_hash: Literal["bcrypt", "sha-256"] = Field(
         "bcrypt", description="hono-registry: how the devices' passwords are stored: bcrypt (Hono's default for a "
         "plain password: ~0.1 s of CPU per check, paid on every HTTP or CoAP request) or sha-256 (salted)")
+    psk_key_encoding: Literal["base64url", "base64"] = Field(
+        "base64url", description="hono-registry: how a psk credential's key is sent: base64url (Vert.x's default "
+        "for binary JSON, as stacks/bin/run-hono runs Hono) or base64 (Hono's release images and the images "
+        "tools/build-hono-images makes run with -Dvertx.json.base64=legacy: the registry then reads standard Base64 "
+        "and answers a key with '-' or '_' with a 400)")
 
     @model_validator(mode="after")
     def _need_url(self) -> "ProvisioningSpec":
@@ -696,7 +701,9 @@ def _check_helm(doc: LocatedDoc, spec: "StackSpec") -> None:
                         "run: the chart is a file on this machine")
         if path.is_dir() and not (path / "Chart.yaml").is_file():
             raise _fail(doc, ("helm", "chart"), f"{path} has no Chart.yaml: not a chart directory")
-        if not path.exists():
+        if not path.exists() and "{cache}" not in spec.helm.chart:
+            # (a chart in monsoon's cache is one a tool puts there, e.g. tools/build-hono-chart: the stack is valid
+            # before it is built, and its start refuses in one line, its services' requires saying how to get it)
             raise _fail(doc, ("helm", "chart"), f"no such chart: {path} (a chart directory or .tgz; fetch a remote "
                         "chart first: helm pull REPO/CHART --untar)")
     for i, f in enumerate(spec.helm.values_files):

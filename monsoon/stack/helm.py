@@ -267,7 +267,7 @@ class Release:
     mirror) and :meth:`stop` (uninstall, namespace, mirror), which is safe to call at any point of a start."""
 
     def __init__(self, spec: StackSpec, stack_dir: Path, *, run_id: str, render: Callable[[str], str],
-                 ports: list[int], on_event: Callable[..., Any], scale: float = 1.0):
+                 ports: list[int], on_event: Callable[..., Any], scale: float = 1.0, namespace_ready: bool = False):
         assert spec.helm is not None
         self.spec, self.helm, self.dir, self.run_id = spec, spec.helm, Path(stack_dir), run_id
         self.render, self.ports, self.on_event, self.scale = render, ports, on_event, scale
@@ -276,6 +276,9 @@ class Release:
         self.mirror: Any = None
         self.installed = False          # helm install was called (stop uninstalls, whatever it answered)
         self.namespace_created = False
+        # the namespace is there already, the run's (made for monsoon's own pods beside the release): the release
+        # goes into it, and whoever made it deletes it
+        self.namespace_ready = namespace_ready
         self.log_path = self.dir / "logs" / "helm.log"
 
     # --- before anything starts
@@ -347,14 +350,15 @@ class Release:
         helm = helm_binary()
         if helm is None:
             raise HelmError(not_built() or "helm: not built")
-        try:
-            self.kube.ensure_namespace(self.namespace, self.run_id)
-        except kpods.PodError:
-            raise
-        except Exception as e:
-            raise StackError(f"namespace {self.namespace} cannot be created: {type(e).__name__}: {e}") from None
-        self.namespace_created = True
-        self.on_event(OP, op=OP_NAMESPACE, namespace=self.namespace, event="created")
+        if not self.namespace_ready:
+            try:
+                self.kube.ensure_namespace(self.namespace, self.run_id)
+            except kpods.PodError:
+                raise
+            except Exception as e:
+                raise StackError(f"namespace {self.namespace} cannot be created: {type(e).__name__}: {e}") from None
+            self.namespace_created = True
+            self.on_event(OP, op=OP_NAMESPACE, namespace=self.namespace, event="created")
         files = [p for f in self.helm.values_files for p in [helm_path(f, self.spec.source or ".")] if p is not None]
         chart = helm_path(self.helm.chart or "", self.spec.source or ".")
         kc = kpods.kubeconfig_path()

@@ -299,11 +299,14 @@ def psk_key(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()[:16]
 
 
-def psk_credential(auth_id: str, secret: str) -> dict[str, Any]:
+def psk_credential(auth_id: str, secret: str, encoding: str = "base64url") -> dict[str, Any]:
     """A Hono ``psk`` credential: CoAP devices authenticate in the DTLS handshake with identity
     ``<auth-id>@<tenant>`` and the key :func:`psk_key` derives from ``secret`` (the registry holds it Base64url: ``key``)."""
-    # Base64url: the registry reads binary JSON fields as Vert.x does (a standard "+" or "/" is a 400)
-    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": base64.urlsafe_b64encode(psk_key(secret)).decode()}]}
+    # Base64url: the registry reads binary JSON fields as Vert.x does (a standard "+" or "/" is a 400); base64: a
+    # registry run with -Dvertx.json.base64=legacy, as Hono's images run it (there a "-" or "_" is the 400)
+    key = psk_key(secret)
+    text = base64.b64encode(key) if encoding == "base64" else base64.urlsafe_b64encode(key)
+    return {"type": "psk", "auth-id": auth_id, "secrets": [{"key": text.decode()}]}
 
 
 class HonoRegistryProvisioner:
@@ -319,11 +322,14 @@ class HonoRegistryProvisioner:
     delete_after_run = True    # a run deletes what it created (the devices, then the tenant) when it ends
 
     def __init__(self, base_url: str, tenant: str, timeout: float = 10, *, workers: int = 8,
-                 password_hash: str = "bcrypt") -> None:
+                 password_hash: str = "bcrypt", psk_key_encoding: str = "base64url") -> None:
         self.base_url, self.tenant, self.timeout, self.workers = base_url.rstrip("/"), tenant, timeout, workers
         if password_hash not in ("bcrypt", "sha-256"):
             raise ValueError(f"password_hash must be bcrypt or sha-256, got {password_hash!r}")
         self.password_hash = password_hash
+        if psk_key_encoding not in ("base64url", "base64"):
+            raise ValueError(f"psk_key_encoding must be base64url or base64, got {psk_key_encoding!r}")
+        self.psk_key_encoding = psk_key_encoding
         self._session = requests.Session()
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(workers, 1))
         self._session.mount("http://", adapter)
@@ -348,7 +354,7 @@ class HonoRegistryProvisioner:
         self._call("POST", f"/v1/devices/{t}/{d}", (201, 409), json={"enabled": True})
         self._call("PUT", f"/v1/credentials/{t}/{d}", (204,),
                    json=[{"type": "hashed-password", "auth-id": name, "secrets": [password_secret(token, self.password_hash)]},
-                         psk_credential(name, token)])
+                         psk_credential(name, token, self.psk_key_encoding)])
         return Device(name, f"{name}@{self.tenant}", token)
 
     def ensure_devices(self, names_and_tokens: list[tuple[str, str]]) -> list[Device]:
@@ -373,5 +379,6 @@ def provisioner_for(prov, endpoint=lambda s: s):
     if prov.kind == "none":
         return NoProvisioner()
     if prov.kind == "hono-registry":
-        return HonoRegistryProvisioner(endpoint(prov.url), prov.tenant, password_hash=prov.password_hash)
+        return HonoRegistryProvisioner(endpoint(prov.url), prov.tenant, password_hash=prov.password_hash,
+                                       psk_key_encoding=prov.psk_key_encoding)
     return TbRestProvisioner(endpoint(prov.url), prov.username, prov.password)

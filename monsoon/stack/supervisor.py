@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any, Callable, Protocol, cast
+from typing import Any, Callable, Protocol, Sequence, cast
 
 from monsoon.paths import CACHE, REPO
 from monsoon.spec.stack import ServiceSpec, StackSpec, TEMPLATE_RE
@@ -219,8 +219,14 @@ class Stack:
         return ctx
 
     def _pod_network(self) -> bool:
-        """provider: kubernetes with kubernetes.host_network: false (pods on the pod network, behind Services)."""
-        return bool(self.spec.pods()) and self.spec.kubernetes is not None and not self.spec.kubernetes.host_network
+        """provider: kubernetes with kubernetes.host_network: false (pods on the pod network, behind Services); and
+        monsoon's own pods beside a Helm release (a helm stack's provider: kubernetes services: the release's pods
+        reach them by their Services' names, e.g. a chart pointed at monsoon's Kafka)."""
+        if not self.spec.pods():
+            return False
+        if self.spec.helm is not None:
+            return True
+        return self.spec.kubernetes is not None and not self.spec.kubernetes.host_network
 
     def _services_on_pod_network(self, ns: str) -> dict[int, str]:
         """A ClusterIP Service per pod service for the ports it listens on; {port: its Service's ClusterIP}."""
@@ -297,16 +303,28 @@ class Stack:
             return [f"services {', '.join(names)} run as pods but {why}; start the cluster with `monsoon cluster up`"]
         return []
 
-    def _helm_release(self) -> "khelm.Release":
+    def _helm_release(self, mirrored: Sequence[int] = (), namespace_ready: bool = False) -> "khelm.Release":
         return khelm.Release(self.spec, self.dir, run_id=self.run_id, render=self.render,
-                             ports=list(self.ports.values()), on_event=self.on_event, scale=self.scale)
+                             ports=[p for p in self.ports.values() if p not in mirrored], on_event=self.on_event,
+                             scale=self.scale, namespace_ready=namespace_ready)
 
     def _start_pods(self) -> None:
         """Images into the cluster, the run's namespace, and the port mirror for every port of the stack."""
         if self.spec.helm is not None:       # a Helm release: installed (or found) here, uninstalled by _stop_pods
-            self._release = self._helm_release()
+            mirrored: list[int] = []
+            if self.spec.pods():             # monsoon's own pods beside the release: up and ready before it
+                self._start_own_pods()
+                mirrored = list(getattr(self._mirror, "ports", []) or [])
+                for name in self.spec.start_order():
+                    if self.spec.provider_of(name) == "kubernetes":
+                        self._start_service(name)
+            self._release = self._helm_release(mirrored, namespace_ready=self._namespace is not None)
             self._release.start()
             return
+        self._start_own_pods()
+
+    def _start_own_pods(self) -> None:
+        """monsoon's own Deployments (provider: kubernetes): images, the namespace, Services, the port mirror."""
         if not self.spec.pods():
             return
         images = []
@@ -326,6 +344,8 @@ class Stack:
             raise StackError(f"namespace {ns} cannot be created: {type(e).__name__}: {e}") from None
         self.on_event(OP, op=OP_NAMESPACE, namespace=ns, event="created")
         targets = self._services_on_pod_network(ns) if self._pod_network() else None
+        if self.spec.helm is not None and not targets:
+            return      # beside a release: only the ports of these pods' Services (the release mirrors its own)
         try:
             self._mirror = cluster.Cluster().forward(sorted(self.ports.values()), targets)
         except Exception as e:
@@ -373,7 +393,8 @@ class Stack:
             try:
                 self._start_pods()
                 for name in self.spec.start_order():
-                    self._start_service(name)
+                    if name not in self.services:    # (a helm stack's own pods started before its release)
+                        self._start_service(name)
                 return self
             except BaseException as e:
                 self.stop()

@@ -1,0 +1,118 @@
+"""Eclipse Hono 2.6.0 installed by its own Helm chart (stacks/hono-helm.yaml) on monsoon's cluster: monsoon's Kafka
+and Postgres pods start first, `helm install --wait` of the fetched chart (templates unchanged, only values ours)
+brings every component's pod to ready, and HTTP devices run experiments/hono-commands.yaml's mix (QoS 1 telemetry,
+events, command round trips answered by the backend) through the HTTP adapter's Service; nothing acked is missing
+from Kafka, and the release and its namespace are gone at the end.
+
+Skips in one line without `make k8s` (the cluster, Helm), Hono's chart (tools/build-hono-chart) or Hono's images
+(tools/build-hono, tools/build-hono-images)."""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from monsoon.paths import REPO
+from monsoon.settings import cache_dir
+from monsoon.spec.stack import load_stack
+from monsoon.stack import cluster, helm
+from monsoon.stack.pods import ClusterUnavailable, cluster_for_session, run_namespaces
+from tests.integration.helpers import run_story
+
+pytestmark = pytest.mark.kubernetes    # the session keeps the cluster up through a run of modules marked so
+
+NAMESPACE = "monsoon-hono-helm"
+RATE = float(os.environ.get("MONSOON_HONO_HELM_RATE", "20"))   # msg/s of the 6:2:2 mix (the process form: ~49)
+
+
+def _unbuilt() -> str | None:
+    """One line: what of Hono on the chart is not there, and how to get it."""
+    why = helm.not_built()
+    if why:
+        return why
+    for svc in load_stack("hono-helm").services.values():
+        for req in svc.requires:
+            path = Path(req.path.replace("{cache}", str(cache_dir()))) if req.path else None
+            if path is not None and not path.exists():
+                return f"Hono by its chart: {path} missing: {req.hint}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def kube_cluster(request):
+    why = _unbuilt()
+    if why:
+        pytest.skip(why)
+    try:
+        return cluster_for_session(request.config, (NAMESPACE,))
+    except ClusterUnavailable as e:
+        pytest.skip(str(e))
+
+
+def commands_experiment(rate: float) -> str:
+    """experiments/hono-commands.yaml with a fixed x1 (its base_rate: auto would calibrate: a second install)."""
+    doc = yaml.safe_load((REPO / "experiments/hono-commands.yaml").read_text())
+    doc["name"] = "hono-helm-commands"
+    doc["load"]["base_rate"] = rate
+    doc["load"].pop("base_fraction", None)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def cluster_rss_mb() -> dict[str, float]:
+    """The cluster's resident memory now: its daemons (etcd, control plane, kubelet, containerd, shims, proxies)
+    and every process in kubelet's kubepods cgroups (the pods' containers), in MiB."""
+    def rss(pid: int) -> int:
+        try:
+            for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if ln.startswith("VmRSS:"):
+                    return int(ln.split()[1])
+        except OSError:
+            pass
+        return 0
+    daemons = set(cluster._tagged(cluster.Cluster().dir))
+    pods: set[int] = set()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if "kubepods" in (p / "cgroup").read_text():
+                    pods.add(int(p.name))
+            except OSError:
+                pass
+    return {"daemons": round(sum(rss(p) for p in daemons - pods) / 1024, 1),
+            "pods": round(sum(rss(p) for p in pods) / 1024, 1)}
+
+
+def test_hono_by_its_chart_serves_http_devices_and_commands(kube_cluster, tmp_path, monkeypatch):
+    samples: list[dict] = []
+    from monsoon.stack import supervisor
+
+    real_start = supervisor.Stack.start
+
+    def start(self):          # the cluster's RSS once every pod of the release is ready
+        out = real_start(self)
+        samples.append(cluster_rss_mb())
+        return out
+    monkeypatch.setattr(supervisor.Stack, "start", start)
+    t0 = time.monotonic()
+    result, events = run_story(tmp_path, "hono-helm", commands_experiment(RATE), "hono-helm-commands")
+    rel = [e for e in events if e["type"] == "op" and e.get("op") == "helm-release"]
+    imports = [e for e in events if e["type"] == "op" and e.get("op") == "image-import"]
+    ready = {e["service"]: e.get("after_s") for e in events if e["type"] == "service" and e.get("event") == "ready"}
+    print("helm:", json.dumps(rel))
+    print("image imports:", json.dumps([(e["image"], e["seconds"]) for e in imports]))
+    print("ready after (s):", json.dumps(ready))
+    print("cluster RSS with Hono installed (MiB):", json.dumps(samples))
+    f = result.check("no_acked_loss").figures
+    print(f"no_acked_loss: {f.get('acked_lost')} of {f.get('acked')} acked lost; story {time.monotonic() - t0:.0f} s;"
+          f" {result.failure_message()}")
+    for c in result.checks:
+        print(" ", c.name, c.verdict, json.dumps(c.figures)[:400])
+    assert [e["event"] for e in rel] == ["installed", "uninstalled"], rel
+    assert result.check("no_acked_loss").verdict == "pass", f
+    assert f.get("acked_lost") == 0 and f.get("acked", 0) > 0, f
+    # the mix's own objectives (command round trips p99.9 under 2 s, 503s) are reported above, not asserted: on
+    # these pods, on 2 cores, the adapters answered many requests 503 (their registry and command router clients
+    # out of credit or timed out) where the process form answers none at ~49 msg/s (docs/kubernetes.md)
+    assert run_namespaces("hono-helm-commands") == []
