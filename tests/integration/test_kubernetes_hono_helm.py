@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from monsoon.paths import REPO
+from monsoon.selftest.procfs import proc_rss_mb
 from monsoon.settings import cache_dir
 from monsoon.spec.stack import load_stack
 from monsoon.stack import cluster, helm
@@ -63,14 +64,6 @@ def commands_experiment(rate: float) -> str:
 def cluster_rss_mb() -> dict[str, float]:
     """The cluster's resident memory now: its daemons (etcd, control plane, kubelet, containerd, shims, proxies)
     and every process in kubelet's kubepods cgroups (the pods' containers), in MiB."""
-    def rss(pid: int) -> int:
-        try:
-            for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if ln.startswith("VmRSS:"):
-                    return int(ln.split()[1])
-        except OSError:
-            pass
-        return 0
     daemons = set(cluster._tagged(cluster.Cluster().dir))
     pods: set[int] = set()
     for p in Path("/proc").iterdir():
@@ -80,8 +73,8 @@ def cluster_rss_mb() -> dict[str, float]:
                     pods.add(int(p.name))
             except OSError:
                 pass
-    return {"daemons": round(sum(rss(p) for p in daemons - pods) / 1024, 1),
-            "pods": round(sum(rss(p) for p in pods) / 1024, 1)}
+    return {"daemons": round(sum(proc_rss_mb(p) for p in daemons - pods), 1),
+            "pods": round(sum(proc_rss_mb(p) for p in pods), 1)}
 
 
 def test_hono_by_its_chart_serves_http_devices_and_commands(kube_cluster, tmp_path, monkeypatch):
