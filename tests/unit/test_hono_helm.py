@@ -95,7 +95,12 @@ def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     s = load_stack("hono-helm")
     assert s.releases() == ["service-auth", "service-device-registry", "service-command-router", "adapter-mqtt",
                             "adapter-http"]
-    assert s.pods() == ["postgres", "kafka"] and s.provider_of("backend") == "process"
+    assert s.pods() == ["postgres", "kafka", "infinispan", "toxiproxy"] and s.provider_of("backend") == "process"
+    # the data grid's hop is routed before the install (the router's readiness needs its cache); the backend, which
+    # needs only Kafka, starts then too
+    assert s.before_release() == ["postgres", "kafka", "infinispan", "toxiproxy", "routes", "backend"]
+    assert s.helm.replicas == {"service-command-router": 2, "adapter-http": 2}
+    assert s.chaos.toxiproxy == "http://127.0.0.1:{port:toxiproxy}"
     assert s.helm_release() == "hono" and s.kube_namespace() == "monsoon-hono-helm"
     assert s.observe.kubernetes.label_selector == {"app.kubernetes.io/instance": "hono",
                                                    "app.kubernetes.io/component": "adapter-http"}
