@@ -5,13 +5,30 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from monsoon.stack.cluster import Cluster
+
+
+def kubeconfig_file() -> Path | None:
+    """The kubeconfig the faults, the collectors and ``heal`` use: KUBECONFIG's first file; else, while monsoon's own
+    cluster runs (``monsoon cluster up``), its kubeconfig, as the pods of ``provider: kubernetes`` use it
+    (:func:`monsoon.stack.pods.kubeconfig_path`); else ``~/.kube/config`` when there; else None."""
+    kc = os.environ.get("KUBECONFIG")
+    if kc:
+        return Path(kc.split(os.pathsep)[0])
+    own = Cluster()
+    if own.api_port() is not None and own.kubeconfig.is_file():
+        return own.kubeconfig
+    home = Path.home() / ".kube" / "config"
+    return home if home.is_file() else None
+
 
 def cluster_configured() -> bool:
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return True
     kc = os.environ.get("KUBECONFIG")
-    paths = kc.split(os.pathsep) if kc else [str(Path.home() / ".kube" / "config")]
-    return any(Path(p).is_file() for p in paths if p)
+    if kc:
+        return any(Path(p).is_file() for p in kc.split(os.pathsep) if p)
+    return kubeconfig_file() is not None
 
 
 def kube_client(error: type[Exception] = RuntimeError):
@@ -25,5 +42,7 @@ def kube_client(error: type[Exception] = RuntimeError):
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # KUBECONFIG as the client reads it (several files merged); else the file kubeconfig_file finds
+        own = None if os.environ.get("KUBECONFIG") else kubeconfig_file()
+        config.load_kube_config(config_file=str(own) if own else None)
     return client

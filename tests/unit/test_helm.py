@@ -350,3 +350,25 @@ def test_what_needs_nothing_of_the_release_starts_before_it(tmp_path):
     s = load_stack(write(tmp_path, text))
     assert s.before_release() == ["db", "route"]
     assert s.start_order().index("after") > s.start_order().index("platform")
+
+
+def test_the_faults_and_collectors_find_monsoons_running_cluster_without_kubeconfig(tmp_path, monkeypatch):
+    """kubeapi.kubeconfig_file, the faults' and collectors' kubeconfig: KUBECONFIG first; else monsoon's own cluster
+    while it runs (its api-port written), as its pods use; else ~/.kube/config; else none."""
+    from monsoon.stack import kubeapi
+    k8s = tmp_path / "k8s"
+    monkeypatch.setenv("MONSOON_K8S_DIR", str(k8s))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert kubeapi.kubeconfig_file() is None and not kubeapi.cluster_configured()
+    (tmp_path / "home" / ".kube").mkdir(parents=True)
+    (tmp_path / "home" / ".kube" / "config").write_text("x")
+    assert kubeapi.kubeconfig_file() == tmp_path / "home" / ".kube" / "config"
+    (k8s / "cluster").mkdir(parents=True)
+    (k8s / "cluster" / "kubeconfig").write_text("x")
+    assert kubeapi.kubeconfig_file() == tmp_path / "home" / ".kube" / "config"     # down: its file is left
+    (k8s / "cluster" / "api-port").write_text("16443")
+    assert kubeapi.kubeconfig_file() == k8s / "cluster" / "kubeconfig" and kubeapi.cluster_configured()
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "mine"))
+    assert kubeapi.kubeconfig_file() == tmp_path / "mine" and not kubeapi.cluster_configured()
