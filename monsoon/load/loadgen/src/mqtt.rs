@@ -93,6 +93,29 @@ pub fn publish(buf: &mut Vec<u8>, topic16: &[u8], qos: u8, mid: u16, payload: &[
     buf.extend_from_slice(payload);
 }
 
+/// [`publish`] with the payload written straight into `buf` by `payload` (no copy through a payload
+/// buffer): two bytes are left for the remaining length, the usual case (128..16,383 bytes), and patched
+/// once the payload is there; any other length is re-encoded in place (a shift of the packet's tail).
+#[inline]
+pub fn publish_with(buf: &mut Vec<u8>, topic16: &[u8], qos: u8, mid: u16, payload: impl FnOnce(&mut Vec<u8>)) {
+    let start = buf.len();
+    buf.extend_from_slice(&[PUBLISH | (qos << 1), 0, 0]);
+    buf.extend_from_slice(topic16);
+    if qos > 0 {
+        buf.extend_from_slice(&mid.to_be_bytes());
+    }
+    payload(buf);
+    let n = buf.len() - start - 3;
+    if (128..16_384).contains(&n) {
+        buf[start + 1] = (n & 0x7F) as u8 | 0x80;
+        buf[start + 2] = (n >> 7) as u8;
+    } else {
+        let mut len = Vec::with_capacity(4);
+        put_len(&mut len, n);
+        buf.splice(start + 1..start + 3, len);
+    }
+}
+
 /// One packet at the front of `data`: Some((first byte, body range, total length)),
 /// None if incomplete. Err if the remaining length is malformed.
 #[inline]
@@ -234,5 +257,19 @@ mod tests {
         assert_eq!(frame(rest), Ok(Some((PUBLISH | 2, 3, 3 + 5 + 2 + 1000))));
         assert_eq!(&rest[3..8], &t[..]);
         assert_eq!(&rest[8..10], &[0, 7]);
+    }
+
+    #[test]
+    fn publish_with_writes_what_publish_writes_at_every_length_encoding() {
+        let t = topic16("v1/devices/me/telemetry");
+        for n in [0usize, 1, 90, 100, 101, 102, 103, 200, 16_354, 16_355, 16_356, 70_000] {
+            for qos in [0u8, 1] {
+                let payload: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+                let (mut a, mut b) = (vec![9u8, 9], vec![9u8, 9]); // appends after what is there
+                publish(&mut a, &t, qos, 0xBEEF, &payload);
+                publish_with(&mut b, &t, qos, 0xBEEF, |out| out.extend_from_slice(&payload));
+                assert_eq!(a, b, "payload {n} bytes, qos {qos}");
+            }
+        }
     }
 }
