@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import signal
 import socket
@@ -155,7 +156,7 @@ async def _serve(targets: list[tuple[int, str, int, str]]) -> None:
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         if proto == UDP:
-            _, relay = await loop.create_datagram_endpoint(lambda h=host, p=port: UdpRelay(h, p), sock=sock)
+            _, relay = await loop.create_datagram_endpoint(functools.partial(UdpRelay, host, port), sock=sock)
             relays.append(relay)
         else:
             servers.append(await asyncio.start_server(handler(host, port), sock=sock))
