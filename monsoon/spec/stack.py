@@ -504,6 +504,18 @@ class HelmSpec(_Frozen):
     pods: dict[str, HelmPodsSpec] = Field({}, description="service -> how its pods are found: {labelSelector, "
                                           "container} (default: app.kubernetes.io/instance=<release>, "
                                           "app.kubernetes.io/component=<service>)")
+    replicas: dict[str, int] = Field({}, description="service -> its replicas once the release is ready: the "
+                                     "Deployment (or StatefulSet) whose pods the service's selector finds is "
+                                     "scaled, as an operator would with kubectl scale, where the chart fixes the "
+                                     "count; install: true only")
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: n for k, n in v.items() if not isinstance(n, int) or n < 1}
+        if bad:
+            raise ValueError(f"replicas must be at least 1: {bad}")
+        return v
 
     @field_validator("release", "namespace")
     @classmethod
@@ -517,7 +529,7 @@ class HelmSpec(_Frozen):
         if self.install and not self.chart:
             raise _invalid("install: true needs chart (a chart directory or .tgz)")
         if not self.install:
-            given = [k for k in ("chart", "values", "values_files") if getattr(self, k)]
+            given = [k for k in ("chart", "values", "values_files", "replicas") if getattr(self, k)]
             if given:
                 raise _invalid(f"install: false: monsoon installs nothing, so {', '.join(given)} cannot apply")
             missing = [k for k in ("release", "namespace") if not getattr(self, k)]
@@ -665,6 +677,16 @@ class StackSpec(_Frozen):
             visit(n, ())
         return order
 
+    def before_release(self) -> list[str]:
+        """A Helm stack's services that start before its release is installed, in start order: monsoon's own pods
+        and processes that need nothing of the release, however indirectly (e.g. the routes of a Toxiproxy the
+        release's pods connect through: a pod whose readiness needs the hop must find it routed)."""
+        helm = set(self.releases())
+        needs: dict[str, bool] = {}
+        for n in self.start_order():        # a service's dependencies come before it
+            needs[n] = n in helm or any(needs[d] for d in self.services[n].depends_on)
+        return [n for n in self.start_order() if not needs[n]]
+
     def port_names(self) -> list[str]:
         names = set(self.ports)
         for m in TEMPLATE_RE.finditer(self.model_dump_json()):
@@ -691,9 +713,10 @@ def _check_helm(doc: LocatedDoc, spec: "StackSpec") -> None:
     if spec.helm is None:
         return
     ctx = _known_now(doc)
-    for name in spec.helm.pods:
-        if name not in spec.services or spec.provider_of(name) != "helm":
-            raise _fail(doc, ("helm", "pods", name), "no service of this name has provider: helm")
+    for key in ("pods", "replicas"):
+        for name in getattr(spec.helm, key):
+            if name not in spec.services or spec.provider_of(name) != "helm":
+                raise _fail(doc, ("helm", key, name), "no service of this name has provider: helm")
     if spec.helm.chart:
         path = helm_path(spec.helm.chart, doc.path, ctx)
         if path is None:

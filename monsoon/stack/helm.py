@@ -379,6 +379,40 @@ class Release:
                             + f" (the whole output: {self.log_path})")
         self.on_event(OP, op=OP_HELM_RELEASE, release=self.name, namespace=self.namespace, event="installed",
                       seconds=round(time.monotonic() - t0, 3))
+        for service, n in self.helm.replicas.items():
+            self._scale(service, n)
+
+    def _scale(self, service: str, replicas: int) -> None:
+        """The workload (Deployment or StatefulSet) labelled as ``service``'s pods are, scaled to ``replicas``
+        (``kubectl scale``); returns once that many pods of it are ready, else HelmError."""
+        assert self.kube is not None
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.helm.selector_of(service, self.name).items()))
+        apps = self.kube.apps
+        found = [(kind, w.metadata.name) for kind, ls in (
+            ("deployment", apps.list_namespaced_deployment), ("statefulset", apps.list_namespaced_stateful_set))
+            for w in ls(self.namespace, label_selector=selector, _request_timeout=10).items]
+        if len(found) != 1:
+            raise HelmError(f"helm.replicas.{service}: {len(found)} workloads labelled {selector} in "
+                            f"{self.namespace} ({', '.join(f'{k}/{n}' for k, n in found) or 'none'}); one is scaled")
+        kind, name = found[0]
+        patch = apps.patch_namespaced_deployment_scale if kind == "deployment" else \
+            apps.patch_namespaced_stateful_set_scale
+        read = apps.read_namespaced_deployment if kind == "deployment" else apps.read_namespaced_stateful_set
+        t0 = time.monotonic()
+        patch(name, self.namespace, {"spec": {"replicas": replicas}}, _request_timeout=10)
+        deadline = t0 + self.helm.timeout * self.scale
+        while True:
+            ready = read(name, self.namespace, _request_timeout=10).status.ready_replicas or 0
+            if ready >= replicas:
+                break
+            if time.monotonic() > deadline:
+                why = self.kube.why_not_running(self.namespace)
+                raise HelmError(f"helm.replicas.{service}: {kind}/{name} has {ready} of {replicas} pods ready after "
+                                f"{time.monotonic() - t0:.0f}s" + (f" ({why})" if why else ""))
+            time.sleep(1.0)
+        self.on_event(OP, op=OP_HELM_RELEASE, release=self.name, namespace=self.namespace, event="scaled",
+                      service=service, workload=f"{kind}/{name}", replicas=replicas,
+                      seconds=round(time.monotonic() - t0, 3))
 
     def _find(self) -> None:
         """Someone's own release: it must be there and deployed; nothing of it is changed."""

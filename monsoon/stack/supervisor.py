@@ -312,12 +312,12 @@ class Stack:
         """Images into the cluster, the run's namespace, and the port mirror for every port of the stack."""
         if self.spec.helm is not None:       # a Helm release: installed (or found) here, uninstalled by _stop_pods
             mirrored: list[int] = []
-            if self.spec.pods():             # monsoon's own pods beside the release: up and ready before it
+            if self.spec.pods():             # monsoon's own pods beside the release, and what needs nothing of
+                # the release (StackSpec.before_release): up and ready before it
                 self._start_own_pods()
                 mirrored = list(getattr(self._mirror, "ports", []) or [])
-                for name in self.spec.start_order():
-                    if self.spec.provider_of(name) == "kubernetes":
-                        self._start_service(name)
+                for name in self.spec.before_release():
+                    self._start_service(name)
             self._release = self._helm_release(mirrored, namespace_ready=self._namespace is not None)
             self._release.start()
             return

@@ -138,8 +138,10 @@ OP_IMAGE_IMPORT = op("image-import", "An image imported into the cluster for the
 OP_NAMESPACE = op("namespace", "The run's Kubernetes namespace: created, deleted, delete-failed or still-there; "
                   "service: a ClusterIP Service made in it (pods on the pod network).",
                   ["namespace", "event"], ["error", "seconds", "service", "cluster_ip", "ports"])
-OP_HELM_RELEASE = op("helm-release", "The stack's Helm release: installed, found (not monsoon's: never touched), "
-                     "uninstalled or uninstall-failed.", ["release", "namespace", "event"], ["error", "seconds"])
+OP_HELM_RELEASE = op("helm-release", "The stack's Helm release: installed, scaled (a service's workload to "
+                     "helm.replicas, all ready), found (not monsoon's: never touched), uninstalled or "
+                     "uninstall-failed.", ["release", "namespace", "event"],
+                     ["error", "seconds", "service", "workload", "replicas"])
 OP_PREFLIGHT = op("preflight", "Every declared endpoint answered before anything was sent.", ["ok"])
 OP_PROVISIONED = op("provisioned", "The run's devices provisioned.", ["devices", "seconds"])
 OP_CONNECTED = op("connected", "The fleet connected.", ["devices"])

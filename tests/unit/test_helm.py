@@ -68,6 +68,8 @@ def test_a_minimal_release_stack_defaults_its_name_namespace_and_selector(tmp_pa
     (("  values:", "  pods: {nope: {labelSelector: {a: b}}}\n  values:"), 5, "helm.pods.nope", "no service"),
     (("  chart: chart", "  release: Not_A_Name\n  chart: chart"), 4, "helm.release", "not a valid name"),
     (("  chart: chart", "  install: false\n  chart: chart"), 3, "helm", "install: false"),
+    (("  values:", "  replicas: {nope: 2}\n  values:"), 5, "helm.replicas.nope", "no service"),
+    (("  values:", "  replicas: {platform: 0}\n  values:"), 5, "helm.replicas", "at least 1"),
     (("helm:\n  chart: chart\n  values: {ports: {mqtt: \"{port:mqtt}\"}}\n", ""), 2, "provider", "needs the helm"),
     (("provider: helm", "provider: helm\nkubernetes: {namespace: x}"), 3, "kubernetes", "not both"),
 ])
@@ -330,3 +332,25 @@ def test_heal_all_uninstalls_the_release_of_a_dead_run_and_skips_a_live_ones(mon
     assert uninstalled == ["run-dead"] and rep.census == {} and rep.failed == []
     assert "run-dead: uninstalled 1 leftover Helm release(s): monsoon-kafka-helm/kafka-helm" in rep.done
     assert any("run run-live is still live" in n for n in rep.notes), rep.notes
+
+
+def test_what_needs_nothing_of_the_release_starts_before_it(tmp_path):
+    """StackSpec.before_release: monsoon's own pods and the processes whose dependencies (however indirect) hold no
+    service of the release; a process needing the release waits for it."""
+    text = BASE.replace("provisioning: none", """provisioning: none""").replace("""services:
+  platform:""", """services:
+  db:
+    provider: process
+    command: [x]
+  route:
+    provider: process
+    command: [x]
+    depends_on: [db]
+  after:
+    provider: process
+    command: [x]
+    depends_on: [route, platform]
+  platform:""")
+    s = load_stack(write(tmp_path, text))
+    assert s.before_release() == ["db", "route"]
+    assert s.start_order().index("after") > s.start_order().index("platform")

@@ -95,7 +95,12 @@ def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     s = load_stack("hono-helm")
     assert s.releases() == ["service-auth", "service-device-registry", "service-command-router", "adapter-mqtt",
                             "adapter-http", "adapter-coap"]
-    assert s.pods() == ["postgres", "kafka"] and s.provider_of("backend") == "process"
+    assert s.pods() == ["postgres", "kafka", "infinispan", "toxiproxy"] and s.provider_of("backend") == "process"
+    # the data grid's hop is routed before the install (the router's readiness needs its cache); the backend, which
+    # needs only Kafka, starts then too
+    assert s.before_release() == ["postgres", "kafka", "infinispan", "toxiproxy", "routes", "backend"]
+    assert s.helm.replicas == {"service-command-router": 2, "adapter-http": 2}
+    assert s.chaos.toxiproxy == "http://127.0.0.1:{port:toxiproxy}"
     assert s.helm_release() == "hono" and s.kube_namespace() == "monsoon-hono-helm"
     assert s.observe.kubernetes.label_selector == {"app.kubernetes.io/instance": "hono",
                                                    "app.kubernetes.io/component": "adapter-http"}
@@ -165,6 +170,9 @@ def test_the_fetched_chart_renders_the_stacks_values(tmp_path, monkeypatch):
         c = pod["containers"][0]
         assert c["name"] == name and c["image"] == spec.services[name].image        # imported before the install
         assert "cpu" not in c["resources"]["limits"] and c["resources"]["limits"]["memory"].endswith("Mi")
+        # the chart's default logging profile, dev, logs org.eclipse.hono at DEBUG: every request, with stack traces
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        assert env["QUARKUS_CONFIG_LOCATIONS"].endswith("/logging-quarkus-prod.yml"), name
     svcs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Service"}
     assert all(s.get("type", "ClusterIP") == "ClusterIP" for s in svcs.values())
     assert not [p for s in svcs.values() for p in s["ports"] if "nodePort" in p]
@@ -196,3 +204,44 @@ def test_a_psk_key_goes_to_the_registry_as_its_json_decoder_reads_it():
     assert set(std) & set("+/") and not set(url) & set("+/")
     assert load_stack("hono-helm").provisioning.psk_key_encoding == "base64"
     assert load_stack("hono-kafka-toxiproxy").provisioning.psk_key_encoding == "base64url"
+
+
+def test_replicas_scale_the_one_workload_of_a_service_and_wait_for_it(tmp_path):
+    """helm.replicas: the Deployment labelled as the service's pods is patched to the count, and the start returns
+    once that many pods are ready; no workload (or two) under the service's labels is an error naming them."""
+    from types import SimpleNamespace as NS
+    events: list = []
+    r = helm.Release(load_stack("hono-helm"), tmp_path, run_id="run-1", render=lambda v: v, ports=[],
+                     on_event=lambda t, **f: events.append(f))
+
+    class Apps:
+        def __init__(self, deployments):
+            self.deployments, self.patched, self.reads = deployments, [], 0
+
+        def list_namespaced_deployment(self, ns, label_selector, _request_timeout):
+            self.selector = label_selector
+            return NS(items=[NS(metadata=NS(name=n)) for n in self.deployments])
+
+        def list_namespaced_stateful_set(self, ns, label_selector, _request_timeout):
+            return NS(items=[])
+
+        def patch_namespaced_deployment_scale(self, name, ns, body, _request_timeout):
+            self.patched.append((name, ns, body))
+
+        def read_namespaced_deployment(self, name, ns, _request_timeout):
+            self.reads += 1
+            return NS(status=NS(ready_replicas=1 if self.reads < 2 else 2))
+
+    apps = Apps(["hono-adapter-http"])
+    r.kube = NS(apps=apps, why_not_running=lambda ns: "")
+    helm.time.sleep, real_sleep = (lambda s: None), helm.time.sleep
+    try:
+        r._scale("adapter-http", 2)
+        assert apps.selector == "app.kubernetes.io/component=adapter-http,app.kubernetes.io/instance=hono"
+        assert apps.patched == [("hono-adapter-http", "monsoon-hono-helm", {"spec": {"replicas": 2}})]
+        assert apps.reads == 2 and events[-1]["event"] == "scaled" and events[-1]["replicas"] == 2
+        r.kube = NS(apps=Apps([]), why_not_running=lambda ns: "")
+        with pytest.raises(helm.HelmError, match="helm.replicas.adapter-http: 0 workloads labelled"):
+            r._scale("adapter-http", 2)
+    finally:
+        helm.time.sleep = real_sleep

@@ -45,6 +45,21 @@ STORIES: dict[str, tuple[tuple[str, str], dict[str, tuple[str, dict, list[str]]]
         "leg_objective[command_request,start]": (INFO, {"ok": 294, "errors": 5}, []),
         "leg_objective[command_request,after_faults]": (PASS, {"ok": 160, "errors": 0}, []),
     }),
+    # Hono's story on Kubernetes (Hono's own chart, the command router and HTTP adapter at 2 replicas): the cold start
+    # answers most command queries 503, warm they succeed; 500 ms on the router's data-grid hop (Toxiproxy in the
+    # cluster) costs the command queries ~2 s and telemetry nothing; Chaos Mesh kills one of the two adapter pods
+    # and the Service keeps serving through the other (2 of 540 telemetry requests failed); every leg clean after;
+    # nothing acked lost
+    "hono-helm-cluster-story": (("hono-helm", "hono-helm-story"), {
+        "faults_landed": (PASS, {"faults_injected": 2, "faults_landed": 2, "faults_healed": 2}, []),
+        "no_acked_loss": (PASS, {"acked_lost": 0}, []),
+        "leg_objective[command_request,start]": (INFO, {"ok": 65, "errors": 54, "errors.http_503": 47}, []),
+        "leg_objective[command_request,steady]": (PASS, {"ok": 81, "errors": 0}, ["p99.9 191.5 ms"]),
+        "leg_objective[telemetry,slowdown]": (PASS, {"ok": 420, "errors": 0}, []),
+        "leg_objective[command_request,slowdown]": (INFO, {"ok": 140, "errors": 0}, ["p99.9 2277.4 ms"]),
+        "leg_objective[telemetry,adapter-kill]": (INFO, {"ok": 538, "errors": 2, "errors.http_503": 1}, []),
+        "leg_objective[command_request,recovered]": (PASS, {"ok": 121, "errors": 0}, []),
+    }),
     # ThingsBoard with its in-memory queue at 2.5 x its calibrated capacity of 5,684 msg/s: the queue filled the
     # 384 MB heap 13 s into the burst (118,125 queued at the last sample), OutOfMemoryError 50 s in, restarted
     # without what was queued: acked messages lost. Its depth read -300 before any telemetry (TB's uncounted
