@@ -25,7 +25,7 @@ import yaml
 from monsoon.paths import CACHE
 from monsoon.settings import env as setting
 from monsoon.stack import dockerd
-from monsoon.stack.nsforward import enter_netns
+from monsoon.stack.nsforward import UDP, enter_netns, format_target
 
 NETNS = "monsoon-k8s"
 NODE = "monsoon-k8s"
@@ -610,8 +610,13 @@ class Api:
 
 # --------------------------------------------------------------------------------------------- the cluster
 
+#: one mirrored port: (host port, 0 = any free one; target host; target port; "tcp" or "udp")
+Mirror = tuple[int, str, int, str]
+
+
 class Forward:
-    """A running forwarder (host 127.0.0.1:P -> target inside the namespace); ``stop()`` ends it."""
+    """A running forwarder (host 127.0.0.1:P -> target inside the namespace); ``stop()`` ends it. ``ports``: each
+    bound port -> its target."""
 
     def __init__(self, pid: int, ports: dict[int, tuple[str, int]], pidfile: Path | None):
         self.pid, self.ports, self.pidfile = pid, ports, pidfile
@@ -637,24 +642,29 @@ class Forward:
         self.stop()
 
 
-def _listeners(mapping: list[tuple[int, str, int]], where: str) -> list[socket.socket]:
+def _listeners(mapping: list[Mirror], where: str) -> list[socket.socket]:
+    """A listening TCP socket, or a bound UDP one, on 127.0.0.1 per entry (UDP without SO_REUSEADDR: on Linux that
+    would let a second socket bind a port already taken, and split its datagrams)."""
     socks: list[socket.socket] = []
-    for hport, _thost, _tport in mapping:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    for hport, _thost, _tport, proto in mapping:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if proto == UDP else socket.SOCK_STREAM)
+        if proto != UDP:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", hport))
         except OSError as e:
             s.close()
             for x in socks:
                 x.close()
-            raise ClusterError(f"cluster forwarder: cannot bind 127.0.0.1:{hport}{where}: {e.strerror}") from None
-        s.listen(128)
+            raise ClusterError(f"cluster forwarder: cannot bind 127.0.0.1:{hport}/{proto}{where}: {e.strerror}") \
+                from None
+        if proto != UDP:
+            s.listen(128)
         socks.append(s)
     return socks
 
 
-def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, keep_run: bool = False,
+def start_forwarder(d: Path, mapping: list[Mirror], name: str, keep_run: bool = False,
                     inside: bool = False) -> Forward:
     """Bind each host port on 127.0.0.1 here (0 = any free port), then hand the sockets to a forwarder process that
     enters the namespace and relays to (host, port) there. The bound ports are known before it runs. ``inside``:
@@ -664,8 +674,8 @@ def start_forwarder(d: Path, mapping: list[tuple[int, str, int]], name: str, kee
     ports: dict[int, tuple[str, int]] = {}
     try:
         socks = _in_netns(lambda: _listeners(mapping, " in the node's namespace")) if inside else _listeners(mapping, "")
-        for s, (_hport, thost, tport) in zip(socks, mapping):
-            args.append(f"{s.fileno()}={thost}:{tport}")
+        for s, (_hport, thost, tport, proto) in zip(socks, mapping):
+            args.append(format_target(s.fileno(), thost, tport, proto))
             ports[s.getsockname()[1]] = (thost, tport)
         (d / "pids").mkdir(parents=True, exist_ok=True)
         (d / "logs").mkdir(parents=True, exist_ok=True)
@@ -710,20 +720,23 @@ class Cluster:
             raise ClusterError("the cluster is not running: monsoon cluster up")
         return Api(self.dir, port)
 
-    def forward(self, ports: list[int], targets: dict[int, str] | None = None) -> Forward:
-        """Mirror each port: host 127.0.0.1:P -> the namespace's 127.0.0.1:P (where hostNetwork pods listen), or
-        ``targets[P]``:P (a Service's ClusterIP: kube-proxy's OUTPUT rules there take it to the pod, whichever it
-        is now). The forwarder keeps the caller's MONSOON_RUN_ID label (a run's reaper ends it) and ``down`` ends
-        it too."""
+    def forward(self, ports: list[int], targets: dict[int, str] | None = None,
+                udp: dict[int, str] | None = None) -> Forward:
+        """Mirror each port over TCP: host 127.0.0.1:P -> the namespace's 127.0.0.1:P (where hostNetwork pods
+        listen), or ``targets[P]``:P (a Service's ClusterIP: kube-proxy's OUTPUT rules there take it to the pod,
+        whichever it is now); and over UDP each port in ``udp``, host 127.0.0.1:P -> ``udp[P]``:P (a UDP Service
+        port). With ``targets`` or ``udp``, only the ports in them. The forwarder keeps the caller's MONSOON_RUN_ID
+        label (a run's reaper ends it) and ``down`` ends it too."""
         if not Path(netns_path(self.netns)).exists():
             raise ClusterError("the cluster is not running: monsoon cluster up")
-        if not targets:
-            return start_forwarder(self.dir, [(p, "127.0.0.1", p) for p in ports],
+        if not targets and not udp:
+            return start_forwarder(self.dir, [(p, "127.0.0.1", p, "tcp") for p in ports],
                                    f"forward-{os.getpid()}-{'-'.join(map(str, ports))}", keep_run=True)
         # Services: the same ports on the node's own 127.0.0.1 too, for what runs on the node's network (the load as
         # a Job, hostNetwork pods), as with hostNetwork services
-        mapping = [(p, targets.get(p, "127.0.0.1"), p) for p in ports if p in targets]
-        tag = f"{os.getpid()}-{'-'.join(str(p) for p, _, _ in mapping)}"
+        mapping = [(p, ip, p, proto) for proto, to in (("tcp", targets or {}), (UDP, udp or {}))
+                   for p in ports if (ip := to.get(p))]
+        tag = f"{os.getpid()}-{'-'.join(str(p) + ('u' if proto == UDP else '') for p, _, _, proto in mapping)}"
         host = start_forwarder(self.dir, mapping, f"forward-{tag}", keep_run=True)
         try:
             host.also = start_forwarder(self.dir, mapping, f"forward-node-{tag}", keep_run=True, inside=True)
@@ -946,9 +959,9 @@ def _up_locked(c: Cluster, say: Callable[[str], None]) -> None:
     ensure_pki(d)
     _netns_up()
     try:
-        fwd = start_forwarder(d, [(API_PORT, NODE_IP, 443)], "forward-api")
+        fwd = start_forwarder(d, [(API_PORT, NODE_IP, 443, "tcp")], "forward-api")
     except ClusterError:
-        fwd = start_forwarder(d, [(0, NODE_IP, 443)], "forward-api")   # the default port is taken: any port
+        fwd = start_forwarder(d, [(0, NODE_IP, 443, "tcp")], "forward-api")   # the default port is taken: any port
     port = next(iter(fwd.ports))
     (d / "api-port").write_text(str(port))
     _write_yaml(c.kubeconfig, kubeconfig(f"https://127.0.0.1:{port}", d, "admin"))

@@ -115,9 +115,10 @@ def render_values(value: Any, render: Callable[[str], str]) -> Any:
     return value
 
 
-def service_targets(services: list[dict], ports: Sequence[int]) -> dict[int, str]:
-    """Port -> the ClusterIP of the Service that exposes it, for the stack's ``ports`` (a release on the pod
-    network: the mirror takes host 127.0.0.1:P to that Service, kube-proxy to whichever pod is behind it)."""
+def service_targets(services: list[dict], ports: Sequence[int], protocol: str = "TCP") -> dict[int, str]:
+    """Port -> the ClusterIP of the Service that exposes it over ``protocol`` (a Service port's ``protocol``,
+    TCP when unset; ``UDP``: e.g. Hono's CoAP adapter), for the stack's ``ports`` (a release on the pod network:
+    the mirror takes host 127.0.0.1:P to that Service, kube-proxy to whichever pod is behind it)."""
     out: dict[int, str] = {}
     for svc in services:
         spec = svc.get("spec") or {}
@@ -125,7 +126,7 @@ def service_targets(services: list[dict], ports: Sequence[int]) -> dict[int, str
         if not ip or ip == "None":
             continue
         for p in spec.get("ports") or []:
-            if p.get("port") in ports and (p.get("protocol") or "TCP") == "TCP":
+            if p.get("port") in ports and (p.get("protocol") or "TCP") == protocol:
                 out.setdefault(int(p["port"]), ip)
     return out
 
@@ -323,23 +324,25 @@ class Release:
         else:
             self._find()
         if self.ports:
-            targets = self._targets()
+            tcp, udp = self._targets()
             try:
                 c = cluster.Cluster()
-                self.mirror = c.forward(sorted(self.ports), targets) if targets else c.forward(sorted(self.ports))
+                self.mirror = c.forward(sorted(self.ports), tcp, udp) if tcp or udp else c.forward(sorted(self.ports))
             except Exception as e:
                 raise StackError(f"the ports {sorted(self.ports)} cannot be mirrored into the cluster's node: "
                                  f"{e}") from None
 
-    def _targets(self) -> dict[int, str]:
-        """{} when the release's pods run on the node's network (the plain mirror); else each port's Service."""
+    def _targets(self) -> tuple[dict[int, str], dict[int, str]]:
+        """({}, {}) when the release's pods run on the node's network (the plain mirror); else each port's Service:
+        its TCP ports, and its UDP ones."""
         assert self.kube is not None
         pods = [p for s in self.spec.releases() for p in self.kube.pods(
             self.namespace, ",".join(f"{k}={v}" for k, v in sorted(self.helm.selector_of(s, self.name).items())))]
         if all((p.get("spec") or {}).get("hostNetwork") for p in pods):
-            return {}
+            return {}, {}
         res = self.kube.core.list_namespaced_service(self.namespace, _request_timeout=5)
-        return service_targets([self.kube.plain(x) for x in res.items], self.ports)
+        services = [self.kube.plain(x) for x in res.items]
+        return service_targets(services, self.ports), service_targets(services, self.ports, "UDP")
 
     def _import_images(self) -> None:
         kpods.import_images([s.image for n, s in self.spec.services.items()

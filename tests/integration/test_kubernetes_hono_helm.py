@@ -5,7 +5,9 @@ brings every component's pod to ready, the command router and the HTTP adapter a
 devices run the 6:2:2 telemetry/event/command mix through the HTTP adapter's Service: a cold start, warm steady,
 500 ms on the command router's data-grid hop (the Toxiproxy pod), one of the two adapter pods killed by Chaos Mesh,
 and recovery. Nothing acked is missing from Kafka, every verdict of the story holds, and the release and its
-namespace are gone at the end.
+namespace are gone at the end. And CoAP devices (monsoon's native engine, DTLS with the PSK credentials provisioned
+in the registry) run experiments/hono-coap-commands.yaml's mix through the CoAP adapter's UDP Service, mirrored as
+UDP: nothing acked missing either, command round trips answered.
 
 Skips in one line without `make k8s` (the cluster, Helm), Hono's chart (tools/build-hono-chart) or Hono's images
 (tools/build-hono, tools/build-hono-images)."""
@@ -80,7 +82,9 @@ def fixed_rate(name: str, rate: float, new_name: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def test_hono_by_its_chart_tells_the_write_ups_story(kube_cluster, tmp_path, monkeypatch):
+def story_on_the_chart(tmp_path, monkeypatch, experiment: str, run_id: str):
+    """The experiment on hono-helm (installed, scaled, run, uninstalled), what it measured printed; asserted:
+    installed, scaled and uninstalled, nothing acked lost, no namespace of the run left. (result, events)."""
     samples: list[dict] = []
     from monsoon.stack import supervisor
 
@@ -92,8 +96,7 @@ def test_hono_by_its_chart_tells_the_write_ups_story(kube_cluster, tmp_path, mon
         return out
     monkeypatch.setattr(supervisor.Stack, "start", start)
     t0 = time.monotonic()
-    result, events = run_story(tmp_path, "hono-helm", fixed_rate("hono-cluster-story", RATE, "hono-helm-story"),
-                               "hono-helm-story")
+    result, events = run_story(tmp_path, "hono-helm", experiment, run_id)
     rel = [e for e in events if e["type"] == "op" and e.get("op") == "helm-release"]
     imports = [e for e in events if e["type"] == "op" and e.get("op") == "image-import"]
     ready = {e["service"]: e.get("after_s") for e in events if e["type"] == "service" and e.get("event") == "ready"}
@@ -111,7 +114,25 @@ def test_hono_by_its_chart_tells_the_write_ups_story(kube_cluster, tmp_path, mon
         {("service-command-router", 2), ("adapter-http", 2)}, rel
     assert result.check("no_acked_loss").verdict == "pass", f
     assert f.get("acked_lost") == 0 and f.get("acked", 0) > 0, f
+    assert run_namespaces(run_id) == []
+    return result, events
+
+
+def test_hono_by_its_chart_tells_the_write_ups_story(kube_cluster, tmp_path, monkeypatch):
+    result, _ = story_on_the_chart(tmp_path, monkeypatch, fixed_rate("hono-cluster-story", RATE, "hono-helm-story"),
+                                   "hono-helm-story")
     assert result.check("faults_landed").verdict == "pass", result.check("faults_landed").figures
     failed = [(c.name, c.message) for c in result.checks if c.verdict == "fail"]
     assert not failed, failed                   # every objective of the story: steady, slowdown, recovered
-    assert run_namespaces("hono-helm-story") == []
+
+
+def test_hono_by_its_chart_serves_coap_devices_over_dtls_psk(kube_cluster, tmp_path, monkeypatch):
+    """CoAP devices over DTLS with PSK through the CoAP adapter's UDP Service (5684), mirrored as UDP."""
+    exp = fixed_rate("hono-coap-commands", RATE, "hono-helm-coap")
+    result, _ = story_on_the_chart(tmp_path, monkeypatch, exp, "hono-helm-coap")
+    legs = {c.name: c.figures for c in result.checks if c.name.startswith("leg_objective")}
+    for name, fig in legs.items():       # the CoAP legs' round trips and their errors by CoAP code (5.03s)
+        print(f"  {name}: ok {fig.get('ok')}, p50/p99/p99.9 {fig.get('p50_ms')}/{fig.get('p99_ms')}/"
+              f"{fig.get('p999_ms')} ms, 5.03s {fig.get('errors.coap_5.03', 0)}, errors {fig.get('errors')}")
+    # the command round trips work over DTLS: the backend's commands reached devices, their responses were taken
+    assert sum(fig.get("ok", 0) for name, fig in legs.items() if "command_response" in name) > 0, legs

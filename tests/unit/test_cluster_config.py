@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from monsoon.stack import cluster
-from monsoon.stack.nsforward import parse_target
+from monsoon.stack.nsforward import format_target, parse_target
 
 D = Path("/cache/k8s/cluster")
 
@@ -69,7 +69,14 @@ def test_missing_pieces_name_each_binary(tmp_path):
 
 
 def test_forwarder_target_parsing():
-    assert parse_target("5=10.200.0.1:443") == (5, "10.200.0.1", 443)
-    for bad in ("x=1.2.3.4:1", "5=1.2.3.4", "5"):
+    assert parse_target("5=10.200.0.1:443") == (5, "10.200.0.1", 443, "tcp")
+    assert parse_target("7=udp:10.96.0.20:5684") == (7, "10.96.0.20", 5684, "udp")
+    for bad in ("x=1.2.3.4:1", "5=1.2.3.4", "5", "5=udp:", "5=udp:1.2.3.4", "5=udp::53"):
         with pytest.raises(ValueError):
             parse_target(bad)
+    # what start_forwarder writes is what the forwarder reads, either protocol
+    for t in ((5, "10.200.0.1", 443, "tcp"), (7, "10.96.0.20", 5684, "udp")):
+        assert parse_target(format_target(*t)) == t
+    assert format_target(5, "127.0.0.1", 80) == "5=127.0.0.1:80"
+    with pytest.raises(ValueError):
+        format_target(5, "127.0.0.1", 80, "sctp")

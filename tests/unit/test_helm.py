@@ -294,6 +294,10 @@ def test_a_release_on_the_pod_network_is_mirrored_to_its_services():
                 {"spec": {"clusterIP": "10.96.0.14", "ports": [{"port": 19999, "protocol": "UDP"}]}}]
     assert helm.service_targets(services, [31883, 18080, 15432, 19999]) == \
         {31883: "10.96.0.12", 18080: "10.96.0.12", 15432: "10.96.0.13"}
+    # UDP Service ports (Hono's CoAP adapter: coaps 5684/UDP) are the UDP mirror's, apart from the TCP ones
+    assert helm.service_targets(services, [31883, 18080, 15432, 19999], "UDP") == {19999: "10.96.0.14"}
+    both = [{"spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53}]}}]
+    assert helm.service_targets(both, [53]) == helm.service_targets(both, [53], "UDP") == {53: "10.96.0.10"}
 
 
 def test_heal_all_uninstalls_the_release_of_a_dead_run_and_skips_a_live_ones(monkeypatch, tmp_path):

@@ -94,7 +94,7 @@ def test_the_image_tool_skips_in_one_line_without_honos_jars(tmp_path):
 def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     s = load_stack("hono-helm")
     assert s.releases() == ["service-auth", "service-device-registry", "service-command-router", "adapter-mqtt",
-                            "adapter-http"]
+                            "adapter-http", "adapter-coap"]
     assert s.pods() == ["postgres", "kafka", "infinispan", "toxiproxy"] and s.provider_of("backend") == "process"
     # the data grid's hop is routed before the install (the router's readiness needs its cache); the backend, which
     # needs only Kafka, starts then too
@@ -105,6 +105,7 @@ def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     assert s.observe.kubernetes.label_selector == {"app.kubernetes.io/instance": "hono",
                                                    "app.kubernetes.io/component": "adapter-http"}
     assert s.ports["hono_http"] == 8080 and s.ports["hono_registry"] == 28080     # the chart's Service ports
+    assert s.ports["hono_coaps"] == 5684 and s.devices.port_of("hono-coap") == ("hono-coap", "{port:hono_coaps}")
 
 
 def test_own_pods_beside_a_release_are_on_the_pod_network(tmp_path):
@@ -177,9 +178,14 @@ def test_the_fetched_chart_renders_the_stacks_values(tmp_path, monkeypatch):
     assert not [p for s in svcs.values() for p in s["ports"] if "nodePort" in p]
     assert {p["port"] for p in svcs["hono-adapter-http"]["ports"]} >= {8080}
     assert {p["port"] for p in svcs["hono-service-device-registry-ext"]["ports"]} >= {28080}
+    # the CoAP adapter's DTLS port only, over UDP: what the port mirror carries as UDP (helm.service_targets)
+    assert helm.service_targets([{"spec": {"clusterIP": "10.96.0.9", **svcs["hono-adapter-coap"]}}], [5684, 5683],
+                                "UDP") == {5684: "10.96.0.9"}
     conf = {d["metadata"]["name"]: yaml.safe_load(d["stringData"]["application.yml"]) for d in docs
             if d["kind"] == "Secret" and "application.yml" in (d.get("stringData") or {})}
-    for name in ("hono-adapter-http-conf", "hono-service-device-registry-conf", "hono-service-command-router-conf"):
+    assert conf["hono-adapter-coap-conf"]["hono"]["coap"]["port"] == 5684
+    for name in ("hono-adapter-http-conf", "hono-adapter-coap-conf", "hono-service-device-registry-conf",
+                 "hono-service-command-router-conf"):
         assert conf[name]["hono"]["kafka"]["commonClientConfig"]["bootstrap.servers"] == f"kafka:{ports['kafka']}"
     jdbc = conf["hono-service-device-registry-conf"]["hono"]["registry"]["jdbc"]["adapter"]
     assert jdbc["url"] == f"jdbc:postgresql://postgres:{ports['postgres']}/postgres"
