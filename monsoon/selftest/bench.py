@@ -59,6 +59,7 @@ import os
 import resource
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -353,6 +354,32 @@ def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path, binary: Path |
     return out
 
 
+def phase_floor_rounds(a: argparse.Namespace, sinks: Sinks, workdir: Path, binary: Path) -> dict:
+    """``--floor-rounds N``: N more (monsoon, paced floor) pairs, run alternately, each pair's ratio, and the
+    medians: one run's floor moves by more than the goal's margin on a shared machine, its median over pairs
+    does not. Each pair's floor sends what that pair's monsoon run acked."""
+    rows = []
+    for i in range(a.floor_rounds):
+        m = run_native(a, sinks, workdir, a.batch_ms, f"round-{i}")
+        tick = a.batch_ms if a.batch_ms is not None else 5.0
+        f = run_floor(binary, sinks.port, a.devices, m["acked"], 1, rate=a.native_rate, tick_ms=tick)
+        rows.append({"monsoon": per_msg(m), "floor_paced": per_msg(f), "late": m["late"]})
+        log(f"cpu: floor round {i + 1}/{a.floor_rounds}: {rows[-1]}")
+    return floor_rounds_summary(rows)
+
+
+def floor_rounds_summary(rows: list[dict]) -> dict:
+    """Each round's ratio monsoon / paced floor and the medians of the three (pure)."""
+    for r in rows:
+        r["ratio_floor_paced"] = round(r["monsoon"] / r["floor_paced"], 4) if r["monsoon"] and r["floor_paced"] else None
+
+    def med(k: str) -> float | None:
+        xs = [r[k] for r in rows if r.get(k) is not None]
+        return round(statistics.median(xs), 4) if xs else None
+    return {"rounds": rows, "median_monsoon": med("monsoon"), "median_floor_paced": med("floor_paced"),
+            "median_ratio_floor_paced": med("ratio_floor_paced")}
+
+
 def phase_connections(a: argparse.Namespace, sinks: Sinks, workdir: Path) -> dict:
 
     n = a.connections
@@ -464,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=50, help="devices (connections) of the CPU runs (50)")
     ap.add_argument("--batch-ms", type=float, default=None,
                     help="the native engine's batching tick in ms (default: the engine's, 5; 0 = a write per wake-up)")
+    ap.add_argument("--floor-rounds", type=int, default=0,
+                    help="N more (monsoon, paced floor) pairs run alternately after the cpu phase, with the median "
+                         "of their ratios (floor_rounds); the goal's margin is smaller than one run's spread (0)")
     ap.add_argument("--skip-python", action="store_true", help="no monsoon_python column")
     ap.add_argument("--skip-peer", action="store_true",
                     help="no locust column (Locust's MQTT user; installed on first use into the cache, ~60 s)")
@@ -563,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                                             if k in cpu}
                 result["msgs_per_s"] = {k: rate(cpu.get(k)) for k in ("monsoon", "paho", "monsoon_python", "locust")}
                 result["cpu_runs"] = cpu
+                if a.floor_rounds > 0:
+                    result["floor_rounds"] = phase_floor_rounds(a, sinks, workdir, binary)
             if "connections" in phases:
                 # a sink process holds < 20,000 sockets, and SO_REUSEPORT spreads connections by hash,
                 # not evenly: one sink process per 15,000 connections leaves room for the imbalance

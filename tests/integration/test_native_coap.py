@@ -177,3 +177,40 @@ def test_sends_that_wait_behind_a_stalled_exchange_count_as_held(loadgen: Path, 
     assert t.late > 0, t
     assert 0 < held <= t.late, (held, t)
     assert t.acked == t.scheduled, t        # nothing lost: every held send went out and was answered
+
+
+def test_devices_handshake_again_when_their_endpoint_forgets_their_sessions(loadgen: Path, tmp_path: Path) -> None:
+    """The sink is killed under load and a new one takes its port, knowing none of the sessions (a pod killed
+    behind a Service: the new pod drops the records it cannot authenticate, as DTLS does). Each device's exchange
+    then times out without even a CoAP ACK; the device drops its session and handshakes again (``reconnects``),
+    and what came due meanwhile goes out on the new session: acked after the restart, nothing acked lost."""
+    import signal
+    import time
+
+    devs = coap_devices(6)
+    seconds: list = []
+    port = free_udp_port()
+    (tmp_path / "a").mkdir()
+    first = CoapSink(loadgen, devs, tmp_path / "a", port)
+    second = None
+    try:
+        with native(devs, port, tmp_path, rate=30.0, duration=9.0, request_timeout_s=2.5) as f:
+            f.connect()
+            box: dict = {}
+            th = threading.Thread(target=lambda: box.update(t=f.run(threading.Event(), on_second=seconds.append)))
+            th.start()
+            time.sleep(1.5)
+            first.proc.send_signal(signal.SIGKILL)
+            first.proc.wait(timeout=10)
+            (tmp_path / "b").mkdir()
+            second = CoapSink(loadgen, devs, tmp_path / "b", port)     # the same port, no session known
+            th.join(timeout=90)
+            t = box["t"]
+    finally:
+        first.close()
+        counts = second.close() if second is not None else {}
+    assert t.reconnects >= len(devs), t                  # every device had a session on the killed sink
+    assert counts.get("handshakes", 0) >= len(devs), counts     # ... and made one with the new sink
+    assert counts.get("requests", 0) > 0, counts                 # ... and was answered there
+    assert sum(s.acked for s in seconds[4:]) > 0, [s.acked for s in seconds]
+    assert t.acked + t.failed == t.scheduled and t.failed > 0, t    # what the dead sink held failed, counted

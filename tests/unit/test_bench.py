@@ -138,3 +138,13 @@ def test_generator_cores_inside_the_target_window():
     assert g["generator_cores"] == 0.2 and g["generator_cores_max"] == 0.3
     assert g["generator_us_per_msg"] == round(0.6 / 300 * 1e6, 3) and g["cpus"] >= 1
     assert bench.generator_cores([second(0, 1.0, 1)], 3.0) == {}   # not measured: nothing claimed
+
+
+def test_floor_rounds_give_each_pairs_ratio_and_the_medians():
+    from monsoon.selftest.bench import floor_rounds_summary
+    out = floor_rounds_summary([{"monsoon": 1.2, "floor_paced": 1.0, "late": 0},
+                                {"monsoon": 1.0, "floor_paced": 0.8, "late": 0},
+                                {"monsoon": 1.1, "floor_paced": None, "late": 0}])
+    assert [r["ratio_floor_paced"] for r in out["rounds"]] == [1.2, 1.25, None]
+    assert out["median_monsoon"] == 1.1 and out["median_floor_paced"] == 0.9
+    assert out["median_ratio_floor_paced"] == 1.225        # the median of the pairs' ratios, not of the medians

@@ -99,7 +99,7 @@ def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     # the data grid's hop is routed before the install (the router's readiness needs its cache); the backend, which
     # needs only Kafka, starts then too
     assert s.before_release() == ["postgres", "kafka", "infinispan", "toxiproxy", "routes", "backend"]
-    assert s.helm.replicas == {"service-command-router": 2, "adapter-http": 2}
+    assert s.helm.replicas == {"service-command-router": 2, "adapter-http": 2, "adapter-coap": 2}
     assert s.chaos.toxiproxy == "http://127.0.0.1:{port:toxiproxy}"
     assert s.helm_release() == "hono" and s.kube_namespace() == "monsoon-hono-helm"
     assert s.observe.kubernetes.label_selector == {"app.kubernetes.io/instance": "hono",

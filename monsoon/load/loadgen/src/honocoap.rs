@@ -15,6 +15,10 @@
 //! command_response) are measured request to response: each second's line has `legs` ({leg: {ok, codes,
 //! hist}} for the legs with an outcome that second), the totals line their totals. CoAP retransmits an unanswered request at 2, 4, 8 and 16 s (ACK_TIMEOUT 2 s),
 //! stops on an empty ACK (a separate response follows) and ACKs a confirmable separate response.
+//! A device whose session was up handshakes again (a new socket, a new session; `reconnects` in the totals) when
+//! an exchange times out without even a CoAP ACK (the other side forgot the session: a pod killed behind a
+//! Service), or 1 s after the session broke (an alert, a refused datagram); what comes due meanwhile waits in its
+//! queue.
 //! The lines printed are those of the MQTT engine (see main.rs), plus `errors` and `legs` in the totals.
 use crate::coap::{self, Builder, Msg};
 use crate::dtls::{self, Psk, UdpIo};
@@ -42,6 +46,8 @@ const CMD_RESPONSE: u8 = 3;
 const NO_COMMAND: &str = "no command";
 const ACK_TIMEOUT_S: f64 = 2.0;
 const MAX_RETRANSMIT: u32 = 4;
+/// seconds a device that lost its session waits before it handshakes again
+const RETRY_S: f64 = 1.0;
 
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 enum St {
@@ -94,6 +100,10 @@ struct Dev {
     spare: Vec<u8>,
     /// a datagram came back during the handshake (the endpoint answers)
     heard: bool,
+    /// its session was up once: a later handshake is a re-handshake (its failure fails the device, not the run)
+    was_up: bool,
+    /// when a device that was up and lost its session tries a new one (0: not waiting)
+    retry_at: f64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -199,6 +209,7 @@ struct Eng {
     wakeups: u64,
     handshakes_retransmitted: u64,
     retransmits: u64,
+    rehandshakes: u64,
 }
 
 fn want(e: &openssl::ssl::Error) -> bool {
@@ -251,9 +262,15 @@ impl Eng {
         match s.connect() {
             Ok(()) => {
                 d.st = St::Up;
+                d.was_up = true;
                 self.connected += 1;
             }
             Err(e) if want(&e) => {}
+            Err(_) if d.was_up => {
+                // a re-handshake refused (nothing listens yet, an alert): tried again in RETRY_S, the run goes on
+                d.st = St::Down;
+                d.retry_at = self.base.elapsed().as_secs_f64() + RETRY_S;
+            }
             Err(e) => {
                 d.st = St::Down;
                 self.fatal = Some(format!(
@@ -358,12 +375,32 @@ impl Eng {
         }
     }
 
-    /// The session broke: the outstanding exchange fails with `cause`, the device is down (no reconnect).
+    /// An exchange timed out without even a CoAP ACK to any of its retransmissions: the other side may no longer
+    /// know the session (a pod killed behind a Service: the new one drops records it cannot authenticate, as DTLS
+    /// does). The device drops it and handshakes again on a new socket (a new source port: a new path through the
+    /// Service), as a device does when its server stops answering; what comes due meanwhile waits in its queue.
+    fn rehandshake(&mut self, li: usize) {
+        if let Some(mut s) = self.devs[li].stream.take() {
+            let _ = self.poll.registry().deregister(&mut s.get_mut().0);
+        }
+        if self.devs[li].st == St::Up {
+            self.connected -= 1;
+        }
+        self.rehandshakes += 1;
+        if self.open(li).is_err() {
+            self.devs[li].st = St::Down;     // (no socket: as a refused re-handshake)
+            self.devs[li].retry_at = self.now() + RETRY_S;
+        }
+    }
+
+    /// The session broke (an alert, a refused datagram): the outstanding exchange fails with `cause`; the device
+    /// handshakes again in RETRY_S (what comes due meanwhile waits in its queue).
     fn broken(&mut self, li: usize, cause: &str, now: f64) {
         if self.devs[li].st == St::Up {
             self.connected -= 1;
         }
         self.devs[li].st = St::Down;
+        self.devs[li].retry_at = now + RETRY_S;
         if self.devs[li].ex.is_some() {
             self.finish(li, None, cause, false, now);
         }
@@ -511,8 +548,13 @@ impl Eng {
                 St::Up => {
                     let Some(ex) = self.devs[li].ex.as_mut() else { continue };
                     if now >= ex.deadline {
+                        let silent = !ex.got_ack;
                         self.finish(li, None, "timeout", false, now);
-                        self.pump(li, now);
+                        if silent {
+                            self.rehandshake(li);
+                        } else {
+                            self.pump(li, now);
+                        }
                     } else if !ex.got_ack && now >= ex.retx_at && ex.retx_n < MAX_RETRANSMIT {
                         ex.retx_n += 1;
                         ex.retx_at = now + ACK_TIMEOUT_S * (1u32 << ex.retx_n) as f64;
@@ -527,6 +569,10 @@ impl Eng {
                         }
                     }
                 }
+                St::Down if self.devs[li].was_up && self.devs[li].retry_at > 0.0 && now >= self.devs[li].retry_at => {
+                    self.devs[li].retry_at = 0.0;
+                    self.rehandshake(li);
+                }
                 _ => {}
             }
         }
@@ -536,7 +582,7 @@ impl Eng {
     fn due(&mut self, li: usize, intended: f64, now: f64) -> bool {
         let wall_base = self.wall_base_ms;
         let d = &mut self.devs[li];
-        if d.st != St::Up {
+        if d.st != St::Up && !d.was_up {
             return false;
         }
         let seq = d.next_seq;
@@ -587,6 +633,8 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
             tok: (g as u32).wrapping_mul(2_654_435_761),
             spare: Vec::new(),
             heard: false,
+            was_up: false,
+            retry_at: 0.0,
         });
     }
     drop(all);
@@ -635,6 +683,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         reads: 0,
         wakeups: 0,
         handshakes_retransmitted: 0,
+        rehandshakes: 0,
         retransmits: 0,
         cfg,
     };
@@ -860,14 +909,14 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         "scheduled": c.scheduled, "sent": c.sent, "acked": c.acked, "failed": c.failed,
         "late": c.late, "held": c.held, "dropped": c.dropped, "unacked": c.sent - c.acked,
         "last_seq": last_seq, "p50_ms": p50, "p99_ms": p99, "max_ms": mx,
-        "reconnects": 0, "elapsed_s": elapsed, "lost_in_flight": 0,
+        "reconnects": g.rehandshakes, "elapsed_s": elapsed, "lost_in_flight": 0,
         "send_late_p99_ms": late_p99, "send_late_max_ms": late_max,
         "hist": if g.hist_total.len() > 0 { json!(encode_hist(&g.hist_total)) } else { Value::Null },
         "send_late_hist": if g.late_hist.len() > 0 { json!(encode_hist(&g.late_hist)) } else { Value::Null },
         "shard": [si, sn], "range": [lo, hi],
         "cpu_s": cpu_s() - cpu_load0, "writes": g.writes, "reads": g.reads, "wakeups": g.wakeups,
         "errors": g.errors, "legs": legs, "coap_retransmits": g.retransmits,
-        "dtls_handshake_retransmits": g.handshakes_retransmitted,
+        "dtls_handshake_retransmits": g.handshakes_retransmitted, "dtls_rehandshakes": g.rehandshakes,
     }});
     g.line(totals.clone());
     // ---- close_notify to every session
