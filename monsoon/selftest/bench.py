@@ -267,6 +267,16 @@ def run_floor(binary: Path, port: int, connections: int, messages: int, batch: i
             "payload_bytes": f["payload_bytes"]}
 
 
+def paced_tick_ms(a: argparse.Namespace) -> float:
+    """The engine's wake-up period in the CPU runs: --batch-ms, else its default tick (5 ms)."""
+    return a.batch_ms if a.batch_ms is not None else 5.0
+
+
+def run_floor_paced(a: argparse.Namespace, sinks: Sinks, binary: Path, messages: int) -> dict:
+    """The paced floor at the native run's rate and tick, ``messages`` of them (what that run acked)."""
+    return run_floor(binary, sinks.port, a.devices, messages, 1, rate=a.native_rate, tick_ms=paced_tick_ms(a))
+
+
 def run_native(a: argparse.Namespace, sinks: Sinks, workdir: Path, batch_ms: float | None, name: str) -> dict:
     """The native engine at ``--native-rate`` for ``--cpu-duration`` s, ``--devices`` connections, one worker:
     its whole process's CPU (``wait4``) and the engine's own counters (writes, reads, wake-ups)."""
@@ -314,10 +324,10 @@ def phase_cpu(a: argparse.Namespace, sinks: Sinks, workdir: Path, binary: Path |
             log(f"  -> {f}")
         r = out.get("monsoon")
         if r and r.get("acked"):
-            tick = a.batch_ms if a.batch_ms is not None else 5.0
-            log(f"cpu: floor paced: {a.native_rate:g} msg/s on {a.devices} connections, a wake-up every {tick:g} ms")
+            log(f"cpu: floor paced: {a.native_rate:g} msg/s on {a.devices} connections, a wake-up every "
+                f"{paced_tick_ms(a):g} ms")
             m0 = sinks.mark()
-            f = run_floor(binary, sinks.port, a.devices, r["acked"], 1, rate=a.native_rate, tick_ms=tick)
+            f = run_floor_paced(a, sinks, binary, r["acked"])
             f.update(sinks.usage(m0))
             out["floor_paced"] = f
             log(f"  -> {f}")
@@ -361,8 +371,7 @@ def phase_floor_rounds(a: argparse.Namespace, sinks: Sinks, workdir: Path, binar
     rows = []
     for i in range(a.floor_rounds):
         m = run_native(a, sinks, workdir, a.batch_ms, f"round-{i}")
-        tick = a.batch_ms if a.batch_ms is not None else 5.0
-        f = run_floor(binary, sinks.port, a.devices, m["acked"], 1, rate=a.native_rate, tick_ms=tick)
+        f = run_floor_paced(a, sinks, binary, m["acked"])
         rows.append({"monsoon": per_msg(m), "floor_paced": per_msg(f), "late": m["late"]})
         log(f"cpu: floor round {i + 1}/{a.floor_rounds}: {rows[-1]}")
     return floor_rounds_summary(rows)

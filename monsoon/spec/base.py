@@ -20,6 +20,11 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def label_selector(labels: dict[str, str]) -> str:
+    """Labels as a Kubernetes label selector (and as ``helm install --labels`` takes them): ``k=v,...``, sorted."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 def _invalid(message: str) -> PydanticCustomError:
     """A validation error whose message is shown as is (no "Value error, " prefix; braces are literal)."""
     return PydanticCustomError("value_error", message)

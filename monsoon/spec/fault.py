@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from monsoon.settings import ROOT
-from monsoon.spec.base import _Frozen, _resolve
+from monsoon.spec.base import _Frozen, _resolve, label_selector
 from monsoon.spec.yamlio import SpecError, load_located, validate
 
 
@@ -59,7 +59,7 @@ class KubeSelector(_Frozen):
         return {str(k): str(val) for k, val in v.items()}
 
     def selector_string(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
+        return label_selector(self.label_selector)
 
 
 class Target(_Frozen):

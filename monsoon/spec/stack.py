@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from monsoon.paths import CACHE, REPO
 from monsoon.spec.compose import compose_services
-from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve
+from monsoon.spec.base import _Frozen, _fail, _invalid, _per_profile, _resolve, label_selector
 from monsoon.spec.yamlio import LocatedDoc, SpecError, load_located, validate
 
 
@@ -368,7 +368,7 @@ class KubeObserveSpec(_Frozen):
                                            description="labels the pods carry, all of them")
 
     def selector_string(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in sorted(self.label_selector.items()))
+        return label_selector(self.label_selector)
 
 
 class FactSpec(_Frozen):
@@ -682,10 +682,11 @@ class StackSpec(_Frozen):
         and processes that need nothing of the release, however indirectly (e.g. the routes of a Toxiproxy the
         release's pods connect through: a pod whose readiness needs the hop must find it routed)."""
         helm = set(self.releases())
+        order = self.start_order()           # a service's dependencies come before it
         needs: dict[str, bool] = {}
-        for n in self.start_order():        # a service's dependencies come before it
+        for n in order:
             needs[n] = n in helm or any(needs[d] for d in self.services[n].depends_on)
-        return [n for n in self.start_order() if not needs[n]]
+        return [n for n in order if not needs[n]]
 
     def port_names(self) -> list[str]:
         names = set(self.ports)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from monsoon.paths import CACHE
+from monsoon.spec.base import label_selector
 from monsoon.spec.stack import TEMPLATE_RE, StackSpec, helm_path
 from monsoon.stack import cluster
 from monsoon.stack import pods as kpods
@@ -88,7 +89,7 @@ def install_argv(helm: Path | str, *, release: str, chart: Path | str, namespace
     argv = [str(helm), "install", release, str(chart), "--namespace", namespace, "--kubeconfig", str(kubeconfig),
             "--wait", "--timeout", f"{max(1, int(timeout))}s"]
     if labels:
-        argv += ["--labels", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))]
+        argv += ["--labels", label_selector(labels)]
     for f in values_files:
         argv += ["--values", str(f)]
     return argv
@@ -253,7 +254,7 @@ class ReleasePod(kpods.PodProc):
                  log_path: Path, start_timeout: float):
         super().__init__(kube=kube, namespace=namespace, run_id=run_id, service=container, manifest={},
                          log_path=log_path, start_timeout=start_timeout)
-        self.selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        self.selector = label_selector(selector)
         self.created = True     # the release's: PodProc.start does not create a Deployment
 
     def stop(self, timeout: float) -> None:
@@ -337,7 +338,7 @@ class Release:
         its TCP ports, and its UDP ones."""
         assert self.kube is not None
         pods = [p for s in self.spec.releases() for p in self.kube.pods(
-            self.namespace, ",".join(f"{k}={v}" for k, v in sorted(self.helm.selector_of(s, self.name).items())))]
+            self.namespace, label_selector(self.helm.selector_of(s, self.name)))]
         if all((p.get("spec") or {}).get("hostNetwork") for p in pods):
             return {}, {}
         res = self.kube.core.list_namespaced_service(self.namespace, _request_timeout=5)
@@ -386,7 +387,7 @@ class Release:
         """The workload (Deployment or StatefulSet) labelled as ``service``'s pods are, scaled to ``replicas``
         (``kubectl scale``); returns once that many pods of it are ready, else HelmError."""
         assert self.kube is not None
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self.helm.selector_of(service, self.name).items()))
+        selector = label_selector(self.helm.selector_of(service, self.name))
         apps = self.kube.apps
         found = [(kind, w.metadata.name) for kind, ls in (
             ("deployment", apps.list_namespaced_deployment), ("statefulset", apps.list_namespaced_stateful_set))

@@ -8,13 +8,19 @@ from pathlib import Path
 from monsoon.stack.cluster import Cluster
 
 
+def env_kubeconfig() -> Path | None:
+    """KUBECONFIG's first file, None when KUBECONFIG is unset."""
+    kc = os.environ.get("KUBECONFIG")
+    return Path(kc.split(os.pathsep)[0]) if kc else None
+
+
 def kubeconfig_file() -> Path | None:
     """The kubeconfig the faults, the collectors and ``heal`` use: KUBECONFIG's first file; else, while monsoon's own
     cluster runs (``monsoon cluster up``), its kubeconfig, as the pods of ``provider: kubernetes`` use it
     (:func:`monsoon.stack.pods.kubeconfig_path`); else ``~/.kube/config`` when there; else None."""
-    kc = os.environ.get("KUBECONFIG")
-    if kc:
-        return Path(kc.split(os.pathsep)[0])
+    named = env_kubeconfig()
+    if named is not None:
+        return named
     own = Cluster()
     if own.api_port() is not None and own.kubeconfig.is_file():
         return own.kubeconfig

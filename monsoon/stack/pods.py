@@ -42,6 +42,7 @@ from monsoon.spec.stack import SERVICE_POD_LABEL, ReadySpec
 from monsoon.stack import cluster, dockerd
 from monsoon.stack.cluster import Cluster, image_ref
 from monsoon.stack.containers import mem_bytes
+from monsoon.stack.kubeapi import env_kubeconfig
 from monsoon.stack.ports import StackError
 from monsoon.stack.reaper import RUN_LABEL, check_run_id
 from monsoon.timeline.events import OP, OP_IMAGE_IMPORT
@@ -193,10 +194,7 @@ def deployment_manifest(*, namespace: str, run_id: str, service: str, image: str
 
 def kubeconfig_path() -> Path:
     """KUBECONFIG's first file, else the one ``monsoon cluster up`` writes."""
-    kc = os.environ.get("KUBECONFIG")
-    if kc:
-        return Path(kc.split(os.pathsep)[0])
-    return Cluster().kubeconfig
+    return env_kubeconfig() or Cluster().kubeconfig
 
 
 def api_client():

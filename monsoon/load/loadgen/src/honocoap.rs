@@ -916,7 +916,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         "shard": [si, sn], "range": [lo, hi],
         "cpu_s": cpu_s() - cpu_load0, "writes": g.writes, "reads": g.reads, "wakeups": g.wakeups,
         "errors": g.errors, "legs": legs, "coap_retransmits": g.retransmits,
-        "dtls_handshake_retransmits": g.handshakes_retransmitted, "dtls_rehandshakes": g.rehandshakes,
+        "dtls_handshake_retransmits": g.handshakes_retransmitted,
     }});
     g.line(totals.clone());
     // ---- close_notify to every session
