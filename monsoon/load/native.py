@@ -207,6 +207,11 @@ class NativeFleet(FleetBase):
                     if msg.get("event") == "connected":
                         w.connected = msg
             self._n_connected = sum(w.connected["connected"] for w in self._workers if w.connected)
+            done = [w.connected for w in self._workers if w.connected]
+            # how the connect went (the harness's `connected` event): its seconds, and handshakes begun again
+            self.extra["connect"] = {"seconds": round(max(float(c.get("connect_s") or 0) for c in done), 2)} | (
+                {"handshake_restarts": sum(int(c["handshake_restarts"]) for c in done)}
+                if any("handshake_restarts" in c for c in done) else {})
         except BaseException:
             self._kill_all()
             raise
@@ -342,7 +347,7 @@ class NativeFleet(FleetBase):
         def s(k: str) -> int:
             return sum(int(t[k]) for t in tots)
 
-        self.extra = {
+        self.extra |= {
             "send_late_p50_ms": lp50, "send_late_p99_ms": lp99, "send_late_max_ms": lmx,
             # the engine's own account of the load (its start to its drain): CPU seconds and syscalls
             "engine": {k: sum(float(t.get(k) or 0) for t in tots) for k in ("cpu_s", "writes", "reads", "wakeups")},
@@ -526,3 +531,7 @@ class NativeHonoCoapFleet(NativeFleet):
             for cause, n in (t.get("errors") or {}).items():
                 errors[cause] = errors.get(cause, 0) + int(n)
         self.extra["errors"] = errors
+        # DTLS flights sent again on a handshake's timer, and handshakes given up (5 s without completing) and
+        # begun again on a new socket, connect phase included
+        self.extra["dtls"] = {k: sum(int(t.get(f"dtls_handshake_{k}") or 0) for t in tots)
+                              for k in ("retransmits", "restarts")}

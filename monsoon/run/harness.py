@@ -138,7 +138,7 @@ class LoadHarness:
         self._fleet = fleet = build_fleet(transport, devs, host, port, plan.options(out_dir, dev.topic),
                                           engine=plan.engine)
         fleet.connect()
-        tl.add(OP, op=OP_CONNECTED, devices=len(devs))
+        tl.add(OP, op=OP_CONNECTED, devices=len(devs), **fleet.extra.get("connect", {}))
         self.sampler = Sampler(tl, collectors).start()
         time.sleep(1.0)  # one baseline sample before the load
         self.t0 = t0 = tl.now()

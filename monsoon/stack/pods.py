@@ -669,6 +669,8 @@ class _SessionCluster:
         self.saved: dict[str, str | None] = {}
 
     def acquire(self, namespaces: tuple[str, ...]) -> Cluster:
+        if isinstance(self.held, Cluster) and not cluster.running(self.held):
+            self.release()      # taken down since (a test of `cluster down`): the module asking gets it started again
         if self.held is None:
             self.saved = {k: os.environ.get(k) for k in SESSION_ENV}
             cm = cluster_for_stacks(namespaces)

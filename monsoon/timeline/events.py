@@ -144,7 +144,8 @@ OP_HELM_RELEASE = op("helm-release", "The stack's Helm release: installed, scale
                      ["error", "seconds", "service", "workload", "replicas"])
 OP_PREFLIGHT = op("preflight", "Every declared endpoint answered before anything was sent.", ["ok"])
 OP_PROVISIONED = op("provisioned", "The run's devices provisioned.", ["devices", "seconds"])
-OP_CONNECTED = op("connected", "The fleet connected.", ["devices"])
+OP_CONNECTED = op("connected", "The fleet connected (the native engine: in how many seconds, and how many DTLS "
+                  "handshakes it gave up and began again).", ["devices"], ["seconds", "handshake_restarts"])
 OP_MIX_WARMUP = op("mix-warmup", "A request mix's warm-up: entities found and read.", [],
                    ["entities", "found", "seconds"])
 OP_SWEEP_SIZE = op("sweep-size", "A size sweep starts one payload size's ladder.", ["size", "start_rate", "max_rate"])

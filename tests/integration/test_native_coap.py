@@ -214,3 +214,77 @@ def test_devices_handshake_again_when_their_endpoint_forgets_their_sessions(load
     assert counts.get("requests", 0) > 0, counts                 # ... and was answered there
     assert sum(s.acked for s in seconds[4:]) > 0, [s.acked for s in seconds]
     assert t.acked + t.failed == t.scheduled and t.failed > 0, t    # what the dead sink held failed, counted
+
+
+class _ForgetfulRelay:
+    """A UDP relay to the sink that drops every datagram of the first client address it sees, both ways: a
+    server that lost the handshake state of one 5-tuple (a cold adapter, a pod gone behind a Service)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import selectors
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.sock, selectors.EVENT_READ, None)
+        self.ups: dict[tuple, socket.socket] = {}
+        self.forgotten: tuple | None = None
+        self.dropped = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        import selectors
+
+        while not self.stop.is_set():
+            for key, _ in self.sel.select(timeout=0.1):
+                if key.data is None:
+                    data, addr = self.sock.recvfrom(65535)
+                    if self.forgotten is None:
+                        self.forgotten = addr
+                    if addr == self.forgotten:
+                        self.dropped += 1
+                        continue
+                    up = self.ups.get(addr)
+                    if up is None:
+                        up = self.ups[addr] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                        up.connect(self.upstream)
+                        self.sel.register(up, selectors.EVENT_READ, addr)
+                    up.send(data)
+                else:
+                    try:
+                        self.sock.sendto(key.fileobj.recv(65535), key.data)
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        for s in [self.sock, *self.ups.values()]:
+            s.close()
+
+
+def test_a_handshake_that_stalls_starts_again_on_a_new_socket(loadgen: Path, tmp_path: Path) -> None:
+    """One device's first socket is never answered (the relay forgets its address): its handshake would wait out
+    OpenSSL's doubling timer (retransmits at 1, 3, 7, 15, 31 s: past the connect timeout). It gives up after
+    5 s and begins again from a new socket, which is answered: every device connects, and the load is acked."""
+    devs = coap_devices(3)
+    with CoapSink(loadgen, devs, tmp_path, free_udp_port()) as sink:
+        relay = _ForgetfulRelay(sink.port)
+        try:
+            with native(devs, relay.port, tmp_path, rate=30.0, duration=2.0) as f:
+                f.connect(timeout=25)
+                assert f.connected == 3
+                assert f.extra["connect"]["handshake_restarts"] >= 1, f.extra    # (the `connected` event's)
+                t = f.run(threading.Event())
+                dtls = f.extra["dtls"]
+        finally:
+            relay.close()
+        counts = sink.close()
+    assert relay.dropped > 1, relay.dropped          # the first socket's flights, sent again, were all dropped
+    assert dtls["restarts"] >= 1, dtls
+    assert counts["handshakes"] == 3, counts
+    assert (t.scheduled, t.acked, t.failed) == (60, 60, 0), t

@@ -93,8 +93,8 @@ def test_the_image_tool_skips_in_one_line_without_honos_jars(tmp_path):
 
 def test_the_stack_is_a_release_with_monsoons_own_pods_beside_it():
     s = load_stack("hono-helm")
-    assert s.releases() == ["service-auth", "service-device-registry", "service-command-router", "adapter-mqtt",
-                            "adapter-http", "adapter-coap"]
+    assert s.releases() == ["service-auth", "service-device-registry", "service-command-router", "adapter-http",
+                            "adapter-coap"]
     assert s.pods() == ["postgres", "kafka", "infinispan", "toxiproxy"] and s.provider_of("backend") == "process"
     # the data grid's hop is routed before the install (the router's readiness needs its cache); the backend, which
     # needs only Kafka, starts then too

@@ -264,11 +264,21 @@ def kube(request):
 '''
 
 
+def _restored_after(monkeypatch) -> None:
+    """The inner session's conftest replaces pods.cluster_for_stacks (and cluster.running) in this process: put
+    them back after the test, or every later test of this session would get the fake cluster."""
+    from monsoon.stack import cluster, pods
+
+    monkeypatch.setattr(pods, "cluster_for_stacks", pods.cluster_for_stacks)
+    monkeypatch.setattr(cluster, "running", cluster.running)
+
+
 def test_the_session_cluster_stops_after_the_last_test_that_needs_it_and_gives_the_env_back(pytester, monkeypatch):
     """Two modules in a row that use it (marked kubernetes, or importing cluster_for_session) share one cluster; the unmarked module after them runs without it (the
     environment put back); a marked module later starts it again; the session's end stops that one."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("MONSOON_KUBE_NAMESPACES", raising=False)
+    _restored_after(monkeypatch)
     pytester.makeconftest(SESSION_CONFTEST)
     marked = '''
 import os, pytest
@@ -295,3 +305,29 @@ def test_last():
     assert LOG[-3:] == ["test:test_d", "module-teardown:test_d", "down"]
 ''')
     pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=8)
+
+
+def test_a_session_cluster_taken_down_since_is_started_again_for_the_next_module(pytester, monkeypatch):
+    """A module whose last test takes the cluster down (a test of `cluster down`) does not hand a dead cluster to
+    the next module that asks: it is released and started again."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    _restored_after(monkeypatch)
+    pytester.makeconftest(SESSION_CONFTEST.replace('yield "cluster"', 'yield pods.Cluster(Path("/fake"))').replace(
+        "import contextlib, os", "import contextlib, os\nfrom pathlib import Path\nRUNNING = [True]") + '''
+pods.cluster.running = lambda c=None: RUNNING[0]
+''')
+    first = '''
+import pytest
+from conftest import LOG, RUNNING
+pytestmark = pytest.mark.kubernetes
+def test_takes_it_down(kube):
+    RUNNING[0] = False
+'''
+    pytester.makepyfile(test_a=first, test_b='''
+import pytest
+from conftest import LOG, RUNNING
+pytestmark = pytest.mark.kubernetes
+def test_gets_a_new_one(kube):
+    assert LOG == ["up", "module-teardown:test_a", "down", "up"]
+''')
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)

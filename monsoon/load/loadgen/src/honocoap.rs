@@ -48,6 +48,9 @@ const ACK_TIMEOUT_S: f64 = 2.0;
 const MAX_RETRANSMIT: u32 = 4;
 /// seconds a device that lost its session waits before it handshakes again
 const RETRY_S: f64 = 1.0;
+/// seconds a handshake may go without completing before the device gives it up and starts a new one on a new
+/// socket (OpenSSL's DTLS timer doubles from 1 s: its fourth retransmit would come 15 s in, its fifth 31 s in)
+const HANDSHAKE_RESTART_S: f64 = 5.0;
 
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 enum St {
@@ -104,6 +107,8 @@ struct Dev {
     was_up: bool,
     /// when a device that was up and lost its session tries a new one (0: not waiting)
     retry_at: f64,
+    /// when its current handshake began
+    hs_at: f64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -210,6 +215,8 @@ struct Eng {
     handshakes_retransmitted: u64,
     retransmits: u64,
     rehandshakes: u64,
+    /// handshakes given up after HANDSHAKE_RESTART_S and started again on a new socket
+    handshake_restarts: u64,
 }
 
 fn want(e: &openssl::ssl::Error) -> bool {
@@ -252,6 +259,7 @@ impl Eng {
         let stream = SslStream::new(ssl, UdpIo(sock)).map_err(|e| format!("DTLS session: {e}"))?;
         d.stream = Some(stream);
         d.st = St::Handshake;
+        d.hs_at = self.base.elapsed().as_secs_f64();
         self.handshake(li);
         Ok(())
     }
@@ -389,6 +397,20 @@ impl Eng {
         self.rehandshakes += 1;
         if self.open(li).is_err() {
             self.devs[li].st = St::Down;     // (no socket: as a refused re-handshake)
+            self.devs[li].retry_at = self.now() + RETRY_S;
+        }
+    }
+
+    /// A handshake that did not complete within HANDSHAKE_RESTART_S (a cold server that dropped its first flights,
+    /// or lost the handshake's state) starts again from a ClientHello on a new socket, as a device's DTLS stack
+    /// does, rather than waiting out OpenSSL's doubling retransmit timer.
+    fn restart_handshake(&mut self, li: usize) {
+        if let Some(mut s) = self.devs[li].stream.take() {
+            let _ = self.poll.registry().deregister(&mut s.get_mut().0);
+        }
+        self.handshake_restarts += 1;
+        if self.open(li).is_err() {
+            self.devs[li].st = St::Down;
             self.devs[li].retry_at = self.now() + RETRY_S;
         }
     }
@@ -538,6 +560,7 @@ impl Eng {
     fn timers(&mut self, now: f64) {
         for li in 0..self.devs.len() {
             match self.devs[li].st {
+                St::Handshake if now - self.devs[li].hs_at >= HANDSHAKE_RESTART_S => self.restart_handshake(li),
                 St::Handshake => {
                     if let Some(s) = self.devs[li].stream.as_ref() {
                         if dtls::timeout(s.ssl()).is_some_and(|t| t.is_zero()) && dtls::handle_timeout(s.ssl()) > 0 {
@@ -569,9 +592,13 @@ impl Eng {
                         }
                     }
                 }
-                St::Down if self.devs[li].was_up && self.devs[li].retry_at > 0.0 && now >= self.devs[li].retry_at => {
+                St::Down if self.devs[li].retry_at > 0.0 && now >= self.devs[li].retry_at => {
                     self.devs[li].retry_at = 0.0;
-                    self.rehandshake(li);
+                    if self.devs[li].was_up {
+                        self.rehandshake(li);
+                    } else {
+                        self.restart_handshake(li); // (its first handshake found no socket)
+                    }
                 }
                 _ => {}
             }
@@ -635,6 +662,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
             heard: false,
             was_up: false,
             retry_at: 0.0,
+            hs_at: 0.0,
         });
     }
     drop(all);
@@ -684,6 +712,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         wakeups: 0,
         handshakes_retransmitted: 0,
         rehandshakes: 0,
+        handshake_restarts: 0,
         retransmits: 0,
         cfg,
     };
@@ -737,7 +766,8 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
     }
     let connect_s = g.now() - c0;
     g.line(json!({"event": "connected", "connected": g.connected, "devices": n_local,
-                  "shard": [si, sn], "range": [lo, hi], "connect_s": connect_s}));
+                  "shard": [si, sn], "range": [lo, hi], "connect_s": connect_s,
+                  "handshake_restarts": g.handshake_restarts}));
 
     // ---- wait for the start
     loop {
@@ -916,7 +946,7 @@ pub fn run_totals(mut cfg: Config, shard: (usize, usize), ctl: Control) -> Resul
         "shard": [si, sn], "range": [lo, hi],
         "cpu_s": cpu_s() - cpu_load0, "writes": g.writes, "reads": g.reads, "wakeups": g.wakeups,
         "errors": g.errors, "legs": legs, "coap_retransmits": g.retransmits,
-        "dtls_handshake_retransmits": g.handshakes_retransmitted,
+        "dtls_handshake_retransmits": g.handshakes_retransmitted, "dtls_handshake_restarts": g.handshake_restarts,
     }});
     g.line(totals.clone());
     // ---- close_notify to every session
