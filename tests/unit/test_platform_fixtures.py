@@ -60,6 +60,21 @@ STORIES: dict[str, tuple[tuple[str, str], dict[str, tuple[str, dict, list[str]]]
         "leg_objective[telemetry,adapter-kill]": (INFO, {"ok": 538, "errors": 2, "errors.http_503": 1}, []),
         "leg_objective[command_request,recovered]": (PASS, {"ok": 121, "errors": 0}, []),
     }),
+    # The same story with CoAP devices over DTLS with PSK (the native engine) through the CoAP adapter's UDP Service:
+    # the slowdown costs the command queries ~2 s and telemetry nothing; Chaos Mesh kills one of the two CoAP adapter
+    # pods, the devices whose DTLS sessions it held time out, handshake again (8 reconnects) and go on through the
+    # Service; one 5.03 around the kill; every leg clean after; nothing acked lost
+    "hono-helm-coap-cluster-story": (("hono-helm", "hono-helm-coap-story"), {
+        "faults_landed": (PASS, {"faults_injected": 2, "faults_landed": 2, "faults_healed": 2}, []),
+        "no_acked_loss": (PASS, {"acked_lost": 0}, []),
+        "leg_objective[command_request,start]": (INFO, {"ok": 234, "errors": 5, "errors.coap_5.03": 3}, []),
+        "leg_objective[command_request,steady]": (PASS, {"ok": 80, "errors": 0}, ["p99.9 380.9 ms"]),
+        "leg_objective[telemetry,slowdown]": (PASS, {"ok": 420, "errors": 0}, []),
+        "leg_objective[command_request,slowdown]": (INFO, {"ok": 141, "errors": 0}, ["p99.9 2277.4 ms"]),
+        "leg_objective[telemetry,adapter-kill]": (INFO, {"ok": 535, "errors": 5, "errors.timeout": 5}, []),
+        "leg_objective[command_request,adapter-kill]": (INFO, {"ok": 176, "errors": 4, "errors.coap_5.03": 1}, []),
+        "leg_objective[command_request,recovered]": (PASS, {"ok": 120, "errors": 0}, []),
+    }),
     # ThingsBoard with its in-memory queue at 2.5 x its calibrated capacity of 5,684 msg/s: the queue filled the
     # 384 MB heap 13 s into the burst (118,125 queued at the last sample), OutOfMemoryError 50 s in, restarted
     # without what was queued: acked messages lost. Its depth read -300 before any telemetry (TB's uncounted
@@ -109,3 +124,14 @@ def test_the_kept_platform_timelines_hold_only_declared_events():
     for name in STORIES:
         for e in Events.load(KEPT / name / "timeline.jsonl").events:
             check(e["type"], {k: v for k, v in e.items() if k != "type"})
+
+
+def test_the_coap_devices_handshook_again_after_the_adapter_pod_kill():
+    """The CoAP story's devices whose DTLS sessions lived in the killed pod handshook again (the load-end's
+    reconnects), and the kill landed by a new pod UID in the adapter-kill stage."""
+    from monsoon.timeline.store import Events
+    events = Events.load(KEPT / "hono-helm-coap-cluster-story" / "timeline.jsonl").events
+    end = [e for e in events if e["type"] == "op" and e.get("op") == "load-end"]
+    assert [e["reconnects"] for e in end] == [8]
+    kill = [e for e in events if e["type"] == "fault" and e["name"] == "coap-adapter-pod-kill" and e["phase"] == "inject"]
+    assert [e["landed"] for e in kill] == [True]
