@@ -193,6 +193,10 @@ def decide(steps: list[Step], crit: Criteria = Criteria(), *, finished: bool = T
         s.ok, s.criterion, s.reason = criterion is None, criterion, reason
         if criterion is not None:
             gen = criterion == "generator"
+            if best is None and s.sent > 0 and s.acked < 0.1 * s.sent:
+                # nothing (or next to nothing) acked at the first step: a stack still starting, not its capacity
+                reason += (f"; it acked {s.acked:,} of {s.sent:,} sent at the first step: was it still starting? "
+                           "(a longer --warmup-seconds gives a cold start time)")
             return Decision(best, criterion, f"at {s.target:,.0f} msg/s: {reason}", gen and best is not None,
                             gen, s.index)
         best = s.target if best is None else max(best, s.target)

@@ -360,3 +360,15 @@ def test_the_x1_line_keeps_a_small_fraction_readable():
         "x1 = 20 msg/s = 3.3% of 610 msg/s measured at 2026-11-30 04:20:28 UTC"    # not "3%"
     assert cal.x1_line({**info, "base_rate": 152.5, "fraction": 0.25}).startswith("x1 = 152 msg/s = 25% of 610")
     assert cal.x1_line({**info, "fraction": 0.08}).startswith("x1 = 20 msg/s = 8% of 610")
+
+
+def test_a_first_step_with_next_to_nothing_acked_says_the_stack_may_still_be_starting():
+    """A cold platform (Hono's release 15-32 s after its pods were ready) acks nothing through a short warm-up:
+    the decision says so and how to give it time, rather than only that 200 msg/s was not kept up."""
+    d = decide([step(0, 200, ack=2)])
+    assert d.capacity_msg_s is None and d.criterion == "acked-rate"
+    assert "it acked 16 of 1,600 sent at the first step: was it still starting?" in d.reason, d.reason
+    assert "--warmup-seconds" in d.reason
+    d = decide([step(0, 200), step(1, 250, ack=2)])           # a later step: a capacity, no such hint
+    assert d.capacity_msg_s == 200 and "still starting" not in d.reason
+    assert "still starting" not in decide([step(0, 200, ack=150)]).reason      # 75 % acked: not a cold start
