@@ -18,7 +18,7 @@
 //! A device whose session was up handshakes again (a new socket, a new session; `reconnects` in the totals) when
 //! an exchange times out without even a CoAP ACK (the other side forgot the session: a pod killed behind a
 //! Service), or 1 s after the session broke (an alert, a refused datagram); what comes due meanwhile waits in its
-//! queue.
+//! queue. A handshake not complete within 5 s begins again on a new socket (`dtls_handshake_restarts`).
 //! The lines printed are those of the MQTT engine (see main.rs), plus `errors` and `legs` in the totals.
 use crate::coap::{self, Builder, Msg};
 use crate::dtls::{self, Psk, UdpIo};
@@ -388,15 +388,21 @@ impl Eng {
     /// does). The device drops it and handshakes again on a new socket (a new source port: a new path through the
     /// Service), as a device does when its server stops answering; what comes due meanwhile waits in its queue.
     fn rehandshake(&mut self, li: usize) {
-        if let Some(mut s) = self.devs[li].stream.take() {
-            let _ = self.poll.registry().deregister(&mut s.get_mut().0);
-        }
         if self.devs[li].st == St::Up {
             self.connected -= 1;
         }
         self.rehandshakes += 1;
+        self.new_session(li);
+    }
+
+    /// Drop the device's session and socket, and begin a handshake on a new socket (none to be had: tried again in
+    /// RETRY_S, as a refused re-handshake).
+    fn new_session(&mut self, li: usize) {
+        if let Some(mut s) = self.devs[li].stream.take() {
+            let _ = self.poll.registry().deregister(&mut s.get_mut().0);
+        }
         if self.open(li).is_err() {
-            self.devs[li].st = St::Down;     // (no socket: as a refused re-handshake)
+            self.devs[li].st = St::Down;
             self.devs[li].retry_at = self.now() + RETRY_S;
         }
     }
@@ -405,14 +411,8 @@ impl Eng {
     /// or lost the handshake's state) starts again from a ClientHello on a new socket, as a device's DTLS stack
     /// does, rather than waiting out OpenSSL's doubling retransmit timer.
     fn restart_handshake(&mut self, li: usize) {
-        if let Some(mut s) = self.devs[li].stream.take() {
-            let _ = self.poll.registry().deregister(&mut s.get_mut().0);
-        }
         self.handshake_restarts += 1;
-        if self.open(li).is_err() {
-            self.devs[li].st = St::Down;
-            self.devs[li].retry_at = self.now() + RETRY_S;
-        }
+        self.new_session(li);
     }
 
     /// The session broke (an alert, a refused datagram): the outstanding exchange fails with `cause`; the device
