@@ -206,8 +206,8 @@ class NativeFleet(FleetBase):
                         raise FleetConnectError(f"{self.ENDPOINT} {self.endpoint}: {msg['error']}")
                     if msg.get("event") == "connected":
                         w.connected = msg
-            self._n_connected = sum(w.connected["connected"] for w in self._workers if w.connected)
             done = [w.connected for w in self._workers if w.connected]
+            self._n_connected = sum(c["connected"] for c in done)
             # how the connect went (the harness's `connected` event): its seconds, and handshakes begun again
             self.extra["connect"] = {"seconds": round(max(float(c.get("connect_s") or 0) for c in done), 2)} | (
                 {"handshake_restarts": sum(int(c["handshake_restarts"]) for c in done)}
